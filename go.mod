@@ -3,7 +3,8 @@ module github.com/babelqueue/babelqueue-go-artemis
 go 1.26.8
 
 require (
-	github.com/Azure/go-amqp v1.7.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
+	github.com/Azure/go-amqp v1.7.0
+	github.com/google/uuid v1.6.0
 )
+
+require github.com/stretchr/testify v1.12.1 // indirect

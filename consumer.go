@@ -1,0 +1,354 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Receiver is the receiving side of an AMQP link. *amqp.Receiver satisfies
+// it. Attach it with the "queue" capability and without auto-settlement:
+// the consumer owns every disposition.
+type Receiver interface {
+	Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error)
+	AcceptMessage(ctx context.Context, msg *amqp.Message) error
+	ReleaseMessage(ctx context.Context, msg *amqp.Message) error
+	ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error
+}
+
+// HandlerFunc handles one message. env carries the reconciled attempts; msg
+// is the raw AMQP message; HeadersFromContext(ctx) gives the out-of-band
+// headers. Returning nil accepts the message; an error (or a panic) fails
+// the attempt.
+type HandlerFunc func(ctx context.Context, env *Envelope, msg *amqp.Message) error
+
+// Handlers maps URNs to their handlers.
+type Handlers map[string]HandlerFunc
+
+// ErrorHandler receives every error the consumer reports: a *DeliveryError,
+// with the envelope when one was decoded (else nil) and the raw message.
+type ErrorHandler func(ctx context.Context, err error, env *Envelope, msg *amqp.Message)
+
+// UnknownURNStrategy says what happens to a message whose URN has no
+// handler. Delete also drops poison and gated messages instead of writing
+// them to the dead-letter queue.
+type UnknownURNStrategy string
+
+// The unknown-URN strategies.
+const (
+	// UnknownURNFail reports the message and modifies it with
+	// delivery-failed, so Artemis counts it toward its own
+	// max-delivery-attempts and dead-letter address. The default.
+	UnknownURNFail UnknownURNStrategy = "fail"
+	// UnknownURNRelease modifies it with delivery-failed, reporting nothing.
+	UnknownURNRelease UnknownURNStrategy = "release"
+	// UnknownURNDelete accepts (drops) it.
+	UnknownURNDelete UnknownURNStrategy = "delete"
+	// UnknownURNDeadLetter writes it to the dead-letter queue with reason
+	// unknown_urn and accepts it once the write is confirmed.
+	UnknownURNDeadLetter UnknownURNStrategy = "dead_letter"
+)
+
+// Defaults of the consumer options.
+const (
+	DefaultMaxTries           = 3
+	DefaultDeadLetterTimeout  = 30 * time.Second
+	DefaultDeadLetterRetryDel = time.Second
+	DefaultConcurrency        = 1
+)
+
+// Consumer routes deliveries to handlers and settles each exactly once, as
+// the BabelQueue contract says. It is safe for concurrent use.
+type Consumer struct {
+	handlers    Handlers
+	dlq         Sender
+	maxTries    int
+	unknown     UnknownURNStrategy
+	onError     ErrorHandler
+	queue       string
+	dlqTimeout  time.Duration
+	retryDelay  time.Duration
+	concurrency int
+	logger      *slog.Logger
+	now         func() time.Time
+	err         error // an invalid option, returned by Listen and Handle
+}
+
+// ConsumerOption configures a Consumer.
+type ConsumerOption func(*Consumer)
+
+// WithDeadLetterSender sets the sender that dead-letter copies go to, a link
+// to <queue>.dlq (or an anonymous link: copies carry to = <queue>.dlq). It
+// should send unsettled, so the broker's outcome confirms each write. Without
+// it, messages that would be dead-lettered are accepted (dropped) and
+// reported.
+func WithDeadLetterSender(s Sender) ConsumerOption {
+	return func(c *Consumer) { c.dlq = s }
+}
+
+// WithMaxTries sets how many deliveries a failing message gets before it is
+// dead-lettered (default 3). Keep it below Artemis's max-delivery-attempts.
+func WithMaxTries(n int) ConsumerOption {
+	return func(c *Consumer) { c.maxTries = n }
+}
+
+// WithUnknownURN sets the unknown-URN strategy (default UnknownURNFail).
+func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
+	return func(c *Consumer) { c.unknown = s }
+}
+
+// WithOnError sets the callback that receives every reported error. It is
+// called from the goroutine handling the delivery; a panic in it is recovered.
+func WithOnError(fn ErrorHandler) ConsumerOption {
+	return func(c *Consumer) { c.onError = fn }
+}
+
+// WithQueue names the logical queue: dead_letter.original_queue, and the DLQ
+// address <queue>.dlq. The default is the receiver's address.
+func WithQueue(name string) ConsumerOption {
+	return func(c *Consumer) { c.queue = name }
+}
+
+// WithDeadLetterTimeout bounds how long a dead-letter write may wait for the
+// broker's outcome (default 30s); past it the write has failed.
+func WithDeadLetterTimeout(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.dlqTimeout = d }
+}
+
+// WithDeadLetterRetryDelay sets how long a delivery whose dead-letter write
+// failed is held before its plain release (default 1s), so a broken DLQ is
+// not a hot loop.
+func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.retryDelay = d }
+}
+
+// WithConcurrency sets how many handlers Listen runs at once (default 1,
+// which keeps the queue's order). Give the receiver at least this much credit.
+func WithConcurrency(n int) ConsumerOption {
+	return func(c *Consumer) { c.concurrency = n }
+}
+
+// WithLogger sets a structured logger: settlement decisions at debug, errors
+// at warn and error, with the URN, meta.id, trace_id, attempts and the
+// disposition as attributes; never a payload. The default logs nothing.
+func WithLogger(l *slog.Logger) ConsumerOption {
+	return func(c *Consumer) { c.logger = l }
+}
+
+// NewConsumer returns a Consumer that routes to h. An invalid option is
+// reported by Listen and Handle as an error matching ErrInvalidConfig.
+func NewConsumer(h Handlers, opts ...ConsumerOption) *Consumer {
+	c := &Consumer{
+		handlers:    make(Handlers, len(h)),
+		maxTries:    DefaultMaxTries,
+		unknown:     UnknownURNFail,
+		dlqTimeout:  DefaultDeadLetterTimeout,
+		retryDelay:  DefaultDeadLetterRetryDel,
+		concurrency: DefaultConcurrency,
+		logger:      slog.New(slog.DiscardHandler),
+		now:         time.Now,
+	}
+	for urn, fn := range h {
+		if fn == nil {
+			c.err = fmt.Errorf("%w: the handler for %q is nil", ErrInvalidConfig, urn)
+		}
+		c.handlers[urn] = fn
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	switch {
+	case c.err != nil:
+	case c.maxTries < 1:
+		c.err = fmt.Errorf("%w: max tries is %d, want >= 1", ErrInvalidConfig, c.maxTries)
+	case c.concurrency < 1:
+		c.err = fmt.Errorf("%w: concurrency is %d, want >= 1", ErrInvalidConfig, c.concurrency)
+	case c.dlqTimeout <= 0:
+		c.err = fmt.Errorf("%w: dead-letter timeout is %v, want > 0", ErrInvalidConfig, c.dlqTimeout)
+	case c.retryDelay < 0:
+		c.err = fmt.Errorf("%w: dead-letter retry delay is %v, want >= 0", ErrInvalidConfig, c.retryDelay)
+	case c.unknown != UnknownURNFail && c.unknown != UnknownURNRelease &&
+		c.unknown != UnknownURNDelete && c.unknown != UnknownURNDeadLetter:
+		c.err = fmt.Errorf("%w: unknown-URN strategy %q", ErrInvalidConfig, string(c.unknown))
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Listen receives from r and handles each delivery until ctx ends or the
+// link fails. On ctx's end it stops receiving, lets the handlers in flight
+// finish and settle (their context is not cancelled with ctx), gives back a
+// message it took but did not start with a plain release, and returns nil.
+// When the link fails it returns the receive error, wrapped.
+func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
+	if c.err != nil {
+		return c.err
+	}
+	hctx := context.WithoutCancel(ctx)
+	stop := ctx.Done()
+	if c.concurrency == 1 {
+		for {
+			msg, err := r.Receive(ctx, nil)
+			if err != nil {
+				return c.receiveError(ctx, err)
+			}
+			if ctx.Err() != nil {
+				c.giveBack(hctx, r, msg)
+				return nil
+			}
+			_ = c.handle(hctx, stop, r, msg)
+		}
+	}
+
+	work := make(chan *amqp.Message)
+	var wg sync.WaitGroup
+	for range c.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msg := range work {
+				_ = c.handle(hctx, stop, r, msg)
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	for {
+		msg, err := r.Receive(ctx, nil)
+		if err != nil {
+			return c.receiveError(ctx, err)
+		}
+		select {
+		case work <- msg:
+		case <-stop:
+			c.giveBack(hctx, r, msg)
+			return nil
+		}
+	}
+}
+
+func (c *Consumer) receiveError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("babelqueue: receive: %w", err)
+}
+
+// giveBack releases a delivery that was taken but never started.
+func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
+	if msg == nil {
+		return
+	}
+	if err := r.ReleaseMessage(ctx, msg); err != nil {
+		c.report(ctx, &DeliveryError{Kind: ErrSettlement, Disposition: Pending, Err: err}, nil, msg)
+	}
+}
+
+// Handle runs one delivery through the gate, routing, decoding and the
+// handler, and settles it exactly once. It returns the error it reported
+// (nil when the message was accepted by its handler or settled silently by
+// the unknown-URN strategy); a failed settlement is returned too, matching
+// ErrSettlement. The handler runs with ctx; settlement does not stop when
+// ctx ends.
+func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) error {
+	if c.err != nil {
+		err := c.err
+		if rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg); rerr != nil {
+			err = errors.Join(err, &DeliveryError{Kind: ErrSettlement, Err: rerr})
+		}
+		return err
+	}
+	return c.handle(ctx, ctx.Done(), r, msg)
+}
+
+func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
+	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop}
+	if err := gateVersion(msg); err != nil {
+		return d.gated(err)
+	}
+	d.urn = annotationURN(msg)
+	if d.urn != "" && c.handlers[d.urn] == nil && c.unknown != UnknownURNDeadLetter {
+		// Routed by the annotation alone: the body is never decoded.
+		return d.unknownURN()
+	}
+	body, _, err := readBody(msg)
+	if err != nil {
+		return d.poison(unreadableBody(msg), err)
+	}
+	env, err := decodeString(body)
+	if err == nil {
+		err = env.Validate()
+	}
+	if err != nil {
+		return d.poison(body, err)
+	}
+	d.env = env
+	if d.urn == "" {
+		d.urn = env.Job
+	}
+	env.Attempts = ReconcileAttempts(env.Attempts, deliveryCount(msg))
+	d.attempts = env.Attempts
+	h := c.handlers[d.urn]
+	if h == nil {
+		return d.unknownURN()
+	}
+	herr := callHandler(withMessage(ctx, msg), h, env, msg)
+	if herr == nil {
+		return d.finish(nil, nil, Accepted, d.accept)
+	}
+	return d.handlerFailed(herr)
+}
+
+func callHandler(ctx context.Context, h HandlerFunc, env *Envelope, msg *amqp.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, env, msg)
+}
+
+// unreadableBody renders a body that is not a string, binary or data
+// section as text for the poison record, so the DLQ still shows it.
+func unreadableBody(msg *amqp.Message) string {
+	switch {
+	case msg.Value != nil:
+		return fmt.Sprint(msg.Value)
+	case len(msg.Sequence) > 0:
+		return fmt.Sprint(msg.Sequence)
+	}
+	return ""
+}
+
+// queueName is the queue option, else the receiver's address.
+func (c *Consumer) queueName(r Receiver) string {
+	if c.queue != "" {
+		return c.queue
+	}
+	if a, ok := r.(interface{ Address() string }); ok {
+		return a.Address()
+	}
+	return ""
+}
+
+func (c *Consumer) report(ctx context.Context, err error, env *Envelope, msg *amqp.Message) {
+	if c.onError == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			c.logger.LogAttrs(ctx, slog.LevelError, "babelqueue: error callback panicked", slog.Any("panic", p))
+		}
+	}()
+	c.onError(ctx, err, env, msg)
+}

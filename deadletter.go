@@ -1,0 +1,212 @@
+package artemis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// The dead_letter reasons.
+const (
+	ReasonFailed     = "failed"
+	ReasonUnknownURN = "unknown_urn"
+	ReasonPoison     = "poison"
+)
+
+// DeadLetter is the block a dead-lettered envelope carries.
+type DeadLetter struct {
+	// Reason is failed, unknown_urn or poison.
+	Reason string `json:"reason"`
+	// Error is the error text, or nil.
+	Error *string `json:"error"`
+	// Exception is the error's Go type name, or nil.
+	Exception *string `json:"exception"`
+	// FailedAt is when the message was dead-lettered, in Unix ms.
+	FailedAt int64 `json:"failed_at"`
+	// OriginalQueue is the queue option, else the receiver's address.
+	OriginalQueue string `json:"original_queue"`
+	// Attempts is the reconciled attempts.
+	Attempts int `json:"attempts"`
+	// Lang is the SDK that dead-lettered it ("go").
+	Lang string `json:"lang"`
+}
+
+func (d *DeadLetter) appendJSON(b []byte) []byte {
+	b = append(b, `{"reason":`...)
+	b = appendString(b, d.Reason)
+	b = append(b, `,"error":`...)
+	b = appendOptString(b, d.Error)
+	b = append(b, `,"exception":`...)
+	b = appendOptString(b, d.Exception)
+	b = append(b, `,"failed_at":`...)
+	b = strconv.AppendInt(b, d.FailedAt, 10)
+	b = append(b, `,"original_queue":`...)
+	b = appendString(b, d.OriginalQueue)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(d.Attempts), 10)
+	b = append(b, `,"lang":`...)
+	b = appendString(b, d.Lang)
+	return append(b, '}')
+}
+
+func appendOptString(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	return appendString(b, *s)
+}
+
+// newDeadLetter fills the block for a failure. cause may be nil; exception
+// names the Go type of the error (or of a panic's value).
+func newDeadLetter(reason string, cause error, queue string, attempts int, now time.Time) *DeadLetter {
+	dl := &DeadLetter{
+		Reason:        reason,
+		FailedAt:      now.UnixMilli(),
+		OriginalQueue: queue,
+		Attempts:      attempts,
+		Lang:          Lang,
+	}
+	if cause != nil {
+		text := cause.Error()
+		dl.Error = &text
+		var typ string
+		if p, ok := cause.(*PanicError); ok {
+			typ = fmt.Sprintf("%T", p.Value)
+		} else {
+			typ = fmt.Sprintf("%T", cause)
+		}
+		dl.Exception = &typ
+	}
+	return dl
+}
+
+// OutcomeSender is a Sender that reports the broker's outcome of each
+// transfer. The consumer confirms dead-letter writes through it when the
+// dead-letter sender implements it; *amqp.Sender is confirmed through
+// SendWithReceipt instead. A Sender that is neither is trusted when Send
+// returns nil.
+type OutcomeSender interface {
+	Sender
+	SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error)
+}
+
+type receiptSender interface {
+	SendWithReceipt(ctx context.Context, msg *amqp.Message, opts *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error)
+}
+
+// sendConfirmed sends msg and succeeds only when the broker's outcome is
+// accepted. go-amqp's Send returns nil for released and modified outcomes,
+// so those are read from the receipt and turned into an *OutcomeError.
+func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
+	var state amqp.DeliveryState
+	var err error
+	switch s := s.(type) {
+	case OutcomeSender:
+		state, err = s.SendOutcome(ctx, msg)
+	case receiptSender:
+		var receipt amqp.SendReceipt
+		receipt, err = s.SendWithReceipt(ctx, msg, nil)
+		if err == nil {
+			state, err = receipt.Wait(ctx)
+		}
+	default:
+		return s.Send(ctx, msg, nil)
+	}
+	if err != nil {
+		return err
+	}
+	return outcomeError(state)
+}
+
+// outcomeError maps a broker outcome to nil (accepted) or an *OutcomeError.
+func outcomeError(state amqp.DeliveryState) error {
+	if _, ok := state.(*amqp.StateAccepted); ok {
+		return nil
+	}
+	return &OutcomeError{State: state}
+}
+
+// dlqAddress is where dead-letter copies of a queue's messages go.
+func dlqAddress(queue string) string {
+	if queue == "" {
+		return ""
+	}
+	return queue + ".dlq"
+}
+
+// deadLetterEnvelope builds the DLQ copy of a valid envelope: the original
+// envelope (unknown keys kept) with the reconciled attempts and the block,
+// projected as section 2 says. The original's out-of-band headers ride along.
+func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue string) *amqp.Message {
+	cp := *env
+	cp.Attempts = dl.Attempts
+	cp.DeadLetter = dl
+	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
+	msg := projection(&cp, string(body), stringProperties(src))
+	setTo(msg, dlqAddress(queue))
+	return msg
+}
+
+// stringProperties keeps the string application properties that are not
+// contract properties: the out-of-band headers to carry forward.
+func stringProperties(msg *amqp.Message) map[string]string {
+	var h map[string]string
+	for k, v := range msg.ApplicationProperties {
+		s, ok := v.(string)
+		if !ok || len(k) >= 3 && k[:3] == "bq_" || k == PropDuplicateID {
+			continue
+		}
+		if h == nil {
+			h = make(map[string]string)
+		}
+		h[k] = s
+	}
+	return h
+}
+
+func setTo(msg *amqp.Message, addr string) {
+	if addr == "" {
+		return
+	}
+	if msg.Properties == nil {
+		msg.Properties = &amqp.MessageProperties{}
+	}
+	msg.Properties.To = &addr
+}
+
+// forwardCopy is the message as received, for the DLQ: the same body section
+// kind byte for byte, the same properties, application properties and
+// annotations, less scheduled-delivery annotations (they would delay the DLQ
+// copy) and the delivery details of this hop. A DLQ copy is always durable.
+func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
+	msg := &amqp.Message{
+		Format:                src.Format,
+		Header:                &amqp.MessageHeader{Durable: true},
+		ApplicationProperties: src.ApplicationProperties,
+		Data:                  src.Data,
+		Value:                 src.Value,
+		Sequence:              src.Sequence,
+		Footer:                src.Footer,
+	}
+	if src.Header != nil {
+		msg.Header.Priority = src.Header.Priority
+	}
+	if src.Properties != nil {
+		p := *src.Properties
+		msg.Properties = &p
+	}
+	if len(src.Annotations) > 0 {
+		msg.Annotations = make(amqp.Annotations, len(src.Annotations))
+		for k, v := range src.Annotations {
+			if k == AnnotationDeliveryTime || k == AnnotationDeliveryDelay {
+				continue
+			}
+			msg.Annotations[k] = v
+		}
+	}
+	setTo(msg, dlqAddress(queue))
+	return msg
+}

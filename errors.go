@@ -1,0 +1,166 @@
+package artemis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Sentinel errors. Every error the consumer reports is a *DeliveryError whose
+// Is method matches exactly one of the first five, so a callback can tell the
+// cases apart with errors.Is.
+var (
+	// ErrUnknownURN: no handler is registered for the message's URN.
+	ErrUnknownURN = errors.New("babelqueue: no handler for the URN")
+	// ErrPoison: the body is not a valid envelope.
+	ErrPoison = errors.New("babelqueue: poison message")
+	// ErrVersionGated: the bq_schema_version application property is not "1".
+	ErrVersionGated = errors.New("babelqueue: unsupported bq_schema_version")
+	// ErrHandlerFailed: the handler returned an error or panicked.
+	ErrHandlerFailed = errors.New("babelqueue: handler failed")
+	// ErrDeadLetterFailed: a write to the dead-letter queue was not confirmed.
+	ErrDeadLetterFailed = errors.New("babelqueue: dead-letter write failed")
+	// ErrSettlement: the disposition could not be sent to the broker (the
+	// link or connection is gone); the broker redelivers the message.
+	ErrSettlement = errors.New("babelqueue: settlement failed")
+	// ErrNotAccepted is matched by an *OutcomeError: the broker settled a
+	// transfer with an outcome other than accepted.
+	ErrNotAccepted = errors.New("babelqueue: transfer not accepted by the broker")
+	// ErrInvalidConfig: a Consumer option has an invalid value.
+	ErrInvalidConfig = errors.New("babelqueue: invalid consumer configuration")
+)
+
+// Disposition is what the consumer did with a delivery.
+type Disposition int
+
+// The dispositions, named after what the broker does with the message.
+const (
+	// Pending: no disposition was sent (the settlement itself failed).
+	Pending Disposition = iota
+	// Accepted: the message was handled and is gone from the queue.
+	Accepted
+	// Abandoned: modified with delivery-failed; the broker redelivers it and
+	// increments its delivery count.
+	Abandoned
+	// Released: plainly released; the broker redelivers it without counting.
+	Released
+	// DeadLettered: a copy was confirmed on the dead-letter queue, then the
+	// source was accepted.
+	DeadLettered
+	// Dropped: accepted without a dead-letter copy.
+	Dropped
+)
+
+// String returns the disposition's name.
+func (d Disposition) String() string {
+	switch d {
+	case Accepted:
+		return "accepted"
+	case Abandoned:
+		return "abandoned"
+	case Released:
+		return "released"
+	case DeadLettered:
+		return "dead_lettered"
+	case Dropped:
+		return "dropped"
+	}
+	return "pending"
+}
+
+// DeliveryError is the error the consumer reports for one delivery. Kind is
+// one of the sentinel errors above; Err is the cause (the handler's error,
+// the decode error, the dead-letter write error), reachable with errors.As.
+type DeliveryError struct {
+	Kind        error
+	URN         string
+	MessageID   string
+	Attempts    int
+	Disposition Disposition
+	Err         error
+}
+
+// Error describes the delivery, what was done with it and why.
+func (e *DeliveryError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Kind.Error())
+	if e.URN != "" {
+		b.WriteString(" (urn ")
+		b.WriteString(e.URN)
+		if e.MessageID != "" {
+			b.WriteString(", id ")
+			b.WriteString(e.MessageID)
+		}
+		b.WriteString(", attempts ")
+		b.WriteString(strconv.Itoa(e.Attempts))
+		b.WriteString(")")
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Disposition.String())
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is the error's Kind.
+func (e *DeliveryError) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the cause.
+func (e *DeliveryError) Unwrap() error { return e.Err }
+
+// PanicError is the cause recorded when a handler panics.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error reports the panic value.
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// OutcomeError reports a transfer the broker settled with an outcome other
+// than accepted: rejected, released or modified. It matches ErrNotAccepted.
+type OutcomeError struct {
+	State amqp.DeliveryState
+}
+
+// Error names the outcome.
+func (e *OutcomeError) Error() string {
+	switch s := e.State.(type) {
+	case *amqp.StateRejected:
+		if s.Error != nil {
+			return "babelqueue: broker rejected the transfer: " + s.Error.Error()
+		}
+		return "babelqueue: broker rejected the transfer"
+	case *amqp.StateReleased:
+		return "babelqueue: broker released the transfer"
+	case *amqp.StateModified:
+		return fmt.Sprintf("babelqueue: broker modified the transfer (delivery-failed %t, undeliverable-here %t)", s.DeliveryFailed, s.UndeliverableHere)
+	case nil:
+		return "babelqueue: broker settled the transfer without an outcome"
+	}
+	return fmt.Sprintf("babelqueue: broker outcome %T, not accepted", e.State)
+}
+
+// Is matches ErrNotAccepted.
+func (e *OutcomeError) Is(target error) bool { return target == ErrNotAccepted }
+
+// Unwrap returns the broker's *amqp.Error of a rejected outcome, if any.
+func (e *OutcomeError) Unwrap() error {
+	if s, ok := e.State.(*amqp.StateRejected); ok && s.Error != nil {
+		return s.Error
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package artemis
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/Azure/go-amqp"
+)
+
+// The AMQP names of the contract's projection (section 2).
+const (
+	// AnnotationJMSType carries the URN; Artemis maps it to JMSType.
+	AnnotationJMSType = "x-opt-jms-type"
+	// AnnotationDeliveryTime is Artemis's scheduled delivery time (absolute Unix ms).
+	AnnotationDeliveryTime = "x-opt-delivery-time"
+	// AnnotationDeliveryDelay is Artemis's relative scheduled delivery delay (ms).
+	AnnotationDeliveryDelay = "x-opt-delivery-delay"
+
+	PropSchemaVersion = "bq_schema_version"
+	PropSourceLang    = "bq_source_lang"
+	PropAttempts      = "bq_attempts"
+	PropAppID         = "bq_app_id"
+	// PropDuplicateID is Artemis's duplicate-detection property, set to
+	// meta.id by WithDuplicateDetection.
+	PropDuplicateID = "_AMQ_DUPL_ID"
+
+	// AppID is the constant value of bq_app_id.
+	AppID = "babelqueue"
+	// ContentType is the constant properties.content-type.
+	ContentType = "application/json"
+)
+
+var contentType = ContentType
+
+// PublishOption configures one publish (Publisher.Publish and NewMessage).
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	traceID  string
+	delay    time.Duration
+	headers  map[string]string
+	dupID    bool
+	now      func() time.Time
+}
+
+// WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
+// It is how a service continues the trace of the message it is handling.
+func WithTraceID(id string) PublishOption {
+	return func(c *publishConfig) { c.traceID = id }
+}
+
+// WithDelay schedules the message for delivery d from now, through Artemis's
+// x-opt-delivery-time annotation. A delay <= 0 delivers at once.
+func WithDelay(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.delay = d }
+}
+
+// WithHeaders adds out-of-band headers (W3C traceparent, tracestate, ...) as
+// string application properties. Blank keys and values are dropped; a header
+// named like a contract property (bq_...) loses to the contract's value. A
+// HeaderCarrier is a map[string]string, so it can be passed as it is.
+func WithHeaders(h map[string]string) PublishOption {
+	return func(c *publishConfig) {
+		if len(h) == 0 {
+			return
+		}
+		if c.headers == nil {
+			c.headers = make(map[string]string, len(h))
+		}
+		for k, v := range h {
+			c.headers[k] = v
+		}
+	}
+}
+
+// WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
+// to meta.id, so a publish retried after an ambiguous failure is stored once.
+func WithDuplicateDetection() PublishOption {
+	return func(c *publishConfig) { c.dupID = true }
+}
+
+// NewMessage projects an envelope onto an AMQP 1.0 message as the contract's
+// section 2 says: the canonical JSON as one AMQP value string body, the URN
+// in x-opt-jms-type, the trace id as correlation-id, meta.id as message-id,
+// meta.created_at as creation-time, content-type application/json, the four
+// bq_ application properties, and a durable header. Options add headers and
+// scheduled delivery.
+func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
+	var cfg publishConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return newMessage(env, &cfg)
+}
+
+func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
+	if strings.TrimSpace(env.Job) == "" {
+		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
+	}
+	if len(env.Data) != 0 && !isJSONObject(env.Data) {
+		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+	}
+	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
+	msg := projection(env, unsafe.String(unsafe.SliceData(body), len(body)), cfg.headers)
+	if cfg.dupID && env.Meta.ID != "" {
+		msg.ApplicationProperties[PropDuplicateID] = env.Meta.ID
+	}
+	if cfg.delay > 0 {
+		now := time.Now
+		if cfg.now != nil {
+			now = cfg.now
+		}
+		msg.Annotations[AnnotationDeliveryTime] = now().Add(cfg.delay).UnixMilli()
+	}
+	return msg, nil
+}
+
+// projection builds the section 2 message around an already encoded body.
+func projection(env *Envelope, body string, headers map[string]string) *amqp.Message {
+	props := make(map[string]any, len(headers)+4)
+	for k, v := range headers {
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(v) == "" {
+			continue
+		}
+		props[k] = v
+	}
+	props[PropSchemaVersion] = strconv.Itoa(env.Meta.SchemaVersion)
+	props[PropSourceLang] = env.Meta.Lang
+	props[PropAttempts] = strconv.Itoa(env.Attempts)
+	props[PropAppID] = AppID
+
+	p := &amqp.MessageProperties{
+		CorrelationID: env.TraceID,
+		ContentType:   &contentType,
+	}
+	if env.Meta.ID != "" {
+		p.MessageID = env.Meta.ID
+	}
+	if env.Meta.CreatedAt != 0 {
+		t := time.UnixMilli(env.Meta.CreatedAt).UTC()
+		p.CreationTime = &t
+	}
+	return &amqp.Message{
+		Header:                &amqp.MessageHeader{Durable: true},
+		Annotations:           amqp.Annotations{AnnotationJMSType: env.Job},
+		Properties:            p,
+		ApplicationProperties: props,
+		Value:                 body,
+	}
+}
+
+// ReconcileAttempts returns the attempts a handler sees: the larger of the
+// body's counter and the AMQP header delivery-count (0 on the first
+// delivery), so a runtime-incremented body count is never lowered.
+func ReconcileAttempts(bodyAttempts int, deliveryCount uint32) int {
+	dc := uint64(deliveryCount)
+	if dc > math.MaxInt {
+		dc = math.MaxInt
+	}
+	if int(dc) > bodyAttempts {
+		return int(dc)
+	}
+	return bodyAttempts
+}
+
+func deliveryCount(msg *amqp.Message) uint32 {
+	if msg.Header == nil {
+		return 0
+	}
+	return msg.Header.DeliveryCount
+}
+
+// annotationURN returns the routing URN from x-opt-jms-type, or "" when it is
+// absent, not a string, or blank.
+func annotationURN(msg *amqp.Message) string {
+	if msg.Annotations == nil {
+		return ""
+	}
+	v, ok := msg.Annotations[AnnotationJMSType]
+	if !ok {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok || strings.TrimSpace(s) == "" {
+		return ""
+	}
+	return s
+}
+
+var errNoBody = errors.New("the message has no body")
+
+// bodyKind says which body section a message carried.
+type bodyKind int
+
+const (
+	bodyString bodyKind = iota // AMQP value holding a string
+	bodyBinary                 // AMQP value holding binary
+	bodyData                   // one or more data sections
+)
+
+// readBody returns the body as a string, without copying where it can: an
+// AMQP value holding a string or binary, or the data sections concatenated.
+// Anything else is poison.
+func readBody(msg *amqp.Message) (string, bodyKind, error) {
+	switch {
+	case msg.Value != nil:
+		switch v := msg.Value.(type) {
+		case string:
+			return v, bodyString, nil
+		case []byte:
+			return string(v), bodyBinary, nil
+		}
+		return "", 0, fmt.Errorf("the body is an AMQP value of type %s, not a string or binary", amqpTypeName(msg.Value))
+	case len(msg.Data) == 1:
+		return string(msg.Data[0]), bodyData, nil
+	case len(msg.Data) > 1:
+		n := 0
+		for _, d := range msg.Data {
+			n += len(d)
+		}
+		b := make([]byte, 0, n)
+		for _, d := range msg.Data {
+			b = append(b, d...)
+		}
+		return unsafe.String(unsafe.SliceData(b), len(b)), bodyData, nil
+	case len(msg.Sequence) > 0:
+		return "", 0, errors.New("the body is an AMQP sequence section")
+	}
+	return "", 0, errNoBody
+}
+
+func amqpTypeName(v any) string {
+	switch v.(type) {
+	case amqp.Null:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// Headers returns the message's application properties as out-of-band
+// headers: each value rendered as a string, blank keys and values dropped.
+func Headers(msg *amqp.Message) HeaderCarrier {
+	h := make(HeaderCarrier, len(msg.ApplicationProperties))
+	for k, v := range msg.ApplicationProperties {
+		s := propertyString(v)
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(s) == "" {
+			continue
+		}
+		h[k] = s
+	}
+	return h
+}
+
+func propertyString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case int16:
+		return strconv.FormatInt(int64(x), 10)
+	case int8:
+		return strconv.FormatInt(int64(x), 10)
+	case int:
+		return strconv.Itoa(x)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case time.Time:
+		return strconv.FormatInt(x.UnixMilli(), 10)
+	case []byte:
+		return string(x)
+	case amqp.UUID:
+		return x.String()
+	case fmt.Stringer:
+		return x.String()
+	}
+	return fmt.Sprint(v)
+}
