@@ -41,11 +41,11 @@ var contentType = ContentType
 type PublishOption func(*publishConfig)
 
 type publishConfig struct {
-	traceID  string
-	delay    time.Duration
-	headers  map[string]string
-	dupID    bool
-	now      func() time.Time
+	traceID string
+	delay   time.Duration
+	headers map[string]string
+	dupID   bool
+	now     func() time.Time
 }
 
 // WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
