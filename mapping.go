@@ -258,7 +258,8 @@ func Headers(msg *amqp.Message) HeaderCarrier {
 
 func propertyString(v any) string {
 	switch x := v.(type) {
-	case nil:
+	case nil, amqp.Null:
+		// amqp.Null is how a sender writes an AMQP null; it arrives as nil.
 		return ""
 	case string:
 		return x

@@ -1,0 +1,983 @@
+package artemis
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// update rewrites the golden files under testdata/ instead of comparing
+// against them. Read every rewritten file against CONTRACT.md before
+// committing it: a golden that encodes a bug is worse than none.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// assertGolden compares got with the golden file at path, byte for byte (no
+// newline is added or stripped), or rewrites the file under -update.
+func assertGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("golden %s: %v (run go test -run %s -update to create it)", path, err, t.Name())
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("golden %s differs\n got: %s\nwant: %s", path, got, want)
+	}
+}
+
+// assertNoOrphanGoldens fails when dir holds a golden file with the given
+// extension that no case of the table produced: a renamed case must not
+// leave a stale file behind.
+func assertNoOrphanGoldens(t *testing.T, dir, ext string, names []string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*"+ext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := make(map[string]bool, len(names))
+	for _, n := range names {
+		known[n+ext] = true
+	}
+	for _, f := range files {
+		if !known[filepath.Base(f)] {
+			t.Errorf("golden %s belongs to no test case", f)
+		}
+	}
+}
+
+// contractExample is the order-created envelope of CONTRACT.md section 1,
+// copied byte for byte.
+const contractExample = `{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}`
+
+const (
+	contractTraceID   = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b"
+	contractMessageID = "f1e2d3c4-b5a6-4789-90ab-cdef01234567"
+	contractCreatedAt = int64(1749132727000)
+)
+
+// fixedEnvelope builds an envelope with NewEnvelope and then pins meta.id
+// and the trace id, so its encoding is deterministic.
+func fixedEnvelope(t *testing.T, urn string, data any) *Envelope {
+	t.Helper()
+	env, err := NewEnvelope(urn, data,
+		EnvelopeTraceID(contractTraceID),
+		EnvelopeQueue("orders"),
+		EnvelopeCreatedAt(time.UnixMilli(contractCreatedAt)))
+	if err != nil {
+		t.Fatalf("NewEnvelope: %v", err)
+	}
+	env.Meta.ID = contractMessageID
+	return env
+}
+
+func mustDecode(t *testing.T, body string) *Envelope {
+	t.Helper()
+	env, err := Decode([]byte(body))
+	if err != nil {
+		t.Fatalf("Decode(%s): %v", body, err)
+	}
+	return env
+}
+
+func mustEncode(t *testing.T, env *Envelope) []byte {
+	t.Helper()
+	b, err := env.Encode()
+	if err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	return b
+}
+
+func assertUUIDv4(t *testing.T, what, s string) {
+	t.Helper()
+	u, err := uuid.Parse(s)
+	if err != nil {
+		t.Fatalf("%s %q is not a UUID: %v", what, s, err)
+	}
+	if u.Version() != 4 || u.Variant() != uuid.RFC4122 {
+		t.Errorf("%s %q: version %d variant %v, want a v4 RFC 4122 UUID", what, s, u.Version(), u.Variant())
+	}
+	if s != u.String() {
+		t.Errorf("%s %q is not in the canonical lower-case form %q", what, s, u.String())
+	}
+}
+
+func TestNewEnvelopeFields(t *testing.T) {
+	before := time.Now().UnixMilli()
+	env, err := NewEnvelope("urn:babel:orders:created", map[string]any{"order_id": 1042})
+	after := time.Now().UnixMilli()
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertUUIDv4(t, "meta.id", env.Meta.ID)
+	assertUUIDv4(t, "trace_id", env.TraceID)
+	if env.Meta.ID == env.TraceID {
+		t.Errorf("meta.id and trace_id are both %q; they must be distinct", env.Meta.ID)
+	}
+	if env.Job != "urn:babel:orders:created" || env.URN() != env.Job {
+		t.Errorf("Job %q, URN() %q", env.Job, env.URN())
+	}
+	if env.Meta.Lang != "go" || env.Meta.SchemaVersion != 1 || env.Attempts != 0 || env.DeadLetter != nil {
+		t.Errorf("lang %q schema_version %d attempts %d dead_letter %v, want go 1 0 nil",
+			env.Meta.Lang, env.Meta.SchemaVersion, env.Attempts, env.DeadLetter)
+	}
+	if env.Meta.CreatedAt < before || env.Meta.CreatedAt > after {
+		t.Errorf("created_at %d is not Unix ms within [%d, %d]", env.Meta.CreatedAt, before, after)
+	}
+	if err := env.Validate(); err != nil {
+		t.Errorf("a fresh envelope does not validate: %v", err)
+	}
+
+	// Every envelope gets its own id and, without a trace id, its own trace.
+	other, err := NewEnvelope("urn:babel:orders:created", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Meta.ID == env.Meta.ID || other.TraceID == env.TraceID {
+		t.Errorf("two envelopes share an id or a trace id: %q/%q and %q/%q",
+			env.Meta.ID, env.TraceID, other.Meta.ID, other.TraceID)
+	}
+}
+
+func TestNewEnvelopeOptions(t *testing.T) {
+	at := time.Date(2025, 6, 5, 14, 12, 7, 999_999_999, time.FixedZone("CEST", 2*3600))
+	env, err := NewEnvelope("  urn:babel:orders:created\t", nil, EnvelopeQueue("orders"), EnvelopeCreatedAt(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Job != "urn:babel:orders:created" {
+		t.Errorf("Job %q, want the URN trimmed", env.Job)
+	}
+	if env.Meta.Queue != "orders" {
+		t.Errorf("meta.queue %q", env.Meta.Queue)
+	}
+	// Unix ms is zone independent and truncates the sub-millisecond part.
+	if want := int64(1749125527999); env.Meta.CreatedAt != want {
+		t.Errorf("created_at %d, want %d", env.Meta.CreatedAt, want)
+	}
+}
+
+func TestNewEnvelopeTraceID(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []EnvelopeOption
+		want string // "" means a fresh UUID v4 is minted
+	}{
+		{name: "missing"},
+		{name: "empty", opts: []EnvelopeOption{EnvelopeTraceID("")}},
+		{name: "whitespace only", opts: []EnvelopeOption{EnvelopeTraceID(" \t\n ")}},
+		{name: "given", opts: []EnvelopeOption{EnvelopeTraceID(contractTraceID)}, want: contractTraceID},
+		{name: "given with spaces is trimmed", opts: []EnvelopeOption{EnvelopeTraceID("  " + contractTraceID + "\n")}, want: contractTraceID},
+		{name: "not a UUID is reused as is", opts: []EnvelopeOption{EnvelopeTraceID("trace-from-php")}, want: "trace-from-php"},
+		{name: "last option wins", opts: []EnvelopeOption{EnvelopeTraceID("first"), EnvelopeTraceID("second")}, want: "second"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, err := NewEnvelope("urn:babel:t:e", nil, tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" {
+				assertUUIDv4(t, "minted trace_id", env.TraceID)
+			} else if env.TraceID != tt.want {
+				t.Errorf("trace_id %q, want %q", env.TraceID, tt.want)
+			}
+			if env.TraceID == env.Meta.ID {
+				t.Errorf("trace_id equals meta.id %q", env.TraceID)
+			}
+		})
+	}
+}
+
+func TestNewEnvelopeRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		urn     string
+		data    any
+		opts    []EnvelopeOption
+		wantMsg string
+	}{
+		{name: "empty URN", urn: "", wantMsg: "URN"},
+		{name: "space URN", urn: "   ", wantMsg: "URN"},
+		{name: "whitespace URN", urn: "\t\r\n ", wantMsg: "URN"},
+		{name: "invalid UTF-8 URN", urn: "urn:\xff", wantMsg: "URN"},
+		{name: "invalid UTF-8 trace id", urn: "urn:a:b", opts: []EnvelopeOption{EnvelopeTraceID("t\xfe")}, wantMsg: "trace id"},
+		{name: "slice data", urn: "urn:a:b", data: []int{1, 2}, wantMsg: "data"},
+		{name: "string data", urn: "urn:a:b", data: "hello", wantMsg: "data"},
+		{name: "number data", urn: "urn:a:b", data: 42, wantMsg: "data"},
+		{name: "bool data", urn: "urn:a:b", data: true, wantMsg: "data"},
+		{name: "raw null data", urn: "urn:a:b", data: json.RawMessage("null"), wantMsg: "data"},
+		{name: "raw array data", urn: "urn:a:b", data: json.RawMessage(`[{"a":1}]`), wantMsg: "data"},
+		{name: "raw string data", urn: "urn:a:b", data: json.RawMessage(`"{}"`), wantMsg: "data"},
+		{name: "raw number data", urn: "urn:a:b", data: json.RawMessage(`12`), wantMsg: "data"},
+		{name: "raw invalid JSON", urn: "urn:a:b", data: json.RawMessage(`{"a":}`), wantMsg: "data"},
+		{name: "raw trailing garbage", urn: "urn:a:b", data: json.RawMessage(`{"a":1} x`), wantMsg: "data"},
+		{name: "raw invalid UTF-8", urn: "urn:a:b", data: json.RawMessage("{\"a\":\"\xff\"}"), wantMsg: "UTF-8"},
+		{name: "raw pointer to array", urn: "urn:a:b", data: ptr(json.RawMessage(`[]`)), wantMsg: "data"},
+		{name: "unmarshalable data", urn: "urn:a:b", data: map[string]any{"f": func() {}}, wantMsg: "data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, err := NewEnvelope(tt.urn, tt.data, tt.opts...)
+			if err == nil {
+				t.Fatalf("NewEnvelope succeeded: %+v", env)
+			}
+			if env != nil {
+				t.Errorf("NewEnvelope returned an envelope with its error")
+			}
+			if !errors.Is(err, ErrInvalidEnvelope) {
+				t.Errorf("error %q does not wrap ErrInvalidEnvelope", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type orderCreated struct {
+	OrderID  int64    `json:"order_id"`
+	Customer string   `json:"customer"`
+	Tags     []string `json:"tags,omitempty"`
+}
+
+func TestNewEnvelopeData(t *testing.T) {
+	tests := []struct {
+		name string
+		data any
+		want string
+	}{
+		{name: "nil", data: nil, want: `{}`},
+		{name: "nil raw pointer", data: (*json.RawMessage)(nil), want: `{}`},
+		{name: "struct", data: orderCreated{OrderID: 1042, Customer: "ACME"}, want: `{"order_id":1042,"customer":"ACME"}`},
+		{name: "struct pointer", data: &orderCreated{OrderID: 7, Tags: []string{"a"}}, want: `{"order_id":7,"customer":"","tags":["a"]}`},
+		{name: "map sorted by key", data: map[string]any{"b": 2, "a": 1, "c": map[string]int{"z": 1, "y": 2}}, want: `{"a":1,"b":2,"c":{"y":2,"z":1}}`},
+		{name: "empty map", data: map[string]any{}, want: `{}`},
+		{name: "raw compact", data: json.RawMessage(`{"order_id":1042}`), want: `{"order_id":1042}`},
+		{name: "raw with whitespace is compacted", data: json.RawMessage("  {\n  \"order_id\" : 1042 ,\n  \"note\" : \"a  b\"\n}\n"), want: `{"order_id":1042,"note":"a  b"}`},
+		{name: "raw pointer", data: ptr(json.RawMessage(`{ "x" : [ 1 , 2 ] }`)), want: `{"x":[1,2]}`},
+		{name: "raw keeps escapes and big numbers", data: json.RawMessage(`{"s":"caf\u00e9","n":123456789012345678901234567890}`), want: `{"s":"caf\u00e9","n":123456789012345678901234567890}`},
+		{name: "json.Number keeps digits", data: map[string]any{"n": json.Number("9007199254740993")}, want: `{"n":9007199254740993}`},
+		{name: "HTML and separators are not escaped", data: map[string]string{"h": "<a href=\"/x?a=1&b=2\">", "s": "a\u2028b\u2029c"}, want: "{\"h\":\"<a href=\\\"/x?a=1&b=2\\\">\",\"s\":\"a\u2028b\u2029c\"}"},
+		{name: "escaped backslash before u003c stays", data: map[string]string{"s": `\u003c`}, want: `{"s":"\\u003c"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, err := NewEnvelope("urn:a:b", tt.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(env.Data) != tt.want {
+				t.Errorf("Data\n got: %s\nwant: %s", env.Data, tt.want)
+			}
+			if err := env.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+// encodeCases are the canonical encodings pinned in testdata/encode.
+func encodeCases(t *testing.T) []struct {
+	name string
+	env  *Envelope
+} {
+	unknown := mustDecode(t, `{"x_first":1,"job":"urn:babel:orders:created","trace_id":"`+contractTraceID+`","data":{"order_id":1042},"meta":{"id":"`+contractMessageID+`","queue":"orders","tenant":{"id":"t-1","tags":["a","b"]},"lang":"php","schema_version":1,"created_at":1749132727000,"z_last":null},"attempts":2,"x_after":"<&>"}`)
+
+	controls := fixedEnvelope(t, "urn:babel:ctl:\tjob", map[string]string{
+		"ctl": "nul\x00 bell\x07 bs\b ff\f nl\n cr\r tab\t us\x1f del\x7f quote\" backslash\\ slash/",
+	})
+	controls.Meta.Queue = "q\x01\n"
+	controls.TraceID = "trace\"\\id"
+
+	dead := fixedEnvelope(t, "urn:babel:orders:created", json.RawMessage(`{"order_id":1042}`))
+	dead.Attempts = 3
+	dead.DeadLetter = &DeadLetter{
+		Reason:        ReasonFailed,
+		Error:         ptr("Payment gateway timeout"),
+		Exception:     ptr("*app.GatewayError"),
+		FailedAt:      1749132730000,
+		OriginalQueue: "orders",
+		Attempts:      3,
+		Lang:          "go",
+	}
+	deadNulls := fixedEnvelope(t, "urn:babel:orders:created", nil)
+	deadNulls.DeadLetter = &DeadLetter{Reason: ReasonUnknownURN, FailedAt: 1749132730000, OriginalQueue: "orders.in", Lang: "go"}
+
+	return []struct {
+		name string
+		env  *Envelope
+	}{
+		{"contract_order_created", fixedEnvelope(t, "urn:babel:orders:created", map[string]int{"order_id": 1042})},
+		{"empty_data", fixedEnvelope(t, "urn:babel:orders:created", nil)},
+		{"unicode", fixedEnvelope(t, "urn:babel:cafés:créé", map[string]string{"drink": "café ☕", "city": "日本", "emoji": "😀"})},
+		{"html_and_slash", fixedEnvelope(t, "urn:babel:web:page", map[string]string{"html": "<b>Tom & Jerry</b>", "url": "https://example.com/a/b?x=1&y=2", "cmp": "a<b>c"})},
+		{"line_separators", fixedEnvelope(t, "urn:babel:text:lines", map[string]string{"text": "a\u2028b\u2029c"})},
+		{"control_characters", controls},
+		{"big_integers", fixedEnvelope(t, "urn:babel:num:big", json.RawMessage(`{"max_safe_plus_2":9007199254740993,"huge":123456789012345678901234567890,"neg":-9007199254740993,"float":1.0e400}`))},
+		{"big_integers_json_number", fixedEnvelope(t, "urn:babel:num:big", map[string]json.Number{"max_safe_plus_2": "9007199254740993", "huge": "123456789012345678901234567890"})},
+		{"nested", fixedEnvelope(t, "urn:babel:orders:created", map[string]any{
+			"order": map[string]any{
+				"id":    1042,
+				"lines": []any{map[string]any{"sku": "A-1", "qty": 2}, map[string]any{"sku": "B/2", "qty": 1}},
+				"ship":  map[string]any{"to": "Zürich", "express": true, "note": nil},
+			},
+			"empty_obj": map[string]any{},
+			"empty_arr": []any{},
+		})},
+		{"unknown_keys", unknown},
+		{"dead_letter", dead},
+		{"dead_letter_nulls", deadNulls},
+	}
+}
+
+func TestEncodeGolden(t *testing.T) {
+	var names []string
+	for _, tc := range encodeCases(t) {
+		names = append(names, tc.name)
+		t.Run(tc.name, func(t *testing.T) {
+			got := mustEncode(t, tc.env)
+			assertGolden(t, filepath.Join("testdata", "encode", tc.name+".json"), got)
+
+			if !json.Valid(got) {
+				t.Fatalf("not valid JSON: %s", got)
+			}
+			// Canonical means compact: re-compacting changes nothing.
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(compact.Bytes(), got) {
+				t.Errorf("not compact:\n got: %s\ncompact: %s", got, compact.Bytes())
+			}
+			// Nothing HTML-escaped, no \u escape for non-ASCII or the separators.
+			for _, esc := range []string{`\u003c`, `\u003e`, `\u0026`, `\u2028`, `\u2029`, `\/`} {
+				if bytes.Contains(got, []byte(esc)) {
+					t.Errorf("contains the escape %s: %s", esc, got)
+				}
+			}
+			for _, c := range got {
+				if c < 0x20 {
+					t.Errorf("raw control byte %#x in %s", c, got)
+				}
+			}
+			// Decoding the canonical bytes and encoding again is the identity.
+			again := mustEncode(t, mustDecode(t, string(got)))
+			if !bytes.Equal(again, got) {
+				t.Errorf("Decode+Encode is not the identity\n got: %s\nwant: %s", again, got)
+			}
+		})
+	}
+	assertNoOrphanGoldens(t, filepath.Join("testdata", "encode"), ".json", names)
+}
+
+func TestEncodeContractExample(t *testing.T) {
+	env := fixedEnvelope(t, "urn:babel:orders:created", map[string]int{"order_id": 1042})
+	if got := mustEncode(t, env); string(got) != contractExample {
+		t.Errorf("NewEnvelope+Encode\n got: %s\nwant: %s", got, contractExample)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "encode", "contract_order_created.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(golden) != contractExample {
+		t.Errorf("the golden file is not the contract's example\n got: %s\nwant: %s", golden, contractExample)
+	}
+
+	dec := mustDecode(t, contractExample)
+	if err := dec.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if dec.Job != "urn:babel:orders:created" || dec.TraceID != contractTraceID || string(dec.Data) != `{"order_id":1042}` ||
+		dec.Meta.ID != contractMessageID || dec.Meta.Queue != "orders" || dec.Meta.Lang != "go" ||
+		dec.Meta.SchemaVersion != 1 || dec.Meta.CreatedAt != contractCreatedAt || dec.Attempts != 0 || dec.DeadLetter != nil {
+		t.Errorf("decoded fields: %+v", dec)
+	}
+	if got := mustEncode(t, dec); string(got) != contractExample {
+		t.Errorf("Decode+Encode\n got: %s\nwant: %s", got, contractExample)
+	}
+}
+
+func TestEncodeRejectsNonObjectData(t *testing.T) {
+	for _, data := range []string{`[]`, `null`, `"x"`, `1`} {
+		env := &Envelope{Job: "urn:a:b", TraceID: "t", Data: json.RawMessage(data)}
+		if b, err := env.Encode(); err == nil || !errors.Is(err, ErrInvalidEnvelope) {
+			t.Errorf("Encode with data %s: %s, %v; want an ErrInvalidEnvelope", data, b, err)
+		}
+	}
+}
+
+func TestDecodeURNAlias(t *testing.T) {
+	const rest = `"trace_id":"t-1","data":{},"meta":{"id":"m-1","queue":"q","lang":"node","schema_version":1,"created_at":5},"attempts":0`
+	const canonRest = `"trace_id":"t-1","data":{},"meta":{"id":"m-1","queue":"q","lang":"node","schema_version":1,"created_at":5},"attempts":0`
+	tests := []struct {
+		name    string
+		in      string
+		wantURN string
+		wantOut string
+	}{
+		{
+			name:    "job only",
+			in:      `{"job":"urn:a:job",` + rest + `}`,
+			wantURN: "urn:a:job",
+			wantOut: `{"job":"urn:a:job",` + canonRest + `}`,
+		},
+		{
+			name:    "urn only becomes job",
+			in:      `{"urn":"urn:a:alias",` + rest + `}`,
+			wantURN: "urn:a:alias",
+			wantOut: `{"job":"urn:a:alias",` + canonRest + `}`,
+		},
+		{
+			name:    "urn after the other keys becomes job",
+			in:      `{` + rest + `,"urn":"urn:a:alias"}`,
+			wantURN: "urn:a:alias",
+			wantOut: `{"job":"urn:a:alias",` + canonRest + `}`,
+		},
+		{
+			name:    "job null uses urn",
+			in:      `{"job":null,"urn":"urn:a:alias",` + rest + `}`,
+			wantURN: "urn:a:alias",
+			wantOut: `{"job":"urn:a:alias",` + canonRest + `}`,
+		},
+		{
+			name:    "both: job wins, urn kept as an unknown key",
+			in:      `{"urn":"urn:a:alias","job":"urn:a:job",` + rest + `}`,
+			wantURN: "urn:a:job",
+			wantOut: `{"job":"urn:a:job",` + canonRest + `,"urn":"urn:a:alias"}`,
+		},
+		{
+			name:    "both with unknown keys around: order kept",
+			in:      `{"a":1,"urn":"urn:a:alias","b":2,"job":"urn:a:job",` + rest + `,"c":3}`,
+			wantURN: "urn:a:job",
+			wantOut: `{"job":"urn:a:job",` + canonRest + `,"a":1,"urn":"urn:a:alias","b":2,"c":3}`,
+		},
+		{
+			name:    "alias removed from between unknown keys",
+			in:      `{"a":1,"urn":"urn:a:alias","b":2,` + rest + `}`,
+			wantURN: "urn:a:alias",
+			wantOut: `{"job":"urn:a:alias",` + canonRest + `,"a":1,"b":2}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := mustDecode(t, tt.in)
+			if env.URN() != tt.wantURN || env.Job != tt.wantURN {
+				t.Errorf("URN() %q Job %q, want %q", env.URN(), env.Job, tt.wantURN)
+			}
+			if err := env.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+			if got := mustEncode(t, env); string(got) != tt.wantOut {
+				t.Errorf("Encode\n got: %s\nwant: %s", got, tt.wantOut)
+			}
+		})
+	}
+}
+
+func TestDecodeKeepsUnknownKeysAndDataBytes(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string // the exact re-encoding
+	}{
+		{
+			name: "canonical input is reproduced exactly",
+			in:   `{"job":"urn:a:b","trace_id":"t","data":{"k":"v"},"meta":{"id":"m","queue":"q","lang":"py","schema_version":1,"created_at":1,"host":"h1","pid":42},"attempts":1,"z":true,"a":[1,{"b":null}]}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{"k":"v"},"meta":{"id":"m","queue":"q","lang":"py","schema_version":1,"created_at":1,"host":"h1","pid":42},"attempts":1,"z":true,"a":[1,{"b":null}]}`,
+		},
+		{
+			name: "unknown keys keep their input order wherever they appear",
+			in:   `{"u1":1,"meta":{"m1":"x","schema_version":1,"m2":{"deep":[1,2]},"id":"m","lang":"java","queue":"q","created_at":2,"m3":false},"u2":"two","job":"urn:a:b","data":{},"u3":null,"trace_id":"t","attempts":0,"u4":1.5e3}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"m","queue":"q","lang":"java","schema_version":1,"created_at":2,"m1":"x","m2":{"deep":[1,2]},"m3":false},"attempts":0,"u1":1,"u2":"two","u3":null,"u4":1.5e3}`,
+		},
+		{
+			name: "whitespace outside data is dropped, inside data and unknown values kept",
+			in:   "{ \"job\" : \"urn:a:b\" ,\n \"trace_id\":\"t\",\n \"data\" : { \"a\" : [ 1 , 2 ],\n  \"s\":\"caf\\u00e9 \\\" \\/ \\n\" } ,\n \"meta\":{ \"id\":\"m\", \"schema_version\" : 1 , \"x\" : [ 1 ] },\n \"attempts\" : 0 , \"u\" : { \"k\" : 1 } }\n",
+			want: "{\"job\":\"urn:a:b\",\"trace_id\":\"t\",\"data\":{ \"a\" : [ 1 , 2 ],\n  \"s\":\"caf\\u00e9 \\\" \\/ \\n\" },\"meta\":{\"id\":\"m\",\"queue\":\"\",\"lang\":\"\",\"schema_version\":1,\"created_at\":0,\"x\":[ 1 ]},\"attempts\":0,\"u\":{ \"k\" : 1 }}",
+		},
+		{
+			name: "big integers and odd numbers in data untouched",
+			in:   `{"job":"urn:a:b","trace_id":"t","data":{"a":9007199254740993,"b":123456789012345678901234567890,"c":-0,"d":1E+2,"e":0.10},"meta":{"schema_version":1},"attempts":0}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{"a":9007199254740993,"b":123456789012345678901234567890,"c":-0,"d":1E+2,"e":0.10},"meta":{"id":"","queue":"","lang":"","schema_version":1,"created_at":0},"attempts":0}`,
+		},
+		{
+			name: "escaped keys are recognised and written back canonically",
+			in:   `{"j\u006fb":"urn:a:b","trace_id":"t","data":{},"meta":{"schema_versio\u006e":1},"attempts":0,"\u00fcber":"x"}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"","queue":"","lang":"","schema_version":1,"created_at":0},"attempts":0,"\u00fcber":"x"}`,
+		},
+		{
+			name: "escaped strings in known fields are written canonically",
+			in:   `{"job":"urn:caf\u00e9:\u003cx\u003e","trace_id":"t\/1","data":{},"meta":{"id":"m","queue":"q\u2028","lang":"go","schema_version":1,"created_at":3},"attempts":0}`,
+			want: "{\"job\":\"urn:café:<x>\",\"trace_id\":\"t/1\",\"data\":{},\"meta\":{\"id\":\"m\",\"queue\":\"q\u2028\",\"lang\":\"go\",\"schema_version\":1,\"created_at\":3},\"attempts\":0}",
+		},
+		{
+			name: "dead_letter round trips and stays last",
+			in:   `{"job":"urn:a:b","trace_id":"t","data":{"x":1},"meta":{"id":"m","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":3,"dead_letter":{"reason":"failed","error":"Payment gateway timeout","exception":"*app.GatewayError","failed_at":1749132730000,"original_queue":"orders","attempts":3,"lang":"go"}}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{"x":1},"meta":{"id":"m","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":3,"dead_letter":{"reason":"failed","error":"Payment gateway timeout","exception":"*app.GatewayError","failed_at":1749132730000,"original_queue":"orders","attempts":3,"lang":"go"}}`,
+		},
+		{
+			name: "dead_letter with nulls and in another order",
+			in:   `{"dead_letter":{"lang":"php","attempts":0,"original_queue":"q","failed_at":1,"exception":null,"error":null,"reason":"poison"},"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"m","queue":"q","lang":"php","schema_version":1,"created_at":1},"attempts":0,"after":1}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"m","queue":"q","lang":"php","schema_version":1,"created_at":1},"attempts":0,"after":1,"dead_letter":{"reason":"poison","error":null,"exception":null,"failed_at":1,"original_queue":"q","attempts":0,"lang":"php"}}`,
+		},
+		{
+			name: "dead_letter null is dropped",
+			in:   `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"m","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0,"dead_letter":null}`,
+			want: `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"id":"m","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := mustDecode(t, tt.in)
+			if err := env.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+			got := mustEncode(t, env)
+			if string(got) != tt.want {
+				t.Errorf("Decode+Encode\n got: %s\nwant: %s", got, tt.want)
+			}
+			if !json.Valid(got) {
+				t.Errorf("not valid JSON: %s", got)
+			}
+			// A second pass is stable.
+			if again := mustEncode(t, mustDecode(t, string(got))); !bytes.Equal(again, got) {
+				t.Errorf("second pass differs\n got: %s\nwant: %s", again, got)
+			}
+		})
+	}
+}
+
+func TestDecodeDataIsExactAndOwned(t *testing.T) {
+	const data = "{ \"name\" : \"caf\\u00e9\" ,\t\"big\":123456789012345678901234567890, \"s\":\"\\ud83d\\ude00\" }"
+	body := []byte(`{"job":"urn:a:b","trace_id":"t","data":` + data + `,"meta":{"schema_version":1},"attempts":0}`)
+	env, err := Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(env.Data) != data {
+		t.Errorf("Data\n got: %s\nwant: %s", env.Data, data)
+	}
+	// Writing to the caller's buffer or to Data must not reach the other.
+	for i := range body {
+		body[i] = 'X'
+	}
+	if string(env.Data) != data || env.Job != "urn:a:b" {
+		t.Errorf("the envelope shares memory with the input: Data %s Job %q", env.Data, env.Job)
+	}
+	env.Data[0] = '['
+	if env.TraceID != "t" {
+		t.Errorf("Data shares memory with the strings")
+	}
+}
+
+func TestDecodeDeadLetterFields(t *testing.T) {
+	env := mustDecode(t, `{"job":"urn:a:b","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":3,"dead_letter":{"reason":"failed","error":"boom","exception":"*errors.errorString","failed_at":1749132730000,"original_queue":"orders","attempts":3,"lang":"node"}}`)
+	want := DeadLetter{Reason: "failed", Error: ptr("boom"), Exception: ptr("*errors.errorString"), FailedAt: 1749132730000, OriginalQueue: "orders", Attempts: 3, Lang: "node"}
+	dl := env.DeadLetter
+	if dl == nil || dl.Reason != want.Reason || dl.Error == nil || *dl.Error != *want.Error || dl.Exception == nil ||
+		*dl.Exception != *want.Exception || dl.FailedAt != want.FailedAt || dl.OriginalQueue != want.OriginalQueue ||
+		dl.Attempts != want.Attempts || dl.Lang != want.Lang {
+		t.Errorf("dead_letter %+v, want %+v", dl, want)
+	}
+}
+
+// decodeValidate is what a consumer does with a body: Decode, then Validate.
+func decodeValidate(body string) (*Envelope, error) {
+	env, err := Decode([]byte(body))
+	if err != nil {
+		return nil, err
+	}
+	return env, env.Validate()
+}
+
+// envelopeWith returns a valid envelope's JSON with one top-level member
+// replaced (value "" removes it) and extra members appended.
+func envelopeWith(key, value string) string {
+	members := []struct{ k, v string }{
+		{"job", `"urn:babel:orders:created"`},
+		{"trace_id", `"` + contractTraceID + `"`},
+		{"data", `{"order_id":1042}`},
+		{"meta", `{"id":"` + contractMessageID + `","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000}`},
+		{"attempts", `0`},
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	first := true
+	for _, m := range members {
+		v := m.v
+		if m.k == key {
+			v = value
+		}
+		if v == "" {
+			continue
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(`"` + m.k + `":` + v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func metaWith(version string) string {
+	return `{"id":"` + contractMessageID + `","queue":"orders","lang":"go","schema_version":` + version + `,"created_at":1749132727000}`
+}
+
+func TestValidateRules(t *testing.T) {
+	tests := []struct {
+		name  string
+		body  string
+		field string // the error message must name it
+	}{
+		// a non-blank URN (job, else urn)
+		{"job empty", envelopeWith("job", `""`), "URN"},
+		{"job blank", envelopeWith("job", `"  \t "`), "URN"},
+		{"job null without urn", envelopeWith("job", `null`), "URN"},
+		{"job and urn missing", envelopeWith("job", ``), "URN"},
+		{"urn blank", strings.Replace(envelopeWith("job", ``), `{`, `{"urn":" ",`, 1), "URN"},
+		{"job a number", envelopeWith("job", `42`), "job"},
+		{"job an object", envelopeWith("job", `{"urn":"x"}`), "job"},
+		// meta an object whose schema_version is exactly the integer 1
+		{"meta missing", envelopeWith("meta", ``), "meta"},
+		{"meta null", envelopeWith("meta", `null`), "meta"},
+		{"meta an array", envelopeWith("meta", `[1]`), "meta"},
+		{"meta a string", envelopeWith("meta", `"{}"`), "meta"},
+		{"meta empty", envelopeWith("meta", `{}`), "meta.schema_version"},
+		{"schema_version missing", envelopeWith("meta", `{"id":"m","queue":"q","lang":"go","created_at":1}`), "meta.schema_version"},
+		{"schema_version 2", envelopeWith("meta", metaWith(`2`)), "meta.schema_version"},
+		{"schema_version 0", envelopeWith("meta", metaWith(`0`)), "meta.schema_version"},
+		{"schema_version -1", envelopeWith("meta", metaWith(`-1`)), "meta.schema_version"},
+		{`schema_version "1"`, envelopeWith("meta", metaWith(`"1"`)), "meta.schema_version"},
+		{"schema_version 1.0", envelopeWith("meta", metaWith(`1.0`)), "meta.schema_version"},
+		{"schema_version 1e0", envelopeWith("meta", metaWith(`1e0`)), "meta.schema_version"},
+		{"schema_version true", envelopeWith("meta", metaWith(`true`)), "meta.schema_version"},
+		{"schema_version null", envelopeWith("meta", metaWith(`null`)), "meta.schema_version"},
+		{"schema_version 2^64+1", envelopeWith("meta", metaWith(`18446744073709551617`)), "meta.schema_version"},
+		{"meta.id a number", envelopeWith("meta", `{"id":7,"schema_version":1}`), "meta.id"},
+		{"meta.created_at a float", envelopeWith("meta", `{"schema_version":1,"created_at":1.5}`), "meta.created_at"},
+		// data an object
+		{"data missing", envelopeWith("data", ``), "data"},
+		{"data null", envelopeWith("data", `null`), "data"},
+		{"data an array", envelopeWith("data", `[{"order_id":1042}]`), "data"},
+		{"data a string", envelopeWith("data", `"{}"`), "data"},
+		{"data a number", envelopeWith("data", `1042`), "data"},
+		// attempts an integer >= 0
+		{"attempts missing", envelopeWith("attempts", ``), "attempts"},
+		{"attempts null", envelopeWith("attempts", `null`), "attempts"},
+		{"attempts -1", envelopeWith("attempts", `-1`), "attempts"},
+		{"attempts 1.5", envelopeWith("attempts", `1.5`), "attempts"},
+		{"attempts 1.0", envelopeWith("attempts", `1.0`), "attempts"},
+		{"attempts 1e400", envelopeWith("attempts", `1e400`), "attempts"},
+		{"attempts 2^70", envelopeWith("attempts", `1180591620717411303424`), "attempts"},
+		{`attempts "0"`, envelopeWith("attempts", `"0"`), "attempts"},
+		{"attempts true", envelopeWith("attempts", `true`), "attempts"},
+		{"attempts an object", envelopeWith("attempts", `{}`), "attempts"},
+		// trace_id a non-blank string
+		{"trace_id missing", envelopeWith("trace_id", ``), "trace_id"},
+		{"trace_id empty", envelopeWith("trace_id", `""`), "trace_id"},
+		{"trace_id blank", envelopeWith("trace_id", `" \n\t "`), "trace_id"},
+		{"trace_id null", envelopeWith("trace_id", `null`), "trace_id"},
+		{"trace_id a number", envelopeWith("trace_id", `12345`), "trace_id"},
+		{"trace_id an array", envelopeWith("trace_id", `["t"]`), "trace_id"},
+		// the dead_letter block, when present, must be an object of the right types
+		{"dead_letter a string", strings.TrimSuffix(envelopeWith("", ""), "}") + `,"dead_letter":"x"}`, "dead_letter"},
+		{"dead_letter attempts a string", strings.TrimSuffix(envelopeWith("", ""), "}") + `,"dead_letter":{"attempts":"3"}}`, "dead_letter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !json.Valid([]byte(tt.body)) {
+				t.Fatalf("test body is not JSON: %s", tt.body)
+			}
+			env, err := decodeValidate(tt.body)
+			if err == nil {
+				t.Fatalf("accepted %s as %+v", tt.body, env)
+			}
+			if !errors.Is(err, ErrInvalidEnvelope) {
+				t.Errorf("error %q does not wrap ErrInvalidEnvelope", err)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("error %q does not name %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+	}{
+		{"contract example", contractExample},
+		{"urn alias", strings.Replace(contractExample, `"job":`, `"urn":`, 1)},
+		{"attempts large", envelopeWith("attempts", `9223372036854775807`)},
+		{"attempts -0", envelopeWith("attempts", `-0`)},
+		{"data with whitespace", envelopeWith("data", "{ \n }")},
+		{"meta with only schema_version", envelopeWith("meta", `{"schema_version":1}`)},
+		{"meta.created_at null", envelopeWith("meta", `{"schema_version":1,"created_at":null}`)},
+		{"trace_id not a UUID", envelopeWith("trace_id", `"abc"`)},
+		{"dead_letter present", strings.TrimSuffix(contractExample, "}") + `,"dead_letter":{"reason":"failed","error":null,"exception":null,"failed_at":1,"original_queue":"orders","attempts":0,"lang":"go"}}`},
+		{"lang php", strings.Replace(contractExample, `"lang":"go"`, `"lang":"php"`, 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := decodeValidate(tt.body); err != nil {
+				t.Errorf("rejected %s: %v", tt.body, err)
+			}
+		})
+	}
+}
+
+func TestValidateBuiltEnvelope(t *testing.T) {
+	valid := func() *Envelope { return fixedEnvelope(t, "urn:a:b", nil) }
+	tests := []struct {
+		name   string
+		mutate func(*Envelope)
+		field  string // "" means valid
+	}{
+		{"fresh", func(*Envelope) {}, ""},
+		{"blank job", func(e *Envelope) { e.Job = " " }, "URN"},
+		{"schema 2", func(e *Envelope) { e.Meta.SchemaVersion = 2 }, "meta.schema_version"},
+		{"nil data", func(e *Envelope) { e.Data = nil }, "data"},
+		{"array data", func(e *Envelope) { e.Data = json.RawMessage(`[]`) }, "data"},
+		{"negative attempts", func(e *Envelope) { e.Attempts = -3 }, "attempts"},
+		{"blank trace", func(e *Envelope) { e.TraceID = "\t" }, "trace_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := valid()
+			tt.mutate(env)
+			err := env.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrInvalidEnvelope) || !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("Validate = %v, want an ErrInvalidEnvelope naming %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestDecodeFailures(t *testing.T) {
+	valid := contractExample
+	tests := []struct {
+		name string
+		body string
+		msg  string
+	}{
+		{"empty body", "", "JSON"},
+		{"whitespace only", " \n\t", "JSON"},
+		{"invalid UTF-8 in a string", strings.Replace(valid, "orders:created", "orders:\xffcreated", 1), "UTF-8"},
+		{"invalid UTF-8 in data", strings.Replace(valid, `{"order_id":1042}`, "{\"n\":\"\xc3\x28\"}", 1), "UTF-8"},
+		{"invalid UTF-8 overlong", strings.Replace(valid, `"orders"`, "\"\xc0\xaf\"", 1), "UTF-8"},
+		{"invalid UTF-8 surrogate", strings.Replace(valid, `"orders"`, "\"\xed\xa0\x80\"", 1), "UTF-8"},
+		{"invalid JSON", `{"job":"urn:a:b",}`, "JSON"},
+		{"unterminated", valid[:len(valid)-1], "JSON"},
+		{"single quotes", `{'job':'urn:a:b'}`, "JSON"},
+		{"trailing garbage", valid + "x", "JSON"},
+		{"second object", valid + valid, "JSON"},
+		{"trailing comma object", valid + ",{}", "JSON"},
+		{"UTF-8 BOM", "\xef\xbb\xbf" + valid, "JSON"},
+		{"JSON array", `[` + valid + `]`, "not an object"},
+		{"JSON empty array", `[]`, "not an object"},
+		{"JSON number", `1042`, "not an object"},
+		{"JSON string", `"` + strings.ReplaceAll(valid, `"`, `\"`) + `"`, "not an object"},
+		{"JSON null", `null`, "not an object"},
+		{"JSON true", `true`, "not an object"},
+		{"duplicate job", strings.Replace(valid, `{"job":"urn:babel:orders:created"`, `{"job":"urn:babel:orders:created","job":"urn:evil:x"`, 1), "duplicate"},
+		{"duplicate job same value", strings.Replace(valid, `"attempts":0`, `"attempts":0,"job":"urn:babel:orders:created"`, 1), "duplicate"},
+		{"duplicate urn", strings.Replace(valid, `"job":`, `"urn":"urn:a:b","urn":`, 1), "duplicate"},
+		{"duplicate trace_id", strings.Replace(valid, `"attempts":0`, `"attempts":0,"trace_id":"other"`, 1), "duplicate"},
+		{"duplicate data", strings.Replace(valid, `"attempts":0`, `"attempts":0,"data":{}`, 1), "duplicate"},
+		{"duplicate meta", strings.Replace(valid, `"attempts":0`, `"attempts":0,"meta":{"schema_version":1}`, 1), "duplicate"},
+		{"duplicate attempts", strings.Replace(valid, `"attempts":0`, `"attempts":0,"attempts":5`, 1), "duplicate"},
+		{"duplicate dead_letter", strings.Replace(valid, `"attempts":0`, `"attempts":0,"dead_letter":null,"dead_letter":null`, 1), "duplicate"},
+		{"duplicate meta.schema_version", strings.Replace(valid, `"schema_version":1`, `"schema_version":1,"schema_version":2`, 1), "duplicate"},
+		{"duplicate meta.id", strings.Replace(valid, `"schema_version":1`, `"schema_version":1,"id":"x"`, 1), "duplicate"},
+		{"duplicate meta.created_at", strings.Replace(valid, `"schema_version":1`, `"schema_version":1,"created_at":1`, 1), "duplicate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, err := Decode([]byte(tt.body))
+			if err == nil {
+				t.Fatalf("Decode(%q) succeeded: %+v", tt.body, env)
+			}
+			if env != nil {
+				t.Errorf("Decode returned an envelope with its error")
+			}
+			if !errors.Is(err, ErrInvalidEnvelope) {
+				t.Errorf("error %q does not wrap ErrInvalidEnvelope", err)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %q does not mention %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeAllowsDuplicateUnknownKeys(t *testing.T) {
+	// Unknown keys are not the library's to judge: all of them ride along.
+	in := strings.Replace(contractExample, `"attempts":0`, `"attempts":0,"x":1,"x":2`, 1)
+	env := mustDecode(t, in)
+	if got := mustEncode(t, env); string(got) != in {
+		t.Errorf("got %s, want %s", got, in)
+	}
+}
+
+func TestBind(t *testing.T) {
+	env := mustDecode(t, `{"job":"urn:a:b","trace_id":"t","data":{"order_id":1042,"customer":"café","tags":["x","y"],"big":9007199254740993,"huge":123456789012345678901234567890},"meta":{"schema_version":1},"attempts":0}`)
+
+	var order orderCreated
+	if err := env.Bind(&order); err != nil {
+		t.Fatal(err)
+	}
+	if order.OrderID != 1042 || order.Customer != "café" || len(order.Tags) != 2 || order.Tags[1] != "y" {
+		t.Errorf("struct: %+v", order)
+	}
+
+	var big struct {
+		Big  int64       `json:"big"`
+		Huge json.Number `json:"huge"`
+	}
+	if err := env.Bind(&big); err != nil {
+		t.Fatal(err)
+	}
+	if big.Big != 9007199254740993 || big.Huge != "123456789012345678901234567890" {
+		t.Errorf("big numbers: %+v", big)
+	}
+
+	var nums map[string]json.Number
+	onlyNumbers := mustDecode(t, `{"job":"urn:a:b","trace_id":"t","data":{"big":9007199254740993,"huge":123456789012345678901234567890,"f":1.50},"meta":{"schema_version":1},"attempts":0}`)
+	if err := onlyNumbers.Bind(&nums); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]json.Number{"big": "9007199254740993", "huge": "123456789012345678901234567890", "f": "1.50"}
+	if len(nums) != len(want) {
+		t.Errorf("map: %v, want %v", nums, want)
+	}
+	for k, v := range want {
+		if nums[k] != v {
+			t.Errorf("map[%q] = %q, want %q", k, nums[k], v)
+		}
+	}
+
+	var generic map[string]any
+	if err := env.Bind(&generic); err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 0, len(generic))
+	for k := range generic {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if strings.Join(keys, ",") != "big,customer,huge,order_id,tags" {
+		t.Errorf("map keys %v", keys)
+	}
+
+	// A type mismatch is the caller's error, reported as json.Unmarshal does.
+	var wrong struct {
+		OrderID string `json:"order_id"`
+	}
+	var typeErr *json.UnmarshalTypeError
+	if err := env.Bind(&wrong); !errors.As(err, &typeErr) {
+		t.Errorf("Bind into a mismatched struct: %v, want a *json.UnmarshalTypeError", err)
+	}
+
+	// An envelope built without data binds as an empty object.
+	empty := &Envelope{}
+	var m map[string]any
+	if err := empty.Bind(&m); err != nil || m == nil || len(m) != 0 {
+		t.Errorf("Bind of empty data: %v, %v", m, err)
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+		back string // what the JSON reads back as, when not in
+	}{
+		{in: "", want: `""`},
+		{in: "urn:babel:orders:created", want: `"urn:babel:orders:created"`},
+		{in: `say "hi" \ bye`, want: `"say \"hi\" \\ bye"`},
+		{in: "\n\r\t\b\f", want: `"\n\r\t\b\f"`},
+		{in: "\x00\x01\x0b\x1f\x7f", want: "\"\\u0000\\u0001\\u000b\\u001f\x7f\""},
+		{in: "<b>&</b> a/b", want: `"<b>&</b> a/b"`},
+		{in: "a\u2028b\u2029c", want: "\"a\u2028b\u2029c\""},
+		{in: "café ☕ 日本 😀", want: `"café ☕ 日本 😀"`},
+		{in: "a\xffb", want: "\"a\ufffdb\"", back: "a\ufffdb"},
+		{in: "\xc3", want: "\"\ufffd\"", back: "\ufffd"},
+		{in: "x\xed\xa0\x80", want: "\"x\ufffd\ufffd\ufffd\"", back: "x\ufffd\ufffd\ufffd"},
+	}
+	for _, tt := range tests {
+		got := string(appendString([]byte("prefix:"), tt.in))
+		if got != "prefix:"+tt.want {
+			t.Errorf("appendString(%q) = %s, want %s", tt.in, got, tt.want)
+			continue
+		}
+		var back string
+		if err := json.Unmarshal([]byte(tt.want), &back); err != nil {
+			t.Errorf("%s is not a JSON string: %v", tt.want, err)
+		}
+		want := tt.in
+		if tt.back != "" {
+			want = tt.back
+		}
+		if back != want {
+			t.Errorf("%s reads back as %q, want %q", tt.want, back, want)
+		}
+	}
+
+	// Invalid UTF-8 set on an envelope by hand still encodes to valid JSON.
+	env := fixedEnvelope(t, "urn:a:b", nil)
+	env.Job, env.Meta.Queue = "urn:\xff", "q\xfe"
+	b := mustEncode(t, env)
+	if !json.Valid(b) || !utf8.Valid(b) || !bytes.Contains(b, []byte("\"urn:\ufffd\"")) {
+		t.Errorf("Encode with invalid UTF-8 fields: %q", b)
+	}
+}
+
+func TestDecodeStringMatchesDecode(t *testing.T) {
+	for _, body := range []string{contractExample, `{"urn":"urn:a:b","trace_id":"t","data":{ },"meta":{"schema_version":1,"x":1},"attempts":0,"y":2}`} {
+		a, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := decodeString(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ea, eb := mustEncode(t, a), mustEncode(t, b); !bytes.Equal(ea, eb) {
+			t.Errorf("decodeString and Decode differ:\n%s\n%s", ea, eb)
+		}
+	}
+	for _, body := range []string{"", "[]", "{\"job\":1}", "\xff"} {
+		if _, err := decodeString(body); !errors.Is(err, ErrInvalidEnvelope) {
+			t.Errorf("decodeString(%q) = %v", body, err)
+		}
+	}
+}
