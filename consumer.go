@@ -272,11 +272,11 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 }
 
 func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
-	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop}
+	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop,
+		urn: annotationURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
 	}
-	d.urn = annotationURN(msg)
 	if d.urn != "" && c.handlers[d.urn] == nil && c.unknown != UnknownURNDeadLetter {
 		// Routed by the annotation alone: the body is never decoded.
 		return d.unknownURN()

@@ -37,7 +37,9 @@ func (d *delivery) release() error { return d.r.ReleaseMessage(d.settleCtx(), d.
 // handlerFailed settles a failed attempt: redelivery below the limit,
 // dead-letter (or drop without a DLQ sender) at it.
 func (d *delivery) handlerFailed(cause error) error {
-	if d.attempts+1 < d.c.maxTries {
+	// Written as attempts < maxTries-1, not attempts+1 < maxTries: a body
+	// attempts of math.MaxInt would overflow and be retried forever.
+	if d.attempts < d.c.maxTries-1 {
 		return d.finish(ErrHandlerFailed, cause, Abandoned, d.abandon)
 	}
 	if d.c.dlq == nil {
@@ -78,7 +80,6 @@ func (d *delivery) gated(cause error) error {
 // poison settles a body that is not a valid envelope: a poison record on
 // the DLQ, or dropped. It is never retried.
 func (d *delivery) poison(body string, cause error) error {
-	d.attempts = ReconcileAttempts(0, deliveryCount(d.msg))
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
 		return d.finish(ErrPoison, cause, Dropped, d.accept)
 	}
