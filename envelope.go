@@ -260,6 +260,11 @@ func decodeString(s string) (*Envelope, error) {
 	if !utf8.ValidString(s) {
 		return nil, fmt.Errorf("%w: the body is not valid UTF-8", ErrInvalidEnvelope)
 	}
+	if strings.HasPrefix(s, "\ufeff") {
+		// RFC 8259 lets a parser ignore a byte order mark; the envelope is
+		// exchanged byte for byte, so a body that carries one is not canonical.
+		return nil, fmt.Errorf("%w: the body starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
+	}
 	if !json.Valid(stringBytes(s)) {
 		return nil, fmt.Errorf("%w: the body is not valid JSON: %v", ErrInvalidEnvelope, jsonSyntaxError(s))
 	}
@@ -567,6 +572,12 @@ func jsonSyntaxError(s string) error {
 	err := json.Unmarshal(stringBytes(s), &v)
 	if err == nil {
 		return errors.New("unexpected input")
+	}
+	// encoding/json stops at 10000 levels with the terse "invalid character
+	// '[' exceeded max depth"; say what happened instead.
+	var se *json.SyntaxError
+	if errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth") {
+		return fmt.Errorf("arrays and objects are nested more than 10000 levels deep (at byte %d)", se.Offset)
 	}
 	return err
 }
