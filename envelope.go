@@ -107,43 +107,88 @@ func NewEnvelope(urn string, data any, opts ...EnvelopeOption) (*Envelope, error
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return newEnvelope(urn, data, &cfg)
-}
-
-func newEnvelope(urn string, data any, cfg *envelopeConfig) (*Envelope, error) {
-	urn = strings.TrimSpace(urn)
-	if urn == "" {
-		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
-	}
-	if !utf8.ValidString(urn) {
-		return nil, fmt.Errorf("%w: the URN is not valid UTF-8", ErrInvalidEnvelope)
-	}
-	raw, err := marshalData(data)
+	env, err := newEnvelope(urn, data, &cfg)
 	if err != nil {
 		return nil, err
 	}
+	return env, nil
+}
+
+// newEnvelope is small enough to inline, so a caller that keeps the
+// envelope to itself (Publisher.Publish) holds it on its stack. On an error
+// the envelope is not nil but must not be used.
+func newEnvelope(urn string, data any, cfg *envelopeConfig) (*Envelope, error) {
+	env := new(Envelope)
+	return env, env.fill(urn, data, cfg)
+}
+
+// fill makes e a fresh envelope; the publisher fills one on its stack.
+func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
+	urn = strings.TrimSpace(urn)
+	if urn == "" {
+		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
+	}
+	if !utf8.ValidString(urn) {
+		return fmt.Errorf("%w: the URN is not valid UTF-8", ErrInvalidEnvelope)
+	}
+	raw, err := marshalData(data)
+	if err != nil {
+		return err
+	}
 	traceID := strings.TrimSpace(cfg.traceID)
+	if traceID != "" && !utf8.ValidString(traceID) {
+		return fmt.Errorf("%w: the trace id is not valid UTF-8", ErrInvalidEnvelope)
+	}
+	id, minted := newIDs(traceID == "")
 	if traceID == "" {
-		traceID = uuid.NewString()
-	} else if !utf8.ValidString(traceID) {
-		return nil, fmt.Errorf("%w: the trace id is not valid UTF-8", ErrInvalidEnvelope)
+		traceID = minted
 	}
 	now := cfg.now
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return &Envelope{
+	*e = Envelope{
 		Job:     urn,
 		TraceID: traceID,
 		Data:    raw,
 		Meta: Meta{
-			ID:            uuid.NewString(),
+			ID:            id,
 			Queue:         cfg.queue,
 			Lang:          Lang,
 			SchemaVersion: SchemaVersion,
 			CreatedAt:     now.UnixMilli(),
 		},
-	}, nil
+	}
+	return nil
+}
+
+// newIDs returns a fresh UUID v4 for meta.id and, when mintTrace is set,
+// another for a trace id, both formatted into one allocation. They come
+// from github.com/google/uuid, so uuid.SetRand and uuid.EnableRandPool
+// apply; the trace id is drawn first.
+func newIDs(mintTrace bool) (id, trace string) {
+	const n = 36 // the length of a formatted UUID
+	if !mintTrace {
+		b := appendUUID(make([]byte, 0, n), uuid.Must(uuid.NewRandom()))
+		return unsafe.String(&b[0], n), ""
+	}
+	t := uuid.Must(uuid.NewRandom())
+	b := make([]byte, 0, 2*n)
+	b = appendUUID(b, t)
+	b = appendUUID(b, uuid.Must(uuid.NewRandom()))
+	return unsafe.String(&b[n], n), unsafe.String(&b[0], n)
+}
+
+// appendUUID writes u in the canonical 8-4-4-4-12 lowercase form, as
+// uuid.UUID.String does.
+func appendUUID(b []byte, u uuid.UUID) []byte {
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return b
 }
 
 // URN returns the message URN (the job key, or its inbound alias urn).
@@ -251,12 +296,53 @@ func appendRawFields(b []byte, fields []rawField) []byte {
 // envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
 // of the wrong JSON type, or a known key given twice.
 func Decode(body []byte) (*Envelope, error) {
-	return decodeString(string(body))
+	// One private copy backs every string field and Data. Data is capped at
+	// its own length and no string shares its bytes, so a caller writing to
+	// (or appending to) Data cannot reach the strings.
+	var s string
+	if len(body) > 0 {
+		buf := bytes.Clone(body)
+		s = unsafe.String(&buf[0], len(buf))
+	}
+	return decode(s, false)
 }
 
 // decodeString decodes from a string so the consumer can pass an AMQP string
 // body without copying it; every string field of the result is a substring.
 func decodeString(s string) (*Envelope, error) {
+	return decode(s, true)
+}
+
+// decode takes the fast path first: one pass that checks JSON syntax and
+// UTF-8 while it walks the members. On any failure it decodes again from
+// scratch by decodeChecked, which validates the whole body first, so every
+// error is exactly the one those checks give, and a body the fast path
+// cannot take is still decoded as before. copyData gives Data its own
+// memory: s may be a string that must not be written through Data.
+func decode(s string, copyData bool) (*Envelope, error) {
+	if env, ok := decodeFast(s, copyData); ok {
+		return env, nil
+	}
+	return decodeChecked(s, copyData)
+}
+
+// decodeFast is the one-pass decode; false means "take the checked path".
+func decodeFast(s string, copyData bool) (*Envelope, bool) {
+	start := skipSpace(s, 0)
+	if start >= len(s) || s[start] != '{' {
+		return nil, false
+	}
+	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
+	end, err := walkObject(s, start, d.walkMember)
+	if err != nil || skipSpace(s, end) != len(s) {
+		return nil, false
+	}
+	return d.finish(copyData), true
+}
+
+// decodeChecked validates UTF-8 and JSON over the whole body before it
+// walks the members, so its errors name the first problem in that order.
+func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	if !utf8.ValidString(s) {
 		return nil, fmt.Errorf("%w: the body is not valid UTF-8", ErrInvalidEnvelope)
 	}
@@ -272,147 +358,184 @@ func decodeString(s string) (*Envelope, error) {
 	if start >= len(s) || s[start] != '{' {
 		return nil, fmt.Errorf("%w: the body is JSON but not an object", ErrInvalidEnvelope)
 	}
-	env := &Envelope{}
-	var seen uint8
-	var urnAlias string
-	var hasJob, hasURN bool
-	urnIdx := -1
-	err := eachMember(s, start, func(qkey, key, val string) error {
-		var bit uint8
-		switch key {
-		case "job":
-			bit = 1 << 0
-			v, err := stringValue(val, "job")
-			if err != nil {
-				return err
-			}
-			env.Job, hasJob = v, val != "null"
-		case "urn":
-			bit = 1 << 1
-			v, err := stringValue(val, "urn")
-			if err != nil {
-				return err
-			}
-			urnAlias, hasURN = v, true
-			// Kept in place as an unknown key until we know job is present.
-			urnIdx = len(env.extra)
-			env.extra = append(env.extra, rawField{key: qkey, value: val})
-		case "trace_id":
-			bit = 1 << 2
-			v, err := stringValue(val, "trace_id")
-			if err != nil {
-				return err
-			}
-			env.TraceID = v
-		case "data":
-			bit = 1 << 3
-			env.Data = json.RawMessage(val)
-		case "meta":
-			bit = 1 << 4
-			if val[0] != '{' {
-				return errors.New("meta is not an object")
-			}
-			if err := env.Meta.decode(val); err != nil {
-				return err
-			}
-		case "attempts":
-			bit = 1 << 5
-			n, ok := intValue(val)
-			if !ok {
-				env.issues = "attempts is not an integer: " + truncate(val)
-			} else {
-				env.Attempts = n
-			}
-		case "dead_letter":
-			bit = 1 << 6
-			if val != "null" {
-				dl := &DeadLetter{}
-				if err := json.Unmarshal(stringBytes(val), dl); err != nil {
-					return fmt.Errorf("dead_letter: %v", err)
-				}
-				env.DeadLetter = dl
-			}
-		default:
-			env.extra = append(env.extra, rawField{key: qkey, value: val})
-			return nil
-		}
-		if seen&bit != 0 {
-			return fmt.Errorf("duplicate key %s", qkey)
-		}
-		seen |= bit
-		return nil
-	})
-	if err != nil {
+	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
+	if err := eachMember(s, start, d.member); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
 	}
-	if !hasJob && hasURN {
-		// The alias becomes the job: producers always write job, never urn.
-		env.Job = urnAlias
-		env.extra = append(env.extra[:urnIdx], env.extra[urnIdx+1:]...)
-	}
-	if seen&(1<<5) == 0 && env.issues == "" {
-		env.issues = "attempts is missing"
-	}
-	if seen&(1<<4) == 0 && env.issues == "" {
-		env.issues = "meta is missing"
-	}
-	if seen&(1<<3) == 0 && env.issues == "" {
-		env.issues = "data is missing"
-	}
-	// Data is the only field that is a byte slice: give it its own memory so
-	// that a caller writing to it cannot reach the strings sharing s.
-	if env.Data != nil {
-		env.Data = append(json.RawMessage(nil), env.Data...)
-	}
-	return env, nil
+	return d.finish(copyData), nil
 }
 
-func (m *Meta) decode(s string) error {
-	var seen uint8
-	return eachMember(s, 0, func(qkey, key, val string) error {
-		var bit uint8
-		var err error
-		switch key {
-		case "id":
-			bit = 1 << 0
-			m.ID, err = stringValue(val, "meta.id")
-		case "queue":
-			bit = 1 << 1
-			m.Queue, err = stringValue(val, "meta.queue")
-		case "lang":
-			bit = 1 << 2
-			m.Lang, err = stringValue(val, "meta.lang")
-		case "schema_version":
-			bit = 1 << 3
-			// Only the literal integer 1 is version 1; "1", 1.0 and true are not.
-			n, ok := intValue(val)
-			if !ok {
-				return fmt.Errorf("meta.schema_version is not an integer: %s", truncate(val))
-			}
-			m.SchemaVersion = n
-		case "created_at":
-			bit = 1 << 4
-			if val == "null" {
-				break
-			}
-			n, ok := int64Value(val)
-			if !ok {
-				return fmt.Errorf("meta.created_at is not an integer: %s", truncate(val))
-			}
-			m.CreatedAt = n
-		default:
-			m.extra = append(m.extra, rawField{key: qkey, value: val})
-			return nil
-		}
+// envelopeDecoder collects the top-level members of one envelope.
+type envelopeDecoder struct {
+	env            *Envelope
+	seen           uint8 // one bit per known key, to refuse duplicates
+	urnAlias       string
+	hasJob, hasURN bool
+	urnIdx         int // where urn sits in env.extra, -1 when absent
+}
+
+// walkMember is the fast path's member: a meta object is checked and
+// decoded in the same walk; any other value is checked, then decoded.
+func (d *envelopeDecoder) walkMember(qkey, key, s string, i int) (int, error) {
+	if key == "meta" && d.seen&(1<<4) == 0 && i < len(s) && s[i] == '{' {
+		md := metaDecoder{m: &d.env.Meta}
+		end, err := walkObject(s, i, func(qkey, key, s string, i int) (int, error) {
+			return scanMember(qkey, key, s, i, 2, md.member)
+		})
+		d.seen |= 1 << 4
+		return end, err
+	}
+	return scanMember(qkey, key, s, i, 1, d.member)
+}
+
+func (d *envelopeDecoder) member(qkey, key, val string) error {
+	env := d.env
+	var bit uint8
+	switch key {
+	case "job":
+		bit = 1 << 0
+		v, err := stringValue(val, "job")
 		if err != nil {
 			return err
 		}
-		if seen&bit != 0 {
-			return fmt.Errorf("duplicate key meta.%s", key)
+		env.Job, d.hasJob = v, val != "null"
+	case "urn":
+		bit = 1 << 1
+		v, err := stringValue(val, "urn")
+		if err != nil {
+			return err
 		}
-		seen |= bit
+		d.urnAlias, d.hasURN = v, true
+		// Kept in place as an unknown key until we know job is present.
+		d.urnIdx = len(env.extra)
+		env.extra = append(env.extra, rawField{key: qkey, value: val})
+	case "trace_id":
+		bit = 1 << 2
+		v, err := stringValue(val, "trace_id")
+		if err != nil {
+			return err
+		}
+		env.TraceID = v
+	case "data":
+		bit = 1 << 3
+		env.Data = stringBytes(val)
+	case "meta":
+		bit = 1 << 4
+		if val[0] != '{' {
+			return errors.New("meta is not an object")
+		}
+		if err := env.Meta.decode(val); err != nil {
+			return err
+		}
+	case "attempts":
+		bit = 1 << 5
+		n, ok := intValue(val)
+		if !ok {
+			env.issues = "attempts is not an integer: " + truncate(val)
+		} else {
+			env.Attempts = n
+		}
+	case "dead_letter":
+		bit = 1 << 6
+		if val != "null" {
+			dl := &DeadLetter{}
+			if err := json.Unmarshal(stringBytes(val), dl); err != nil {
+				return fmt.Errorf("dead_letter: %v", err)
+			}
+			env.DeadLetter = dl
+		}
+	default:
+		env.extra = append(env.extra, rawField{key: qkey, value: val})
 		return nil
-	})
+	}
+	if d.seen&bit != 0 {
+		return fmt.Errorf("duplicate key %s", qkey)
+	}
+	d.seen |= bit
+	return nil
+}
+
+func (d *envelopeDecoder) finish(copyData bool) *Envelope {
+	env := d.env
+	if !d.hasJob && d.hasURN {
+		// The alias becomes the job: producers always write job, never urn.
+		env.Job = d.urnAlias
+		env.extra = append(env.extra[:d.urnIdx], env.extra[d.urnIdx+1:]...)
+	}
+	if d.seen&(1<<5) == 0 && env.issues == "" {
+		env.issues = "attempts is missing"
+	}
+	if d.seen&(1<<4) == 0 && env.issues == "" {
+		env.issues = "meta is missing"
+	}
+	if d.seen&(1<<3) == 0 && env.issues == "" {
+		env.issues = "data is missing"
+	}
+	if env.Data != nil {
+		if copyData {
+			env.Data = append(json.RawMessage(nil), env.Data...)
+		} else {
+			env.Data = env.Data[:len(env.Data):len(env.Data)]
+		}
+	}
+	return env
+}
+
+func (m *Meta) decode(s string) error {
+	md := metaDecoder{m: m}
+	return eachMember(s, 0, md.member)
+}
+
+// metaDecoder collects the members of one meta object.
+type metaDecoder struct {
+	m    *Meta
+	seen uint8 // one bit per known key, to refuse duplicates
+}
+
+func (d *metaDecoder) member(qkey, key, val string) error {
+	m := d.m
+	var bit uint8
+	var err error
+	switch key {
+	case "id":
+		bit = 1 << 0
+		m.ID, err = stringValue(val, "meta.id")
+	case "queue":
+		bit = 1 << 1
+		m.Queue, err = stringValue(val, "meta.queue")
+	case "lang":
+		bit = 1 << 2
+		m.Lang, err = stringValue(val, "meta.lang")
+	case "schema_version":
+		bit = 1 << 3
+		// Only the literal integer 1 is version 1; "1", 1.0 and true are not.
+		n, ok := intValue(val)
+		if !ok {
+			return fmt.Errorf("meta.schema_version is not an integer: %s", truncate(val))
+		}
+		m.SchemaVersion = n
+	case "created_at":
+		bit = 1 << 4
+		if val == "null" {
+			break
+		}
+		n, ok := int64Value(val)
+		if !ok {
+			return fmt.Errorf("meta.created_at is not an integer: %s", truncate(val))
+		}
+		m.CreatedAt = n
+	default:
+		m.extra = append(m.extra, rawField{key: qkey, value: val})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.seen&bit != 0 {
+		return fmt.Errorf("duplicate key meta.%s", key)
+	}
+	d.seen |= bit
+	return nil
 }
 
 // eachMember walks the members of the JSON object starting at s[start],
@@ -443,6 +566,249 @@ func eachMember(s string, start int, fn func(qkey, key, val string) error) error
 		i = skipSpace(s, i+1) // the comma
 	}
 	return nil
+}
+
+// errScan is the fast path's only syntax error: the body is not valid JSON
+// or not valid UTF-8. decodeChecked then finds out which, and says so.
+var errScan = errors.New("invalid JSON")
+
+// maxScanDepth bounds nesting on the fast path; it is below encoding/json's
+// own limit, so a deeper body simply takes the checked path.
+const maxScanDepth = 1000
+
+// walkObject checks the JSON object starting at s[i] (a '{') for JSON syntax
+// and UTF-8 as it walks it. For each member it calls fn with the raw
+// (quoted) key, the unquoted key, and s with the index where the value
+// starts; fn checks the value (scanMember does, for a plain one) and returns
+// the index just past it. walkObject returns the index just past the object.
+func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error)) (int, error) {
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return 0, errScan
+		}
+		kEnd, escaped, ok := scanString(s, i)
+		if !ok {
+			return 0, errScan
+		}
+		qkey := s[i:kEnd]
+		key := qkey[1 : len(qkey)-1]
+		if escaped {
+			var err error
+			if key, err = unquote(qkey); err != nil {
+				return 0, err
+			}
+		}
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return 0, errScan
+		}
+		vEnd, err := fn(qkey, key, s, skipSpace(s, i+1))
+		if err != nil {
+			return 0, err
+		}
+		i = skipSpace(s, vEnd)
+		if i >= len(s) {
+			return 0, errScan
+		}
+		switch s[i] {
+		case ',':
+			i = skipSpace(s, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errScan
+		}
+	}
+}
+
+// scanMember checks the value starting at s[i], inside depth open objects,
+// and hands its raw text to member.
+func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string) error) (int, error) {
+	end, ok := scanValue(s, i, depth)
+	if !ok {
+		return 0, errScan
+	}
+	return end, member(qkey, key, s[i:end])
+}
+
+// scanValue returns the index just past the JSON value starting at s[i],
+// inside depth open objects and arrays, and false when it is not valid JSON
+// or its strings are not valid UTF-8. Only what follows a value (a comma, a
+// closing bracket, the end) is left to the caller.
+func scanValue(s string, i, depth int) (int, bool) {
+	if i >= len(s) {
+		return 0, false
+	}
+	switch c := s[i]; c {
+	case '"':
+		end, _, ok := scanString(s, i)
+		return end, ok
+	case '{', '[':
+		if depth >= maxScanDepth {
+			return 0, false
+		}
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		i = skipSpace(s, i+1)
+		if i < len(s) && s[i] == closing {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				if i >= len(s) || s[i] != '"' {
+					return 0, false
+				}
+				end, _, ok := scanString(s, i)
+				if !ok {
+					return 0, false
+				}
+				i = skipSpace(s, end)
+				if i >= len(s) || s[i] != ':' {
+					return 0, false
+				}
+				i = skipSpace(s, i+1)
+			}
+			end, ok := scanValue(s, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipSpace(s, end)
+			switch {
+			case i >= len(s):
+				return 0, false
+			case s[i] == closing:
+				return i + 1, true
+			case s[i] != ',':
+				return 0, false
+			}
+			i = skipSpace(s, i+1)
+		}
+	case 't':
+		return scanLiteral(s, i, "true")
+	case 'f':
+		return scanLiteral(s, i, "false")
+	case 'n':
+		return scanLiteral(s, i, "null")
+	}
+	return scanNumber(s, i)
+}
+
+func scanLiteral(s string, i int, lit string) (int, bool) {
+	if len(s)-i < len(lit) || s[i:i+len(lit)] != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// scanNumber checks JSON number syntax: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func scanNumber(s string, i int) (int, bool) {
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(s):
+		return 0, false
+	case s[i] == '0':
+		i++
+	case s[i] >= '1' && s[i] <= '9':
+		i = skipDigits(s, i+1)
+	default:
+		return 0, false
+	}
+	if i < len(s) && s[i] == '.' {
+		j := skipDigits(s, i+1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := skipDigits(s, i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+func skipDigits(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// plainByte marks the bytes a JSON string holds as they are: printable
+// ASCII other than the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// scanString checks the JSON string starting at s[i] (a quote): valid
+// escapes, no control characters, valid UTF-8. It returns the index just
+// past the closing quote and whether the string holds an escape.
+func scanString(s string, i int) (end int, escaped, ok bool) {
+	j := i + 1
+	for {
+		for j < len(s) && plainByte[s[j]] {
+			j++
+		}
+		if j >= len(s) {
+			return 0, false, false
+		}
+		switch c := s[j]; {
+		case c == '"':
+			return j + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			if j+1 >= len(s) {
+				return 0, false, false
+			}
+			switch s[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				if j+6 > len(s) || !isHex4(s[j+2:j+6]) {
+					return 0, false, false
+				}
+				j += 6
+			default:
+				return 0, false, false
+			}
+		case c < 0x20:
+			return 0, false, false
+		default:
+			r, size := utf8.DecodeRuneInString(s[j:])
+			if r == utf8.RuneError && size == 1 {
+				return 0, false, false
+			}
+			j += size
+		}
+	}
+}
+
+func isHex4(h string) bool {
+	for i := 0; i < 4; i++ {
+		c := h[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func skipSpace(s string, i int) int {
@@ -544,6 +910,29 @@ func intValue(val string) (int, bool) {
 }
 
 func int64Value(val string) (int64, bool) {
+	// The common case, a short run of digits, without strconv.
+	digits, neg := val, false
+	if len(digits) > 0 && digits[0] == '-' {
+		digits, neg = digits[1:], true
+	}
+	if len(digits) > 0 && len(digits) <= 18 {
+		var n int64
+		for i := 0; i < len(digits); i++ {
+			c := digits[i]
+			if c < '0' || c > '9' {
+				return int64ValueSlow(val)
+			}
+			n = n*10 + int64(c-'0')
+		}
+		if neg {
+			n = -n
+		}
+		return n, true
+	}
+	return int64ValueSlow(val)
+}
+
+func int64ValueSlow(val string) (int64, bool) {
 	if val == "" || strings.ContainsAny(val, ".eE") || val[0] == '"' {
 		return 0, false
 	}

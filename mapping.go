@@ -129,9 +129,9 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 		}
 		props[k] = v
 	}
-	props[PropSchemaVersion] = strconv.Itoa(env.Meta.SchemaVersion)
-	props[PropSourceLang] = env.Meta.Lang
-	props[PropAttempts] = strconv.Itoa(env.Attempts)
+	props[PropSchemaVersion] = schemaVersionProperty(env.Meta.SchemaVersion)
+	props[PropSourceLang] = langProperty(env.Meta.Lang)
+	props[PropAttempts] = attemptsProperty(env.Attempts)
 	props[PropAppID] = AppID
 
 	p := &amqp.MessageProperties{
@@ -152,6 +152,40 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 		ApplicationProperties: props,
 		Value:                 body,
 	}
+}
+
+// The usual property values, boxed once: putting a string that is not a
+// constant into an interface allocates, and every message carries these.
+var (
+	boxedSchemaVersion any = strconv.Itoa(SchemaVersion)
+	boxedLang          any = Lang
+	boxedAttempts          = func() (t [16]any) {
+		for i := range t {
+			t[i] = strconv.Itoa(i)
+		}
+		return t
+	}()
+)
+
+func schemaVersionProperty(v int) any {
+	if v == SchemaVersion {
+		return boxedSchemaVersion
+	}
+	return strconv.Itoa(v)
+}
+
+func langProperty(lang string) any {
+	if lang == Lang {
+		return boxedLang
+	}
+	return lang
+}
+
+func attemptsProperty(n int) any {
+	if n >= 0 && n < len(boxedAttempts) {
+		return boxedAttempts[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // ReconcileAttempts returns the attempts a handler sees: the larger of the

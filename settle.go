@@ -2,8 +2,10 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -23,7 +25,16 @@ type delivery struct {
 
 var failedAttempt = &amqp.ModifyMessageOptions{DeliveryFailed: true}
 
-func (d *delivery) settleCtx() context.Context { return context.WithoutCancel(d.ctx) }
+// settleCtx is the handler's context without its cancellation: a
+// disposition is sent even after the handler's context ended. A context
+// that can never be cancelled (Listen's, context.Background) is used as it
+// is, which spares an allocation per settlement.
+func (d *delivery) settleCtx() context.Context {
+	if d.ctx.Done() == nil {
+		return d.ctx
+	}
+	return context.WithoutCancel(d.ctx)
+}
 
 func (d *delivery) accept() error { return d.r.AcceptMessage(d.settleCtx(), d.msg) }
 
@@ -50,12 +61,15 @@ func (d *delivery) handlerFailed(cause error) error {
 }
 
 func (d *delivery) unknownURN() error {
-	cause := fmt.Errorf("no handler is registered for %q", d.urn)
 	switch d.c.unknown {
 	case UnknownURNRelease:
 		return d.finish(nil, nil, Abandoned, d.abandon)
 	case UnknownURNDelete:
 		return d.finish(nil, nil, Dropped, d.accept)
+	}
+	// Only the strategies that report need the cause.
+	cause := errors.New("no handler is registered for " + strconv.Quote(d.urn))
+	switch d.c.unknown {
 	case UnknownURNDeadLetter:
 		if d.c.dlq == nil {
 			return d.finish(ErrUnknownURN, cause, Dropped, d.accept)
