@@ -1,0 +1,195 @@
+package artemis
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// MinCredit is the smallest default receiver credit Consume grants.
+const MinCredit = 10
+
+// ConsumeOptions configures Client.Consume. nil means the defaults.
+type ConsumeOptions struct {
+	// Credit is the receiver's link credit: how many deliveries the broker
+	// may push ahead of the handlers. The default, max(2*concurrency,
+	// MinCredit), keeps every worker of the Consumer busy; a credit below
+	// the concurrency leaves workers idle. Deliveries held on credit when
+	// ctx ends go back to the queue with the link, not counted as a
+	// delivery attempt (Artemis, on a clean detach).
+	Credit int
+
+	// NoDeadLetter attaches no dead-letter sender: messages that would be
+	// dead-lettered are dropped and reported, as the Consumer does without
+	// one. Ignored when the Consumer already has its own
+	// (WithDeadLetterSender).
+	NoDeadLetter bool
+}
+
+// Consume runs cons on queue under supervision until ctx ends, then
+// returns nil (ErrClosed when the Client is closed first). It attaches a
+// receiver to queue with the "queue" capability, asking the broker to send
+// unsettled (cons settles every delivery itself), and, unless cons has its
+// own dead-letter sender, a sender with the "queue" capability to
+// <name>.dlq (name: cons's WithQueue, else queue) that cons dead-letters
+// through; then it runs cons.Listen. When the link or the connection drops
+// it reports the loss (ClientOptions.OnEvent and Logger), waits a capped
+// exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
+// connection is gone, re-attaches and resumes Listen, for as long as ctx
+// lasts. The wait grows with each failed attempt and starts over once an
+// attachment has stayed up for Backoff.Max.
+//
+// cons is not modified: Consume listens with a copy that has the
+// dead-letter sender and, when WithQueue was not given, queue as its queue
+// name. An invalid cons or opts is returned at once, matching
+// ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
+// before Consume returns.
+func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+	if cons == nil {
+		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
+	}
+	if cons.err != nil {
+		return cons.err
+	}
+	if strings.TrimSpace(queue) == "" {
+		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	var o ConsumeOptions
+	if opts != nil {
+		o = *opts
+	}
+	credit := o.Credit
+	switch {
+	case credit < 0:
+		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
+	case credit == 0:
+		credit = max(2*cons.concurrency, MinCredit)
+	}
+	credit = min(credit, math.MaxInt32)
+
+	// The Consumer is immutable; give this loop its own copy wired to the
+	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a
+	// faithful one.)
+	run := *cons
+	if run.queue == "" {
+		run.queue = queue
+	}
+	var dlq *clientSender
+	if run.dlq == nil && !o.NoDeadLetter {
+		dlq = c.newSender(dlqAddress(run.queue))
+		run.dlq = dlq
+		defer func() { _ = dlq.close(context.WithoutCancel(ctx)) }()
+	}
+
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: int32(credit)}
+	return l.run(ctx)
+}
+
+type consumeLoop struct {
+	c      *Client
+	queue  string
+	cons   *Consumer
+	dlq    *clientSender
+	credit int32
+
+	attachedBefore bool
+}
+
+func (l *consumeLoop) run(ctx context.Context) error {
+	failures := 0
+	for {
+		if l.c.isClosed() {
+			return ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		uptime, err := l.attachment(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if l.c.isClosed() {
+			return ErrClosed
+		}
+		if uptime >= l.c.backoff.Max {
+			failures = 0
+		}
+		delay := l.c.backoff.Delay(failures, l.c.random())
+		failures++
+		l.c.emit(ConnectionEvent{Kind: EventBackoff, Address: l.queue, Attempt: failures, Delay: delay, Err: err})
+		if !l.c.sleep(ctx, delay) {
+			if l.c.isClosed() {
+				return ErrClosed
+			}
+			return nil
+		}
+	}
+}
+
+// attachment attaches, listens until the link fails or ctx ends, and
+// returns how long the attachment was up (-1 when it never was) and why it
+// ended.
+func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
+	cn, err := l.c.connection(ctx)
+	if err != nil {
+		return -1, err
+	}
+	actx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
+	r, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit))
+	cancel()
+	if err != nil {
+		l.c.linkFailed(cn, err)
+		return -1, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
+	}
+	if l.dlq != nil {
+		// Attached now, not on the first dead-letter write, so a refused
+		// dead-letter address is seen at once (and Artemis creates it).
+		if _, err := l.dlq.link(ctx); err != nil {
+			l.closeReceiver(ctx, r)
+			return -1, err
+		}
+	}
+	kind := EventConsumerAttached
+	if l.attachedBefore {
+		kind = EventConsumerResumed
+	}
+	l.attachedBefore = true
+	l.c.emit(ConnectionEvent{Kind: kind, URL: cn.url, Address: l.queue})
+
+	start := l.c.now()
+	err = l.cons.Listen(ctx, r)
+	uptime := l.c.now().Sub(start)
+	if ctx.Err() != nil {
+		// Deliveries pushed ahead on credit that Listen never took go back
+		// with the link: Artemis returns them uncounted on a clean detach.
+		l.closeReceiver(ctx, r)
+		return uptime, nil
+	}
+	l.closeReceiver(ctx, r)
+	l.c.linkFailed(cn, err)
+	if !l.c.isClosed() {
+		l.c.emit(ConnectionEvent{Kind: EventConsumerLost, URL: cn.url, Address: l.queue, Err: err})
+	}
+	return uptime, err
+}
+
+func (l *consumeLoop) closeReceiver(ctx context.Context, r linkReceiver) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.dialTimeout)
+	defer cancel()
+	_ = r.Close(cctx)
+}
+
+// receiverOptions attach with the queue capability and ask the broker to
+// send unsettled, so no delivery is settled before the consumer decides.
+func receiverOptions(credit int32) *amqp.ReceiverOptions {
+	mode := amqp.SenderSettleModeUnsettled
+	return &amqp.ReceiverOptions{
+		SourceCapabilities:        []string{"queue"},
+		Credit:                    credit,
+		RequestedSenderSettleMode: &mode,
+	}
+}

@@ -1,0 +1,486 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+// consumeRun runs Client.Consume in the background.
+type consumeRun struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startConsume(h *harness, queue string, cons *Consumer, opts *ConsumeOptions) *consumeRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &consumeRun{cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- h.c.Consume(ctx, queue, cons, opts) }()
+	h.t.Cleanup(func() {
+		cancel()
+		<-run.done
+	})
+	return run
+}
+
+// wait returns Consume's result, failing the test if it does not come.
+func (r *consumeRun) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("Consume did not return")
+		return nil
+	}
+}
+
+// handled collects the meta.ids a handler saw.
+type handled struct {
+	mu  sync.Mutex
+	ids []string
+	ch  chan string
+}
+
+func newHandled() *handled { return &handled{ch: make(chan string, 1024)} }
+
+func (h *handled) handler(fail error) HandlerFunc {
+	return func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		h.mu.Lock()
+		h.ids = append(h.ids, env.Meta.ID)
+		h.mu.Unlock()
+		h.ch <- env.Meta.ID
+		return fail
+	}
+}
+
+func (h *handled) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-h.ch:
+		return id
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message was handled")
+		return ""
+	}
+}
+
+func messageID(m *amqp.Message) string { return m.Properties.MessageID.(string) }
+
+// attachedReceiver waits for the next receiver attached on any connection.
+func attachedReceiver(t *testing.T, ch chan *fakeReceiver) *fakeReceiver {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("no receiver was attached")
+		return nil
+	}
+}
+
+func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
+	cases := []struct {
+		name        string
+		concurrency int
+		credit      int
+		wantCredit  int32
+	}{
+		{"one worker", 1, 0, 10},
+		{"eight workers", 8, 0, 16},
+		{"explicit credit", 4, 3, 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			attached := make(chan *fakeReceiver, 8)
+			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+				fb.setup = func(c *fakeConn) { c.attached = attached }
+			})
+			require.NoError(t, h.dial())
+			seen := newHandled()
+			cons := NewConsumer(Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
+			run := startConsume(h, "orders", cons, &ConsumeOptions{Credit: tc.credit})
+
+			r := attachedReceiver(t, attached)
+			assert.Equal(t, "orders", r.source)
+			assert.Equal(t, []string{"queue"}, r.opts.SourceCapabilities)
+			assert.Equal(t, tc.wantCredit, r.opts.Credit)
+			require.NotNil(t, r.opts.RequestedSenderSettleMode)
+			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.opts.RequestedSenderSettleMode, "the consumer settles every delivery itself")
+
+			dlqs := h.fb.conn(0).sendersTo("orders.dlq")
+			require.Len(t, dlqs, 1, "the dead-letter sender is attached with the receiver")
+			assert.Equal(t, []string{"queue"}, dlqs[0].opts.TargetCapabilities)
+
+			// A failure at the limit is dead-lettered through the Client's sender.
+			msg := orderMessage(t, 0)
+			r.Push(msg)
+			require.NoError(t, r.WaitSettled(context.Background(), 1))
+			d, _ := r.Disposition(msg)
+			assert.Equal(t, fakelink.Accepted, d)
+			kept := h.keptOn("orders.dlq")
+			require.Len(t, kept, 1)
+			assert.Contains(t, kept[0].Value, `"reason":"failed"`)
+			assert.Contains(t, kept[0].Value, `"original_queue":"orders"`)
+
+			run.cancel()
+			require.NoError(t, run.wait(t))
+			assert.True(t, r.closed.Load(), "the receiver is closed when Consume returns")
+			assert.True(t, dlqs[0].closed.Load(), "and so is the dead-letter sender")
+			assert.Nil(t, cons.dlq, "the caller's Consumer is not modified")
+			assert.Equal(t, []ConnectionEventKind{EventConnected, EventSenderAttached, EventConsumerAttached}, h.ev.kinds())
+		})
+	}
+}
+
+func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
+	first, second := orderMessage(t, 0), orderMessage(t, 0)
+	attached := make(chan *fakeReceiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attached = attached
+			msg := first
+			if fb.connCount() > 1 {
+				msg = second
+			}
+			c.deliveries = func() []*amqp.Message { return []*amqp.Message{msg} }
+		}
+	})
+	require.NoError(t, h.dial())
+	seen := newHandled()
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: seen.handler(nil)}), nil)
+
+	r1 := attachedReceiver(t, attached)
+	assert.Equal(t, messageID(first), seen.next(t))
+	require.NoError(t, r1.WaitSettled(context.Background(), 1))
+
+	h.fb.conn(0).kill(&amqp.ConnError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondConnectionForced, Description: "broker shutting down"}})
+
+	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the first wait: 100ms less 20% jitter at random 0.5")
+	r2 := attachedReceiver(t, attached)
+	assert.Equal(t, messageID(second), seen.next(t), "listening resumed on the new connection")
+	require.NoError(t, r2.WaitSettled(context.Background(), 1))
+	d, _ := r2.Disposition(second)
+	assert.Equal(t, fakelink.Accepted, d)
+
+	assert.Equal(t, []string{"amqp://live:5672", "amqp://backup:5672"}, h.fb.dialed())
+	lost := h.ev.wait(t, EventConsumerLost)
+	assert.Equal(t, "orders", lost.Address)
+	var ce *amqp.ConnError
+	assert.ErrorAs(t, lost.Err, &ce)
+	backoff := h.ev.wait(t, EventBackoff)
+	assert.Equal(t, 1, backoff.Attempt)
+	assert.Equal(t, 90*time.Millisecond, backoff.Delay)
+	reconnected := h.ev.wait(t, EventReconnected)
+	assert.Equal(t, "amqp://backup:5672", reconnected.URL)
+	resumed := h.ev.wait(t, EventConsumerResumed)
+	assert.Equal(t, "orders", resumed.Address)
+
+	assert.Equal(t, []ConnectionEventKind{
+		EventConnected, EventSenderAttached, EventConsumerAttached,
+		EventConsumerLost, EventBackoff, EventReconnected, EventSenderReattached, EventConsumerResumed,
+	}, h.ev.kinds())
+
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+func TestConsumeReattachesALostLinkWithoutRedialing(t *testing.T) {
+	attached := make(chan *fakeReceiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+
+	r1 := attachedReceiver(t, attached)
+	r1.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
+	r2 := attachedReceiver(t, attached)
+	assert.NotSame(t, r1, r2)
+	assert.True(t, r1.closed.Load())
+	assert.Equal(t, 1, h.fb.connCount(), "the connection survived the link")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders.dlq"), 1, "the dead-letter link is still good")
+
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+func TestConsumeBackoffGrowsAndCaps(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"},
+		&ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}},
+		func(fb *fakeBroker) {
+			fb.setup = func(c *fakeConn) {
+				c.attachErr = func(_ string, receiver bool) error {
+					if receiver {
+						return &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondNotFound, Description: "queue orders does not exist"}}
+					}
+					return nil
+				}
+			}
+		})
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
+	for i, w := range want {
+		assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
+	}
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	backoff := h.ev.wait(t, EventBackoff)
+	assert.Contains(t, backoff.Err.Error(), "attach receiver to orders")
+	assert.Contains(t, backoff.Err.Error(), "does not exist")
+	assert.Equal(t, 1, h.fb.connCount(), "a refused attach does not cost the connection")
+}
+
+func TestConsumeBackoffWhileTheBrokerIsDown(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"},
+		&ClientOptions{Backoff: &Backoff{Initial: time.Second, Max: 4 * time.Second, Multiplier: 3, Jitter: 0.5}},
+		func(fb *fakeBroker) {
+			fb.dialErr = func(n int, _ *broker) error {
+				if n > 1 {
+					return refused
+				}
+				return nil
+			}
+		})
+	require.NoError(t, h.dial())
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+
+	// random 0.5, jitter 0.5: three quarters of 1s, 3s, then the 4s cap.
+	for i, w := range []time.Duration{750 * time.Millisecond, 2250 * time.Millisecond, 3 * time.Second, 3 * time.Second} {
+		assert.Equal(t, w, h.timers.next(t), "wait %d", i+1)
+	}
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	assert.GreaterOrEqual(t, len(h.fb.dialed()), 1+2*4, "both URLs are tried on every attempt")
+	backoff := h.ev.wait(t, EventBackoff)
+	assert.ErrorIs(t, backoff.Err, ErrConnect)
+}
+
+func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
+	cases := []struct {
+		name   string
+		uptime time.Duration
+		want   []time.Duration
+	}{
+		{"flapping link: keeps growing", time.Second, []time.Duration{100, 200, 400, 800}},
+		{"attachment lived Backoff.Max: starts over", 30 * time.Second, []time.Duration{100, 100, 100, 100}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, []string{"amqp://live:5672"},
+				&ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}},
+				func(fb *fakeBroker) {
+					fb.setup = func(c *fakeConn) {
+						c.attached = make(chan *fakeReceiver, 64)
+						go func() {
+							for r := range c.attached {
+								r.Fail(&amqp.LinkError{}) // every attachment dies at once
+							}
+						}()
+					}
+				})
+			var mu sync.Mutex
+			clock := time.Unix(0, 0)
+			h.c.now = func() time.Time {
+				// Each reading is uptime later: Listen appears to run that long.
+				mu.Lock()
+				defer mu.Unlock()
+				clock = clock.Add(tc.uptime)
+				return clock
+			}
+			require.NoError(t, h.dial())
+			run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+			for i, w := range tc.want {
+				assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
+			}
+			run.cancel()
+			require.NoError(t, run.wait(t))
+			close(h.fb.conn(0).attached)
+		})
+	}
+}
+
+func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attachErr = func(_ string, receiver bool) error {
+				if receiver {
+					return &amqp.LinkError{}
+				}
+				return nil
+			}
+		}
+	})
+	h.timers.hold = true // the backoff never ends by itself
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
+	run.cancel()
+	assert.NoError(t, run.wait(t), "a cancelled context is a normal end")
+}
+
+func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
+	t.Run("during backoff", func(t *testing.T) {
+		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+			fb.setup = func(c *fakeConn) {
+				c.attachErr = func(_ string, receiver bool) error {
+					if receiver {
+						return &amqp.LinkError{}
+					}
+					return nil
+				}
+			}
+		})
+		h.timers.hold = true
+		require.NoError(t, h.dial())
+		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		h.timers.next(t)
+		require.NoError(t, h.c.Close())
+		assert.ErrorIs(t, run.wait(t), ErrClosed)
+	})
+	t.Run("while listening", func(t *testing.T) {
+		attached := make(chan *fakeReceiver, 8)
+		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+			fb.setup = func(c *fakeConn) { c.attached = attached }
+		})
+		require.NoError(t, h.dial())
+		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		attachedReceiver(t, attached)
+		require.NoError(t, h.c.Close())
+		assert.ErrorIs(t, run.wait(t), ErrClosed)
+		assert.NotContains(t, h.ev.kinds(), EventConsumerLost, "a deliberate close is not a loss")
+	})
+}
+
+func TestConsumeRejectsInvalidArguments(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	ok := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)})
+	cases := map[string]struct {
+		queue string
+		cons  *Consumer
+		opts  *ConsumeOptions
+	}{
+		"nil consumer":     {"orders", nil, nil},
+		"invalid consumer": {"orders", NewConsumer(Handlers{urnCreated: nil}), nil},
+		"blank queue":      {" ", ok, nil},
+		"negative credit":  {"orders", ok, &ConsumeOptions{Credit: -1}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := h.c.Consume(context.Background(), tc.queue, tc.cons, tc.opts)
+			assert.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+	assert.Empty(t, h.fb.conn(0).receiverList(), "nothing was attached")
+}
+
+func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
+	cases := map[string]struct {
+		cons *Consumer
+		opts *ConsumeOptions
+	}{
+		"own sender":     {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
+		"no dead letter": {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			attached := make(chan *fakeReceiver, 8)
+			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+				fb.setup = func(c *fakeConn) { c.attached = attached }
+			})
+			require.NoError(t, h.dial())
+			run := startConsume(h, "orders", tc.cons, tc.opts)
+			attachedReceiver(t, attached)
+			assert.Empty(t, h.fb.conn(0).sendersTo("orders.dlq"))
+			run.cancel()
+			require.NoError(t, run.wait(t))
+		})
+	}
+}
+
+func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
+	attached := make(chan *fakeReceiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	require.NoError(t, h.dial())
+	cons := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
+	run := startConsume(h, "billing.v2", cons, nil)
+	r := attachedReceiver(t, attached)
+	assert.Equal(t, "billing.v2", r.source)
+	assert.Len(t, h.fb.conn(0).sendersTo("billing.dlq"), 1, "<queue>.dlq of the Consumer's WithQueue name")
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+func TestConsumeRetriesARefusedDeadLetterAddress(t *testing.T) {
+	attached := make(chan *fakeReceiver, 8)
+	refusals := 2
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attached = attached
+			c.attachErr = func(addr string, _ bool) error {
+				if addr == "orders.dlq" && refusals > 0 {
+					refusals--
+					return &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondUnauthorizedAccess}}
+				}
+				return nil
+			}
+		}
+	})
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	r1 := attachedReceiver(t, attached)
+	r2 := attachedReceiver(t, attached)
+	r3 := attachedReceiver(t, attached)
+	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
+	assert.Equal(t, 180*time.Millisecond, h.timers.next(t))
+	h.ev.wait(t, EventConsumerAttached)
+	assert.True(t, r1.closed.Load(), "a receiver whose dead-letter sender was refused is closed")
+	assert.True(t, r2.closed.Load())
+	assert.False(t, r3.closed.Load())
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
+	attached := make(chan *fakeReceiver, 8)
+	msg := orderMessage(t, 0)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attached = attached
+			c.deliveries = func() []*amqp.Message { return []*amqp.Message{msg} }
+		}
+	})
+	require.NoError(t, h.dial())
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	cons := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+		close(inHandler)
+		<-release
+		return nil
+	}})
+	run := startConsume(h, "orders", cons, nil)
+	r := attachedReceiver(t, attached)
+	<-inHandler
+	run.cancel()
+	close(release)
+	require.NoError(t, run.wait(t))
+	d, ok := r.Disposition(msg)
+	require.True(t, ok)
+	assert.Equal(t, fakelink.Accepted, d, "the handler in flight settled before Consume returned")
+	assert.True(t, r.closed.Load())
+}

@@ -1,0 +1,252 @@
+package artemis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/Azure/go-amqp"
+)
+
+// ClientPublisher is a Publisher whose link the Client keeps attached: after
+// the link or the connection is lost, the next publish re-dials and
+// re-attaches, without the caller rebuilding anything. Publish and
+// PublishEnvelope come from the embedded Publisher.
+type ClientPublisher struct {
+	*Publisher
+	sender *clientSender
+}
+
+// Publisher attaches a sender to queue with the "queue" capability (an
+// anycast queue on Artemis) and returns a publisher over it. opts apply to
+// every publish, before per-call options; pass WithDuplicateDetection to
+// make ambiguous failures retryable (below). The attach happens now, so an
+// unreachable broker or a refused address is reported here.
+//
+// When is a failed publish retried? Publish returns meta.id only once the
+// broker accepted the transfer. When the link is known to be gone before
+// the transfer is written (the connection died while idle), the publisher
+// re-dials and sends on the new link: nothing was sent, so nothing can be
+// doubled. When the link or connection fails after the transfer may have
+// been written, or ctx ends while waiting for the broker's outcome, the
+// outcome is unknown: the broker may have stored the message. Sending it
+// again is duplicate-free only with Artemis duplicate detection, so:
+//
+//   - without WithDuplicateDetection the error is returned, matching
+//     ErrOutcomeUnknown, and nothing is retried: the caller decides;
+//   - with it, the message (same meta.id, same _AMQ_DUPL_ID) is sent once
+//     more on a re-dialed link, and Artemis drops it if the first copy was
+//     stored. A second unknown outcome is returned as ErrOutcomeUnknown.
+//     An ended ctx is never retried.
+//
+// When no broker answers, the error matches ErrConnect: nothing was sent,
+// and publishing again is safe. A caller retrying an unknown outcome on its
+// own must resend the same envelope (PublishEnvelope with
+// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
+// meta.id each call. A rejected, released or modified outcome is the
+// broker's answer, returned as an *OutcomeError and never retried.
+func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
+	if strings.TrimSpace(queue) == "" {
+		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	s := c.newSender(queue)
+	if _, err := s.link(ctx); err != nil {
+		return nil, err
+	}
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), sender: s}, nil
+}
+
+// Close detaches the publisher's link. Later publishes fail with ErrClosed.
+// The Client's connection stays open.
+func (p *ClientPublisher) Close(ctx context.Context) error { return p.sender.close(ctx) }
+
+// clientSender is an OutcomeSender that forwards to the current link to its
+// address, re-attaching when the link or the connection was lost. The
+// publishers and the consume loop's dead-letter writes go through it.
+type clientSender struct {
+	c    *Client
+	addr string
+
+	sem      chan struct{} // a lock that a waiting caller's ctx can abandon
+	cur      *senderLink   // guarded by sem
+	attached bool          // guarded by sem: the next attach is a re-attach
+	closed   atomic.Bool
+}
+
+type senderLink struct {
+	cn     *connection
+	link   linkSender
+	broken atomic.Bool
+}
+
+func (c *Client) newSender(addr string) *clientSender {
+	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}
+}
+
+// senderOptions attach with the queue capability and unsettled sends, so
+// every transfer gets the broker's outcome.
+func senderOptions() *amqp.SenderOptions {
+	mode := amqp.SenderSettleModeUnsettled
+	return &amqp.SenderOptions{TargetCapabilities: []string{"queue"}, SettlementMode: &mode}
+}
+
+// link returns a live link, attaching one (and dialing) when needed.
+func (s *clientSender) link(ctx context.Context) (*senderLink, error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	sl, ev, err := s.linkLocked(ctx)
+	<-s.sem
+	if ev != nil {
+		s.c.emit(*ev)
+	}
+	return sl, err
+}
+
+func (s *clientSender) linkLocked(ctx context.Context) (*senderLink, *ConnectionEvent, error) {
+	if s.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	if sl := s.cur; sl != nil {
+		if !sl.broken.Load() && !sl.cn.dead() {
+			return sl, nil, nil
+		}
+		s.cur = nil
+		_ = s.closeLink(ctx, sl)
+	}
+	cn, err := s.c.connection(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, s.c.dialTimeout)
+	link, err := cn.sess.NewSender(actx, s.addr, senderOptions())
+	cancel()
+	if err != nil {
+		s.c.linkFailed(cn, err)
+		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
+	}
+	sl := &senderLink{cn: cn, link: link}
+	s.cur = sl
+	ev := &ConnectionEvent{Kind: EventSenderAttached, URL: cn.url, Address: s.addr}
+	if s.attached {
+		ev.Kind = EventSenderReattached
+	}
+	s.attached = true
+	return sl, ev, nil
+}
+
+func (s *clientSender) closeLink(ctx context.Context, sl *senderLink) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.dialTimeout)
+	defer cancel()
+	return sl.link.Close(cctx)
+}
+
+// failed marks sl unusable after err; the connection goes too when err
+// says it is gone.
+func (s *clientSender) failed(sl *senderLink, err error) {
+	sl.broken.Store(true)
+	s.c.linkFailed(sl.cn, err)
+}
+
+func (s *clientSender) close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	sl := s.cur
+	s.cur = nil
+	if sl == nil || sl.broken.Load() || sl.cn.dead() {
+		return nil
+	}
+	if err := s.closeLink(ctx, sl); err != nil && !linkLost(err) {
+		return s.c.red.error(err)
+	}
+	return nil
+}
+
+// SendOutcome sends msg on the current link and returns the broker's
+// outcome, re-attaching first when the link is known to be gone. After an
+// ambiguous failure it retries once only when msg carries a duplicate id
+// (see Client.Publisher).
+func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	sl, err := s.link(ctx)
+	if err != nil {
+		return nil, err // nothing was sent
+	}
+	state, err := transfer(ctx, sl.link, msg)
+	if err == nil || !mayBeStored(err) {
+		return state, s.c.red.error(err)
+	}
+	s.failed(sl, err)
+	if ctx.Err() != nil || !hasDuplicateID(msg) {
+		return nil, s.unknown(err)
+	}
+	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: sl.cn.url, Address: s.addr, Err: err})
+	retry, lerr := s.link(ctx)
+	if lerr != nil {
+		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %w)", err, lerr))
+	}
+	state, err = transfer(ctx, retry.link, msg)
+	if err == nil || !mayBeStored(err) {
+		return state, s.c.red.error(err)
+	}
+	s.failed(retry, err)
+	return nil, s.unknown(err)
+}
+
+// Send is SendOutcome for the Sender interface: nil only for an accepted
+// outcome, an *OutcomeError for the others. opts are ignored: transfers
+// are always sent unsettled.
+func (s *clientSender) Send(ctx context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
+	state, err := s.SendOutcome(ctx, msg)
+	if err != nil {
+		return err
+	}
+	return outcomeError(state)
+}
+
+func (s *clientSender) unknown(err error) error {
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, s.c.red.error(err))
+}
+
+// transfer sends msg on one link and waits for its outcome.
+func transfer(ctx context.Context, l Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
+	switch l := l.(type) {
+	case OutcomeSender:
+		return l.SendOutcome(ctx, msg)
+	case receiptSender:
+		receipt, err := l.SendWithReceipt(ctx, msg, nil)
+		if err != nil {
+			return nil, err
+		}
+		return receipt.Wait(ctx)
+	}
+	if err := l.Send(ctx, msg, nil); err != nil {
+		return nil, err
+	}
+	return &amqp.StateAccepted{}, nil
+}
+
+// mayBeStored reports a failure after which the transfer may have reached
+// the broker: the link or connection went down, or ctx ended, while it was
+// being written or waiting for its outcome. go-amqp reports a ctx that
+// ended before the transfer was handed over as an *amqp.Error (transfer
+// limit exceeded): that one was never sent.
+func mayBeStored(err error) bool {
+	return linkLost(err) || isContextError(err)
+}
+
+func hasDuplicateID(msg *amqp.Message) bool {
+	id, ok := msg.ApplicationProperties[PropDuplicateID].(string)
+	return ok && id != ""
+}
+
+var _ OutcomeSender = (*clientSender)(nil)

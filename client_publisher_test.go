@@ -1,0 +1,334 @@
+package artemis
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+var orderData = json.RawMessage(`{"order_id":1042}`)
+
+// newPublisherHarness dials a fake broker and attaches a publisher to
+// "orders".
+func newPublisherHarness(t *testing.T, prepare func(*fakeBroker), opts ...PublishOption) (*harness, *ClientPublisher) {
+	t.Helper()
+	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, nil, prepare)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders", opts...)
+	require.NoError(t, err)
+	return h, p
+}
+
+// sentTo lists every transfer attempted to addr on every connection.
+func (h *harness) sentTo(addr string) []*amqp.Message {
+	var out []*amqp.Message
+	for i := range h.fb.connCount() {
+		for _, s := range h.fb.conn(i).sendersTo(addr) {
+			out = append(out, s.Sent()...)
+		}
+	}
+	return out
+}
+
+// keptOn lists the transfers the fake broker accepted on addr.
+func (h *harness) keptOn(addr string) []*amqp.Message {
+	var out []*amqp.Message
+	for i := range h.fb.connCount() {
+		for _, s := range h.fb.conn(i).sendersTo(addr) {
+			out = append(out, s.Kept()...)
+		}
+	}
+	return out
+}
+
+// dropConnDuringSend makes the first transfer on the first connection fail
+// as a broker crash after the write does: the connection dies and the
+// sender sees a *amqp.ConnError. Later transfers use next.
+func dropConnDuringSend(next func(context.Context, *amqp.Message) (amqp.DeliveryState, error)) func(*fakeBroker) {
+	return func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if fb.connCount() > 1 {
+				c.outcome = next
+				return
+			}
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+				c.kill(&amqp.ConnError{})
+				return nil, &amqp.ConnError{}
+			}
+		}
+	}
+}
+
+func TestPublisherAttachesWithTheQueueCapability(t *testing.T) {
+	h, p := newPublisherHarness(t, nil)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	opts := senders[0].opts
+	assert.Equal(t, []string{"queue"}, opts.TargetCapabilities)
+	require.NotNil(t, opts.SettlementMode)
+	assert.Equal(t, amqp.SenderSettleModeUnsettled, *opts.SettlementMode, "unsettled, so every transfer has an outcome")
+
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	kept := h.keptOn("orders")
+	require.Len(t, kept, 1)
+	assert.Equal(t, id, kept[0].Properties.MessageID)
+	assert.NotContains(t, kept[0].ApplicationProperties, PropDuplicateID, "duplicate detection is opt-in")
+	assert.Equal(t, []ConnectionEventKind{EventConnected, EventSenderAttached}, h.ev.kinds())
+}
+
+func TestPublisherRedialsAfterAnIdleLoss(t *testing.T) {
+	// The connection died while idle: the loss is known before anything is
+	// written, so the publish goes to a new connection, once, even without
+	// duplicate detection.
+	h, p := newPublisherHarness(t, nil)
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	sent := h.sentTo("orders")
+	require.Len(t, sent, 1, "nothing was sent on the dead link")
+	assert.Equal(t, id, sent[0].Properties.MessageID)
+	assert.Equal(t, []string{"amqp://live:5672", "amqp://backup:5672"}, h.fb.dialed(), "the backup is tried first after losing the live broker")
+	assert.Equal(t, []ConnectionEventKind{EventConnected, EventSenderAttached, EventReconnected, EventSenderReattached}, h.ev.kinds())
+}
+
+func TestPublisherDoesNotRetryAnUnknownOutcomeWithoutDuplicateDetection(t *testing.T) {
+	h, p := newPublisherHarness(t, dropConnDuringSend(nil))
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.Error(t, err)
+	assert.Empty(t, id)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	var ce *amqp.ConnError
+	assert.ErrorAs(t, err, &ce)
+	assert.Len(t, h.sentTo("orders"), 1, "not retried: the first copy may be stored")
+
+	// The next publish re-dials and works.
+	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	assert.Len(t, h.keptOn("orders"), 1)
+	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
+}
+
+func TestPublisherRetriesOnceWithDuplicateDetection(t *testing.T) {
+	cases := map[string]struct {
+		publisherOpts []PublishOption
+		callOpts      []PublishOption
+	}{
+		"publisher option": {publisherOpts: []PublishOption{WithDuplicateDetection()}},
+		"per-call option":  {callOpts: []PublishOption{WithDuplicateDetection()}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h, p := newPublisherHarness(t, dropConnDuringSend(nil), tc.publisherOpts...)
+			id, err := p.Publish(context.Background(), urnCreated, orderData, tc.callOpts...)
+			require.NoError(t, err)
+
+			sent := h.sentTo("orders")
+			require.Len(t, sent, 2, "sent, then sent once more after re-dialing")
+			assert.Same(t, sent[0], sent[1], "the very same message: same meta.id, same duplicate id")
+			assert.Equal(t, id, sent[1].ApplicationProperties[PropDuplicateID])
+			assert.Equal(t, id, sent[1].Properties.MessageID)
+			assert.Len(t, h.keptOn("orders"), 1)
+			assert.Equal(t, 2, h.fb.connCount())
+			retried := h.ev.wait(t, EventPublishRetried)
+			assert.Equal(t, "orders", retried.Address)
+			assert.Error(t, retried.Err)
+		})
+	}
+}
+
+func TestPublisherRetriesOnlyOnce(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+				c.kill(&amqp.ConnError{})
+				return nil, &amqp.ConnError{}
+			}
+		}
+	}, WithDuplicateDetection())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Len(t, h.sentTo("orders"), 2)
+}
+
+func TestPublisherRetryThatCannotReconnectIsAnUnknownOutcome(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		dropConnDuringSend(nil)(fb)
+		fb.dialErr = func(n int, _ *broker) error {
+			if n > 1 {
+				return refused
+			}
+			return nil
+		}
+	}, WithDuplicateDetection())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, ErrConnect)
+	assert.Len(t, h.sentTo("orders"), 1)
+}
+
+func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
+	started := make(chan struct{})
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+				close(started)
+				return fakelink.Hang(ctx, m)
+			}
+		}
+	}, WithDuplicateDetection())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-started
+		cancel()
+	}()
+	_, err := p.Publish(ctx, urnCreated, orderData)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown, "the transfer may have been written before the context ended")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Len(t, h.sentTo("orders"), 1)
+	assert.Equal(t, 1, h.fb.connCount())
+}
+
+func TestPublisherReturnsTheBrokersAnswer(t *testing.T) {
+	cases := map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
+		"rejected": fakelink.Reject,
+		"released": fakelink.Release,
+		"modified": fakelink.Modify,
+	}
+	for name, outcome := range cases {
+		t.Run(name, func(t *testing.T) {
+			h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+				fb.setup = func(c *fakeConn) { c.outcome = outcome }
+			}, WithDuplicateDetection())
+			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			assert.ErrorIs(t, err, ErrNotAccepted)
+			assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+			var oe *OutcomeError
+			assert.ErrorAs(t, err, &oe)
+			assert.Len(t, h.sentTo("orders"), 1, "the broker answered: nothing to retry")
+			assert.Equal(t, 1, h.fb.connCount())
+		})
+	}
+}
+
+func TestPublisherTransferThatNeverLeftIsNotUnknown(t *testing.T) {
+	// go-amqp's answer when ctx ends before the transfer is handed over.
+	notSent := &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link"}
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) { return nil, notSent }
+		}
+	}, WithDuplicateDetection())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	assert.ErrorIs(t, err, notSent)
+	assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Len(t, h.sentTo("orders"), 1)
+}
+
+func TestPublisherReattachesALostLinkOnTheSameConnection(t *testing.T) {
+	var calls atomic.Int32
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+				if calls.Add(1) == 1 {
+					return nil, &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}}
+				}
+				return fakelink.Accept(ctx, m)
+			}
+		}
+	}, WithDuplicateDetection())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 2)
+	assert.True(t, senders[0].closed.Load(), "the dead link is closed")
+	assert.Len(t, h.keptOn("orders"), 1)
+}
+
+func TestPublisherAttachRefused(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attachErr = func(string, bool) error {
+				return &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondUnauthorizedAccess, Description: "User babel does not have permission"}}
+			}
+		}
+	})
+	require.NoError(t, h.dial())
+	_, err := h.c.Publisher(context.Background(), "orders")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "attach sender to orders")
+	assert.Contains(t, err.Error(), "permission")
+	assert.False(t, h.fb.conn(0).dead(), "a refused link does not cost the connection")
+
+	_, err = h.c.Publisher(context.Background(), " ")
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestPublisherClose(t *testing.T) {
+	h, p := newPublisherHarness(t, nil)
+	require.NoError(t, p.Close(context.Background()))
+	assert.True(t, h.fb.conn(0).sendersTo("orders")[0].closed.Load())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	assert.ErrorIs(t, err, ErrClosed)
+	require.NoError(t, p.Close(context.Background()))
+	assert.False(t, h.fb.conn(0).dead(), "the Client's connection stays open")
+}
+
+func TestPublishAfterClientClose(t *testing.T) {
+	h, p := newPublisherHarness(t, nil)
+	require.NoError(t, h.c.Close())
+	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestConcurrentPublishesAfterALossShareOneReconnect(t *testing.T) {
+	h, p := newPublisherHarness(t, nil)
+	h.fb.conn(0).kill(&amqp.ConnError{})
+
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 2, h.fb.connCount())
+	assert.Len(t, h.fb.conn(1).sendersTo("orders"), 1, "one re-attach for all of them")
+	assert.Len(t, h.keptOn("orders"), 20)
+}
+
+func TestClientPublisherSendIsStrict(t *testing.T) {
+	// Send, unlike go-amqp's, fails a released transfer: only accepted counts.
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.outcome = fakelink.Release }
+	})
+	_ = h
+	err := p.sender.Send(context.Background(), orderMessage(t, 0), nil)
+	assert.ErrorIs(t, err, ErrNotAccepted)
+}
+
+func TestTransferOverAPlainSender(t *testing.T) {
+	// A link that reports no outcome is trusted when Send returns nil.
+	accepting := fakelink.PlainSender{S: &fakelink.Sender{}}
+	state, err := transfer(context.Background(), accepting, orderMessage(t, 0))
+	require.NoError(t, err)
+	assert.IsType(t, &amqp.StateAccepted{}, state)
+
+	closed := fakelink.PlainSender{S: &fakelink.Sender{Outcome: fakelink.Closed}}
+	_, err = transfer(context.Background(), closed, orderMessage(t, 0))
+	assert.ErrorIs(t, err, fakelink.ErrLinkClosed)
+}

@@ -1,0 +1,124 @@
+package artemis
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRedactURL(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"amqp://babel:babel@127.0.0.1:5672", "amqp://babel:xxxxx@127.0.0.1:5672"},
+		{"amqps://user:p%40ss@broker.example:5671/", "amqps://user:xxxxx@broker.example:5671/"},
+		{"amqp://user@broker:5672", "amqp://user@broker:5672"},
+		{"amqp://broker:5672", "amqp://broker:5672"},
+		{"amqp://:only-pass@broker", "amqp://:xxxxx@broker"},
+		// Not URLs: redacted by hand, generously.
+		{"amqp://user:secret@host:99x", "amqp://user:xxxxx@host:99x"},
+		{"amqp://user:sec/ret@host:99x", "amqp://user:xxxxx@host:99x"},
+		{"amqp://user:se@cr@et@host\x7f", "amqp://user:xxxxx@host\x7f"},
+		{"no scheme at all", "no scheme at all"},
+		{"", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			assert.Equal(t, tc.want, redactURL(tc.in))
+		})
+	}
+}
+
+func TestUserinfoPassword(t *testing.T) {
+	cases := []struct {
+		raw   string
+		exact bool
+		want  string
+		ok    bool
+	}{
+		{"amqp://u:p@h:5672", true, "p", true},
+		{"amqp://u:p:q@h", true, "p:q", true},
+		{"amqp://u:p@h/path@x", true, "p", true},
+		{"amqp://u:p@h?x=a@b", true, "p", true},
+		{"amqp://u:p@h/path@x", false, "p@h/path", true},
+		{"amqp://u@h", true, "", false},
+		{"amqp://h:5672", true, "", false},
+		{"u:p@h", true, "", false},
+	}
+	for _, tc := range cases {
+		start, end, ok := userinfoPassword(tc.raw, tc.exact)
+		require.Equal(t, tc.ok, ok, tc.raw)
+		if ok {
+			assert.Equal(t, tc.want, tc.raw[start:end], tc.raw)
+		}
+	}
+}
+
+func TestRedactorScrubsEveryForm(t *testing.T) {
+	var r redactor
+	r.addURLPassword("amqp://u:p%40ss%20w%2Frd@h:5672")
+	r.add("opt-secret")
+	r.add("")
+	for _, leak := range []string{"p%40ss%20w%2Frd", "p@ss w/rd", "p%40ss+w%2Frd", "opt-secret"} {
+		s := r.string("before " + leak + " after")
+		assert.Equal(t, "before xxxxx after", s, leak)
+		assert.False(t, r.contains(s))
+	}
+	assert.Equal(t, "nothing to hide", r.string("nothing to hide"))
+}
+
+func TestRedactorMalformedURLPasswordIsASecret(t *testing.T) {
+	// Parses, but not as its author meant: "12/ss" is a port and a path.
+	var r redactor
+	r.addURLPassword("amqp://u:12/ss@h")
+	assert.NotContains(t, r.string(redactURL("amqp://u:12/ss@h")), "12/ss")
+}
+
+func TestRedactorError(t *testing.T) {
+	var r redactor
+	r.add("hunter2")
+
+	clean := fmt.Errorf("dial: %w", refused)
+	assert.Same(t, clean, r.error(clean), "an error without a secret is returned as it is")
+	assert.Nil(t, r.error(nil))
+
+	cases := map[string]error{
+		"in the text":          errors.New("login hunter2 refused"),
+		"in a wrapped error":   fmt.Errorf("dial: %w", errors.New("login hunter2 refused")),
+		"in a joined error":    errors.Join(refused, errors.New("pw=hunter2")),
+		"hidden by the outer":  &opaque{inner: errors.New("pw=hunter2")},
+		"deep in a join chain": fmt.Errorf("a: %w", errors.Join(refused, fmt.Errorf("b: %w", errors.New("hunter2")))),
+	}
+	for name, err := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := r.error(err)
+			require.Error(t, got)
+			for _, text := range allTexts(got) {
+				assert.NotContains(t, text, "hunter2")
+			}
+			assert.Nil(t, errors.Unwrap(got), "the scrubbed error does not lead back to the original")
+		})
+	}
+
+	var none redactor
+	leaky := errors.New("hunter2")
+	assert.Same(t, leaky, none.error(leaky), "with no secret known there is nothing to scrub")
+}
+
+// opaque wraps an error without showing its text.
+type opaque struct{ inner error }
+
+func (o *opaque) Error() string { return "something failed" }
+func (o *opaque) Unwrap() error { return o.inner }
+
+func TestRedactorLeavesTheLibrarysOwnWordsAlone(t *testing.T) {
+	var r redactor
+	r.addURLPassword("amqp://babel:babel@127.0.0.1:5672")
+	r.add("queue")
+	assert.Equal(t, "babelqueue: receive: amqp://xxxxx:xxxxx@127.0.0.1:5672 said xxxxx; xxxxx",
+		r.string("babelqueue: receive: amqp://babel:babel@127.0.0.1:5672 said babel; queue"))
+	assert.False(t, r.contains("babelqueue: cannot connect"))
+	assert.True(t, r.contains("babelqueue babel"))
+	assert.Equal(t, "xxxxx", r.string("babelbabel"), "adjacent occurrences merge")
+}
