@@ -376,6 +376,7 @@ func benchFloorMessage(urn, trace, id, body string, created time.Time) *amqp.Mes
 			MessageID:     id,
 			CorrelationID: trace,
 			ContentType:   &contentType,
+			Subject:       &urn,
 			CreationTime:  &created,
 		},
 		ApplicationProperties: map[string]any{

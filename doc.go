@@ -19,7 +19,7 @@
 //	| envelope            | AMQP 1.0                                   | JMS view          |
 //	|---------------------|--------------------------------------------|-------------------|
 //	| encoded envelope    | one amqp-value section holding the string  | TextMessage body  |
-//	| job (URN)           | annotation x-opt-jms-type                  | JMSType           |
+//	| job (URN)           | annotation x-opt-jms-type, and subject     | JMSType (subject) |
 //	| trace_id            | properties.correlation-id                  | JMSCorrelationID  |
 //	| meta.id             | properties.message-id                      | JMSMessageID      |
 //	| meta.created_at     | properties.creation-time                   | JMSTimestamp      |

@@ -134,9 +134,14 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 	props[PropAttempts] = attemptsProperty(env.Attempts)
 	props[PropAppID] = AppID
 
+	// Artemis gives JMS peers JMSType from properties.subject; the contract's
+	// x-opt-jms-type annotation is what BabelQueue consumers route on. Both
+	// carry the URN.
+	urn := env.Job
 	p := &amqp.MessageProperties{
 		CorrelationID: env.TraceID,
 		ContentType:   &contentType,
+		Subject:       &urn,
 	}
 	if env.Meta.ID != "" {
 		p.MessageID = env.Meta.ID

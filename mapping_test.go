@@ -276,7 +276,10 @@ func TestNewMessageConformance(t *testing.T) {
 	if p.CreationTime == nil || p.CreationTime.UnixMilli() != 1749132727000 || p.CreationTime.Location() != time.UTC {
 		t.Errorf("creation-time %v, want 1749132727000 ms UTC", p.CreationTime)
 	}
-	if p.To != nil || p.Subject != nil || p.ReplyTo != nil || p.GroupID != nil || p.UserID != nil || p.ContentEncoding != nil {
+	if p.Subject == nil || *p.Subject != "urn:babel:orders:created" {
+		t.Errorf("subject %v, want the URN (Artemis maps it to JMSType)", p.Subject)
+	}
+	if p.To != nil || p.ReplyTo != nil || p.GroupID != nil || p.UserID != nil || p.ContentEncoding != nil {
 		t.Errorf("unexpected properties: %+v", p)
 	}
 	if msg.Header == nil || !msg.Header.Durable {
