@@ -1,6 +1,6 @@
 module github.com/babelqueue/babelqueue-go-artemis
 
-go 1.26.8
+go 1.25.0
 
 require (
 	github.com/Azure/go-amqp v1.7.0
