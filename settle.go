@@ -113,7 +113,11 @@ func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
 	if err == nil {
 		return d.finish(kind, cause, DeadLettered, d.accept)
 	}
-	if ctx.Err() != nil && err == ctx.Err() {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Not only ctx.Err() itself: a transfer still waiting for link
+		// credit when the time runs out (Artemis grants none to a link on a
+		// full address) comes back from go-amqp as its own
+		// amqp:link:transfer-limit-exceeded error.
 		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
 	}
 	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
