@@ -273,7 +273,7 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 
 func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
 	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop,
-		urn: annotationURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
+		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
 	}

@@ -305,9 +305,23 @@ func TestRouting(t *testing.T) {
 		handleOne(t, c, newRecorder(), nil, msg)
 		assert.Equal(t, "shipped:"+urnCreated, got)
 	})
+	t.Run("the subject routes when the annotation is absent (a JMS producer's JMSType)", func(t *testing.T) {
+		msg := orderMessage(t, 0)
+		delete(msg.Annotations, AnnotationJMSType)
+		shipped := "urn:babel:orders:shipped"
+		msg.Properties.Subject = &shipped
+		var got string
+		c := NewConsumer(Handlers{
+			shipped:    func(context.Context, *Envelope, *amqp.Message) error { got = "shipped"; return nil },
+			urnCreated: func(context.Context, *Envelope, *amqp.Message) error { got = "created"; return nil },
+		})
+		handleOne(t, c, newRecorder(), nil, msg)
+		assert.Equal(t, "shipped", got)
+	})
 	for name, ann := range map[string]any{"absent": nil, "blank": "  ", "not a string": int64(7), "binary": []byte(urnCreated)} {
 		t.Run("falls back to the body URN when the annotation is "+name, func(t *testing.T) {
 			msg := orderMessage(t, 0)
+			msg.Properties.Subject = nil
 			if ann == nil {
 				delete(msg.Annotations, AnnotationJMSType)
 			} else {

@@ -32,7 +32,8 @@
 //
 // # Consuming
 //
-// A Consumer routes each delivery on x-opt-jms-type (else the body URN),
+// A Consumer routes each delivery on x-opt-jms-type (else properties.subject,
+// where Artemis puts a JMS producer's JMSType, else the body URN),
 // reconciles attempts as max(body attempts, AMQP delivery-count), calls the
 // handler and settles the delivery exactly once:
 //

@@ -214,21 +214,18 @@ func deliveryCount(msg *amqp.Message) uint32 {
 	return msg.Header.DeliveryCount
 }
 
-// annotationURN returns the routing URN from x-opt-jms-type, or "" when it is
-// absent, not a string, or blank.
-func annotationURN(msg *amqp.Message) string {
-	if msg.Annotations == nil {
-		return ""
+// routingURN returns the URN to route on without decoding the body: the
+// x-opt-jms-type annotation, else properties.subject (where Artemis puts the
+// JMSType of a message produced by a JMS client), else "" (route on the body
+// URN). A value that is not a string, or is blank, is ignored.
+func routingURN(msg *amqp.Message) string {
+	if v, ok := msg.Annotations[AnnotationJMSType].(string); ok && strings.TrimSpace(v) != "" {
+		return v
 	}
-	v, ok := msg.Annotations[AnnotationJMSType]
-	if !ok {
-		return ""
+	if msg.Properties != nil && msg.Properties.Subject != nil && strings.TrimSpace(*msg.Properties.Subject) != "" {
+		return *msg.Properties.Subject
 	}
-	s, ok := v.(string)
-	if !ok || strings.TrimSpace(s) == "" {
-		return ""
-	}
-	return s
+	return ""
 }
 
 var errNoBody = errors.New("the message has no body")

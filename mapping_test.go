@@ -505,28 +505,38 @@ func TestReconcileAttempts(t *testing.T) {
 	}
 }
 
-func TestDeliveryCountAndAnnotationURN(t *testing.T) {
+func TestDeliveryCountAndRoutingURN(t *testing.T) {
 	if got := deliveryCount(&amqp.Message{}); got != 0 {
 		t.Errorf("deliveryCount without a header = %d", got)
 	}
 	if got := deliveryCount(&amqp.Message{Header: &amqp.MessageHeader{DeliveryCount: 4}}); got != 4 {
 		t.Errorf("deliveryCount = %d, want 4", got)
 	}
+	subject := func(s string) *string { return &s }
 	tests := []struct {
-		name string
-		ann  amqp.Annotations
-		want string
+		name    string
+		ann     amqp.Annotations
+		subject *string
+		want    string
 	}{
-		{"no annotations", nil, ""},
-		{"absent", amqp.Annotations{"x-opt-other": "urn:a:b"}, ""},
-		{"string", amqp.Annotations{AnnotationJMSType: "urn:a:b"}, "urn:a:b"},
-		{"blank", amqp.Annotations{AnnotationJMSType: "  "}, ""},
-		{"not a string", amqp.Annotations{AnnotationJMSType: int64(1)}, ""},
-		{"symbol is not a string", amqp.Annotations{AnnotationJMSType: amqp.Symbol("urn:a:b")}, ""},
+		{"no annotations", nil, nil, ""},
+		{"subject when the annotation is absent", nil, subject("urn:jms:type"), "urn:jms:type"},
+		{"the annotation wins over the subject", amqp.Annotations{AnnotationJMSType: "urn:a:b"}, subject("urn:jms:type"), "urn:a:b"},
+		{"subject when the annotation is blank", amqp.Annotations{AnnotationJMSType: " "}, subject("urn:jms:type"), "urn:jms:type"},
+		{"blank subject", nil, subject(" \t"), ""},
+		{"absent", amqp.Annotations{"x-opt-other": "urn:a:b"}, nil, ""},
+		{"string", amqp.Annotations{AnnotationJMSType: "urn:a:b"}, nil, "urn:a:b"},
+		{"blank", amqp.Annotations{AnnotationJMSType: "  "}, nil, ""},
+		{"not a string", amqp.Annotations{AnnotationJMSType: int64(1)}, nil, ""},
+		{"symbol is not a string", amqp.Annotations{AnnotationJMSType: amqp.Symbol("urn:a:b")}, nil, ""},
 	}
 	for _, tt := range tests {
-		if got := annotationURN(&amqp.Message{Annotations: tt.ann}); got != tt.want {
-			t.Errorf("%s: annotationURN = %q, want %q", tt.name, got, tt.want)
+		msg := &amqp.Message{Annotations: tt.ann}
+		if tt.subject != nil {
+			msg.Properties = &amqp.MessageProperties{Subject: tt.subject}
+		}
+		if got := routingURN(msg); got != tt.want {
+			t.Errorf("%s: routingURN = %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
