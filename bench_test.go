@@ -370,7 +370,7 @@ func BenchmarkPublish(b *testing.B) {
 //go:noinline
 func benchFloorMessage(urn, trace, id, body string, created time.Time) *amqp.Message {
 	return &amqp.Message{
-		Header:      &amqp.MessageHeader{Durable: true},
+		Header:      &amqp.MessageHeader{Durable: true, Priority: 4},
 		Annotations: amqp.Annotations{AnnotationJMSType: urn},
 		Properties: &amqp.MessageProperties{
 			MessageID:     id,

@@ -184,7 +184,7 @@ func setTo(msg *amqp.Message, addr string) {
 func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
-		Header:                &amqp.MessageHeader{Durable: true},
+		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
 		ApplicationProperties: src.ApplicationProperties,
 		Data:                  src.Data,
 		Value:                 src.Value,

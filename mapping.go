@@ -37,6 +37,12 @@ const (
 
 var contentType = ContentType
 
+// defaultPriority is the AMQP (and JMS) default message priority. go-amqp
+// writes a header's Priority even when it is 0, the lowest, and Artemis
+// delivers higher priorities first: a header left at 0 would put every
+// message of this library behind those of any other producer.
+const defaultPriority = 4
+
 // PublishOption configures one publish (Publisher.Publish and NewMessage).
 type PublishOption func(*publishConfig)
 
@@ -151,7 +157,7 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 		p.CreationTime = &t
 	}
 	return &amqp.Message{
-		Header:                &amqp.MessageHeader{Durable: true},
+		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
 		Annotations:           amqp.Annotations{AnnotationJMSType: env.Job},
 		Properties:            p,
 		ApplicationProperties: props,
