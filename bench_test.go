@@ -791,7 +791,7 @@ func TestAllocationBudgets(t *testing.T) {
 		{"Handle, routed and accepted", 3, func() error { return routed.Handle(ctx, r, routedMsg) }},
 		{"Handle, unknown URN, release", 0, func() error { return release.Handle(ctx, r, unknownMsg) }},
 		{"Handle, unknown URN, delete", 0, func() error { return drop.Handle(ctx, r, unknownMsg) }},
-		// 18 without the race detector; with it, sync.Pool drops some of
+		// 17 without the race detector; with it, sync.Pool drops some of
 		// encoding/json's encoder states, which then cost an allocation.
 		{"Publish", 20, func() error { _, err := p.Publish(ctx, benchURN, structData); return err }},
 	} {

@@ -143,18 +143,20 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 	// Artemis gives JMS peers JMSType from properties.subject; the contract's
 	// x-opt-jms-type annotation is what BabelQueue consumers route on. Both
 	// carry the URN.
-	urn := env.Job
-	p := &amqp.MessageProperties{
-		CorrelationID: env.TraceID,
-		ContentType:   &contentType,
-		Subject:       &urn,
-	}
+	//
+	// The properties, the subject and the creation time they point to share
+	// one allocation instead of three.
+	pb := &propertiesBlock{subject: env.Job}
+	p := &pb.props
+	p.CorrelationID = env.TraceID
+	p.ContentType = &contentType
+	p.Subject = &pb.subject
 	if env.Meta.ID != "" {
 		p.MessageID = env.Meta.ID
 	}
 	if env.Meta.CreatedAt != 0 {
-		t := time.UnixMilli(env.Meta.CreatedAt).UTC()
-		p.CreationTime = &t
+		pb.created = time.UnixMilli(env.Meta.CreatedAt).UTC()
+		p.CreationTime = &pb.created
 	}
 	return &amqp.Message{
 		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
@@ -163,6 +165,14 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 		ApplicationProperties: props,
 		Value:                 body,
 	}
+}
+
+// propertiesBlock holds a message's properties with the values its
+// pointer fields point to.
+type propertiesBlock struct {
+	props   amqp.MessageProperties
+	subject string
+	created time.Time
 }
 
 // The usual property values, boxed once: putting a string that is not a
