@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
+)
+
+func TestDelayed(t *testing.T) {
+	url := exampletest.URL(t)
+	queue := exampletest.Queue(t, "ex-delayed")
+	const delay = 2 * time.Second
+
+	var out strings.Builder
+	if err := run(context.Background(), config{URL: url, Queue: queue, Delay: delay, Timeout: 30 * time.Second}, &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	text := out.String()
+	t.Logf("output:\n%s", text)
+
+	m := regexp.MustCompile(`measured delay: (\S+) \(asked for 2s\)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatal("the output has no measured delay")
+	}
+	measured, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delivery time is written in whole milliseconds, from a clock read
+	// after the measurement started: never more than 1 ms early.
+	if measured < delay-time.Millisecond || measured > delay+10*time.Second {
+		t.Errorf("measured delay %v, want about %v", measured, delay)
+	}
+
+	// The message without a delay, published second, arrives first.
+	first := strings.Index(text, "received "+URNNow)
+	second := strings.Index(text, "received "+URNReminder)
+	if first < 0 || second < 0 || first > second {
+		t.Errorf("want %s received before %s", URNNow, URNReminder)
+	}
+
+	sess := exampletest.Session(t, url)
+	if left := exampletest.Take(t, sess, queue); len(left) != 0 {
+		t.Errorf("%d messages left on %s, want 0", len(left), queue)
+	}
+}

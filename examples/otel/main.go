@@ -1,0 +1,273 @@
+// Command otel traces one message through Artemis with the OpenTelemetry
+// SDK: a producer span whose context travels with the message as a W3C
+// traceparent header, and a consumer span, in the handler, that is its
+// child.
+//
+//	cd examples && go run ./otel [-queue name]
+//
+// The producer injects the span context with the W3C TraceContext
+// propagator into an artemis.HeaderCarrier and publishes with
+// artemis.WithHeaders(carrier): the header rides as an AMQP application
+// property. The handler extracts it from artemis.HeadersFromContext(ctx).
+// The library itself does not import OpenTelemetry: HeaderCarrier has the
+// method set of propagation.TextMapCarrier.
+//
+// The spans follow OpenTelemetry's messaging semantic conventions
+// (semconv v1.43.0): "send <queue>" of kind producer, "process <queue>" of
+// kind consumer (a push-based handler, no separate receive span), with
+// messaging.system "activemq", messaging.operation.name and .type,
+// messaging.destination.name (the queue), messaging.message.id (meta.id),
+// messaging.message.conversation_id (the envelope's trace_id),
+// server.address and server.port. The process span is the child of the
+// send span and also links to it, the message's creation context.
+//
+// Each span is printed as it ends. The broker is ARTEMIS_URL (default
+// amqp://babel:babel@127.0.0.1:5672); without -queue a fresh queue name is
+// used.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// URNShipped is the URN of the traced message.
+const URNShipped = "urn:babel:orders:shipped"
+
+// ScopeName names the instrumentation scope of the example's spans.
+const ScopeName = "github.com/babelqueue/babelqueue-go-artemis/examples/otel"
+
+type config struct {
+	URL     string
+	Queue   string
+	Timeout time.Duration
+	// TracerProvider records the spans; nil means an SDK provider that
+	// prints each span to the output as it ends.
+	TracerProvider trace.TracerProvider
+}
+
+func main() {
+	cfg := config{URL: broker.URL()}
+	flag.StringVar(&cfg.Queue, "queue", "", "the queue (default: a fresh otel-<random> queue)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "give up after this long")
+	flag.Parse()
+	if cfg.Queue == "" {
+		cfg.Queue = "otel-" + randomHex(4)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "otel:", err)
+		os.Exit(1)
+	}
+}
+
+// handled is what the handler saw.
+type handled struct {
+	traceparent string
+	span        trace.SpanContext
+	parent      trace.SpanContext
+}
+
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	out := &lockedWriter{w: w} // spans end on the consumer's goroutine too
+
+	tp := cfg.TracerProvider
+	if tp == nil {
+		sdk := sdktrace.NewTracerProvider(sdktrace.WithSyncer(&printExporter{out: out}))
+		defer sdk.Shutdown(context.WithoutCancel(ctx))
+		tp = sdk
+	}
+	tracer := tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
+	prop := propagation.TraceContext{}
+	common := []attribute.KeyValue{semconv.MessagingSystemActiveMQ, semconv.MessagingDestinationName(cfg.Queue)}
+	common = append(common, serverAttributes(cfg.URL)...)
+	fmt.Fprintf(out, "otel example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
+
+	client, err := artemis.Dial(ctx, []string{cfg.URL}, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	pub, err := client.Publisher(ctx, cfg.Queue)
+	if err != nil {
+		return err
+	}
+
+	// The consumer. Its context carries no span: the parent of the process
+	// span can only come from the message.
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	got := make(chan handled, 1)
+	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		headers := artemis.HeadersFromContext(ctx)
+		parent := prop.Extract(ctx, headers)
+		ctx, span := tracer.Start(parent, "process "+cfg.Queue,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithLinks(trace.LinkFromContext(parent)),
+			trace.WithAttributes(common...),
+			trace.WithAttributes(
+				semconv.MessagingOperationName("process"),
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingMessageID(env.Meta.ID),
+				semconv.MessagingMessageConversationID(env.TraceID),
+			))
+		err := ship(ctx, env) // the business work, inside the span
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		select {
+		case got <- handled{headers.Get("traceparent"), span.SpanContext(), trace.SpanContextFromContext(parent)}:
+		case <-cctx.Done():
+		}
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- client.Consume(cctx, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNShipped: handle}), nil)
+	}()
+
+	// The producer: the send span is the message's creation context.
+	env, err := artemis.NewEnvelope(URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"}, artemis.EnvelopeQueue(cfg.Queue))
+	if err != nil {
+		return err
+	}
+	sctx, span := tracer.Start(ctx, "send "+cfg.Queue,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(common...),
+		trace.WithAttributes(
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingMessageID(env.Meta.ID),
+			semconv.MessagingMessageConversationID(env.TraceID),
+		))
+	carrier := artemis.HeaderCarrier{}
+	prop.Inject(sctx, carrier)
+	_, err = pub.PublishEnvelope(sctx, env, artemis.WithHeaders(carrier))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
+		return err
+	}
+	producer := span.SpanContext()
+	fmt.Fprintf(out, "published %s (meta.id %s) with traceparent %s\n", URNShipped, env.Meta.ID, carrier.Get("traceparent"))
+
+	var h handled
+	select {
+	case h = <-got:
+	case err := <-done:
+		return fmt.Errorf("the consumer stopped early: %v", err)
+	case <-ctx.Done():
+		stop()
+		<-done
+		return fmt.Errorf("gave up waiting for the message: %w", ctx.Err())
+	}
+	stop()
+	if err := <-done; err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "the handler got traceparent %s\n", h.traceparent)
+	if !h.parent.IsRemote() || h.parent.SpanID() != producer.SpanID() || h.span.TraceID() != producer.TraceID() {
+		return errors.New("the process span is not a child of the send span: the trace context was lost on the way")
+	}
+	fmt.Fprintf(out, "the process span %s is a child of the send span %s, in trace %s\n",
+		h.span.SpanID(), producer.SpanID(), producer.TraceID())
+	return nil
+}
+
+// ship stands for the handler's work; a real one would start child spans
+// from ctx.
+func ship(context.Context, *artemis.Envelope) error { return nil }
+
+// serverAttributes are server.address and server.port of the broker URL.
+func serverAttributes(raw string) []attribute.KeyValue {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	attrs := []attribute.KeyValue{semconv.ServerAddress(u.Hostname())}
+	port := u.Port()
+	if port == "" {
+		port = "5672"
+		if u.Scheme == "amqps" {
+			port = "5671"
+		}
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(n))
+	}
+	return attrs
+}
+
+// printExporter writes each span on two lines: what it is, then its
+// attributes. A real program exports to a collector (OTLP) instead.
+type printExporter struct{ out io.Writer }
+
+func (e *printExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	for _, s := range spans {
+		parent := "-"
+		if s.Parent().IsValid() {
+			parent = s.Parent().SpanID().String()
+			if s.Parent().IsRemote() {
+				parent += " (remote)"
+			}
+		}
+		attrs := make([]string, 0, len(s.Attributes()))
+		for _, a := range s.Attributes() {
+			attrs = append(attrs, string(a.Key)+"="+a.Value.Emit())
+		}
+		fmt.Fprintf(e.out, "span %q  kind %s  trace %s  span %s  parent %s\n    %s\n",
+			s.Name(), s.SpanKind(), s.SpanContext().TraceID(), s.SpanContext().SpanID(), parent, strings.Join(attrs, " "))
+	}
+	return nil
+}
+
+func (e *printExporter) Shutdown(context.Context) error { return nil }
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
