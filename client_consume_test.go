@@ -422,6 +422,8 @@ func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
 	run := startConsume(h, "billing.v2", cons, nil)
 	r := attachedReceiver(t, attached)
 	assert.Equal(t, "billing.v2", r.source)
+	// The dead-letter sender attaches after the receiver, before the event.
+	h.ev.wait(t, EventConsumerAttached)
 	assert.Len(t, h.fb.conn(0).sendersTo("billing.dlq"), 1, "<queue>.dlq of the Consumer's WithQueue name")
 	run.cancel()
 	require.NoError(t, run.wait(t))
