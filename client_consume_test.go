@@ -26,7 +26,9 @@ func startConsume(h *harness, queue string, cons *Consumer, opts *ConsumeOptions
 	go func() { run.done <- h.c.Consume(ctx, queue, cons, opts) }()
 	h.t.Cleanup(func() {
 		cancel()
-		<-run.done
+		if err := <-run.done; err != nil && !errors.Is(err, ErrClosed) {
+			h.t.Errorf("Consume ended with %v", err)
+		}
 	})
 	return run
 }

@@ -192,7 +192,7 @@ func TestSettlementTable(t *testing.T) {
 				assert.Equal(t, tt.wantFinal, de.Disposition)
 				assert.Equal(t, urnCreated, de.URN)
 				assert.Same(t, msg, got.reports[0].msg)
-				if tt.wantKind == ErrHandlerFailed {
+				if errors.Is(tt.wantKind, ErrHandlerFailed) {
 					var gw *gatewayError
 					assert.ErrorAs(t, err, &gw, "the handler's own error is reachable")
 					assert.Equal(t, int(tt.delivery), de.Attempts)
@@ -450,8 +450,8 @@ func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
 	rep := <-rec.ch // reported before the hold
 	assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
 	select {
-	case <-done:
-		t.Fatal("the delivery was settled before the retry delay")
+	case err := <-done:
+		t.Fatalf("the delivery was settled before the retry delay (%v)", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	_, settled := r.Disposition(msg)
@@ -843,8 +843,8 @@ func TestListenShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 			}
 			cancel()
 			select {
-			case <-done:
-				t.Fatal("Listen returned before the in-flight handlers finished")
+			case err := <-done:
+				t.Fatalf("Listen returned (%v) before the in-flight handlers finished", err)
 			case <-time.After(20 * time.Millisecond):
 			}
 			close(release)

@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,11 +73,10 @@ func newDeadLetter(reason string, cause error, queue string, attempts int, now t
 	if cause != nil {
 		text := cause.Error()
 		dl.Error = &text
-		var typ string
-		if p, ok := cause.(*PanicError); ok {
+		typ := fmt.Sprintf("%T", cause)
+		var p *PanicError
+		if errors.As(cause, &p) {
 			typ = fmt.Sprintf("%T", p.Value)
-		} else {
-			typ = fmt.Sprintf("%T", cause)
 		}
 		dl.Exception = &typ
 	}

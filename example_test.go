@@ -33,11 +33,13 @@ func ExamplePublisher_Publish() {
 	defer conn.Close()
 	session, err := conn.NewSession(ctx, nil)
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	sender, err := session.NewSender(ctx, "orders", &amqp.SenderOptions{TargetCapabilities: queueCapability})
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 
 	pub := artemis.NewPublisher(sender, "orders")
@@ -45,7 +47,8 @@ func ExamplePublisher_Publish() {
 		OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"},
 		artemis.WithDelay(5*time.Second))
 	if err != nil {
-		log.Fatal(err) // the broker did not accept it: nothing was stored
+		log.Print(err) // the broker did not accept it: nothing was stored
+		return
 	}
 	fmt.Println("published", id)
 }
@@ -57,23 +60,27 @@ func ExampleConsumer_Listen() {
 	defer stop()
 	conn, err := amqp.Dial(ctx, os.Getenv("ARTEMIS_URL"), nil)
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	defer conn.Close()
 	session, err := conn.NewSession(ctx, nil)
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	receiver, err := session.NewReceiver(ctx, "orders", &amqp.ReceiverOptions{
 		SourceCapabilities: queueCapability,
 		Credit:             10,
 	})
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	dlq, err := session.NewSender(ctx, "orders.dlq", &amqp.SenderOptions{TargetCapabilities: queueCapability})
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 
 	consumer := artemis.NewConsumer(artemis.Handlers{
@@ -93,7 +100,7 @@ func ExampleConsumer_Listen() {
 		}),
 	)
 	if err := consumer.Listen(ctx, receiver); err != nil {
-		log.Fatal(err) // the link failed; reconnect (see Client) or exit
+		log.Print(err) // the link failed; reconnect (see Client.Consume) or exit
 	}
 }
 

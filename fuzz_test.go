@@ -410,7 +410,7 @@ func FuzzHandle(f *testing.F) {
 		msg.ApplicationProperties = fuzzProperties(props)
 
 		strategies := []UnknownURNStrategy{UnknownURNFail, UnknownURNRelease, UnknownURNDelete, UnknownURNDeadLetter}
-		strat := strategies[int(strategy)%len(strategies)]
+		strategyName := strategies[int(strategy)%len(strategies)]
 		tries := 1 + int(maxTries)%5
 		var calls atomic.Int32
 		var seenAttempts atomic.Int64
@@ -430,7 +430,7 @@ func FuzzHandle(f *testing.F) {
 			return nil
 		}
 		rec := newRecorder()
-		opts := []ConsumerOption{WithOnError(rec.onError), WithUnknownURN(strat), WithMaxTries(tries),
+		opts := []ConsumerOption{WithOnError(rec.onError), WithUnknownURN(strategyName), WithMaxTries(tries),
 			WithDeadLetterRetryDelay(0), WithDeadLetterTimeout(5 * time.Millisecond)}
 		var dlq *fakelink.Sender
 		mode := int(dlqMode) % 9
@@ -488,7 +488,7 @@ func FuzzHandle(f *testing.F) {
 			if disp != fakelink.Released {
 				t.Fatalf("DLQ write failed but the source was settled %v", disp)
 			}
-			if len(kinds) == 0 || kinds[0] != ErrDeadLetterFailed {
+			if len(kinds) == 0 || !errors.Is(kinds[0], ErrDeadLetterFailed) {
 				t.Fatalf("DLQ write failed, reported %v", kinds)
 			}
 		}
@@ -503,7 +503,7 @@ func FuzzHandle(f *testing.F) {
 		}
 
 		// The model of sections 3 to 6.
-		want := expectHandle(msg, strat, c.handlers, tries, behaviour%5, dlq != nil)
+		want := expectHandle(msg, strategyName, c.handlers, tries, behaviour%5, dlq != nil)
 		if got := calls.Load(); got != int32(want.calls) {
 			t.Fatalf("handler called %d times, want %d (case %s)", got, want.calls, want.name)
 		}
@@ -517,7 +517,7 @@ func FuzzHandle(f *testing.F) {
 			if disp != want.disp {
 				t.Fatalf("case %s: settled %v, want %v", want.name, disp, want.disp)
 			}
-			if want.kind == nil && len(kinds) != 0 || want.kind != nil && (len(kinds) != 1 || kinds[0] != want.kind) {
+			if want.kind == nil && len(kinds) != 0 || want.kind != nil && (len(kinds) != 1 || !errors.Is(kinds[0], want.kind)) {
 				t.Fatalf("case %s: reported %v, want %v", want.name, kinds, want.kind)
 			}
 			return
@@ -525,7 +525,7 @@ func FuzzHandle(f *testing.F) {
 		if !want.dlq {
 			t.Fatalf("case %s: unexpected DLQ write", want.name)
 		}
-		if len(kept) == 1 && (len(kinds) != 1 || kinds[0] != want.kind) {
+		if len(kept) == 1 && (len(kinds) != 1 || !errors.Is(kinds[0], want.kind)) {
 			t.Fatalf("case %s: reported %v, want %v", want.name, kinds, want.kind)
 		}
 		w := sent[0]
@@ -596,11 +596,11 @@ type handleCase struct {
 
 // expectHandle is the contract's consumer, written from the text of
 // sections 3 to 6 and independent of consumer.go's control flow.
-func expectHandle(msg *amqp.Message, strat UnknownURNStrategy, handlers Handlers, tries int, behaviour uint8, hasDLQ bool) handleCase {
+func expectHandle(msg *amqp.Message, strategyName UnknownURNStrategy, handlers Handlers, tries int, behaviour uint8, hasDLQ bool) handleCase {
 	v, present := msg.ApplicationProperties[PropSchemaVersion]
 	dc := int(msg.Header.DeliveryCount)
 	toDLQ := func(name, reason string, attempts int, kind error) handleCase {
-		if !hasDLQ || strat == UnknownURNDelete && kind != ErrUnknownURN && kind != ErrHandlerFailed {
+		if !hasDLQ || strategyName == UnknownURNDelete && !errors.Is(kind, ErrUnknownURN) && !errors.Is(kind, ErrHandlerFailed) {
 			return handleCase{name: name + "/dropped", attempts: attempts, disp: fakelink.Accepted, kind: kind}
 		}
 		return handleCase{name: name + "/dlq", attempts: attempts, dlq: true, reason: reason, disp: fakelink.Accepted, kind: kind}
@@ -613,7 +613,7 @@ func expectHandle(msg *amqp.Message, strat UnknownURNStrategy, handlers Handlers
 		urn = s
 	}
 	unknown := func(attempts int) handleCase {
-		switch strat {
+		switch strategyName {
 		case UnknownURNRelease:
 			return handleCase{name: "unknown/release", attempts: attempts, disp: fakelink.Failed}
 		case UnknownURNDelete:
@@ -623,7 +623,7 @@ func expectHandle(msg *amqp.Message, strat UnknownURNStrategy, handlers Handlers
 		}
 		return handleCase{name: "unknown/fail", attempts: attempts, disp: fakelink.Failed, kind: ErrUnknownURN}
 	}
-	if urn != "" && handlers[urn] == nil && strat != UnknownURNDeadLetter {
+	if urn != "" && handlers[urn] == nil && strategyName != UnknownURNDeadLetter {
 		return unknown(0)
 	}
 	var body []byte
@@ -644,7 +644,7 @@ func expectHandle(msg *amqp.Message, strat UnknownURNStrategy, handlers Handlers
 		readable = false
 	}
 	var env *Envelope
-	var err error = errNoBody
+	err := errNoBody
 	if readable {
 		env, err = Decode(body)
 		if err == nil {

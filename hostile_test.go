@@ -517,7 +517,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 	t.Run("its DLQ copy is the canonical envelope, without the padding", func(t *testing.T) {
 		c, rec, dlq := hostileConsumer(failing(errors.New("x")), WithMaxTries(1))
 		got := handleOne(t, c, rec, dlq, rawMessage(body))
-		requireReport(t, got, ErrHandlerFailed, DeadLettered)
+		_ = requireReport(t, got, ErrHandlerFailed, DeadLettered)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		require.Len(t, got.dlq, 1)
 		copyBody := got.dlq[0].Value.(string)

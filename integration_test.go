@@ -224,7 +224,7 @@ func TestIntegrationPublishConsumeRoundTrip(t *testing.T) {
 	assert.Equal(t, want, valueString(t, got), "the body is byte-identical after the broker")
 	assertProjection(t, env, got)
 	assert.Equal(t, uint32(0), got.Header.DeliveryCount, "first delivery")
-	assert.Equal(t, contractProperties, map[string]any(got.ApplicationProperties),
+	assert.Equal(t, contractProperties, got.ApplicationProperties,
 		"exactly the four bq_ application properties, all strings")
 	assertEmpty(t, conn, q)
 }

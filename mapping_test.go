@@ -356,13 +356,13 @@ func TestWithHeaders(t *testing.T) {
 		msg := mustMessage(t, contractPHP(t), WithHeaders(map[string]string{
 			"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			"tracestate":  "rojo=00f067aa0ba902b7",
-			" padded ":    " value kept as is ",
+			" padded ":    " value kept as is ", //nolint:gocritic // a key with spaces on purpose
 		}))
 		want := map[string]any{
 			"bq_schema_version": "1", "bq_source_lang": "php", "bq_attempts": "0", "bq_app_id": "babelqueue",
 			"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			"tracestate":  "rojo=00f067aa0ba902b7",
-			" padded ":    " value kept as is ",
+			" padded ":    " value kept as is ", //nolint:gocritic // a key with spaces on purpose
 		}
 		if !reflect.DeepEqual(msg.ApplicationProperties, want) {
 			t.Errorf("application properties %#v, want %#v", msg.ApplicationProperties, want)
@@ -957,7 +957,7 @@ func TestOutcomeError(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("message %q does not contain %q", err, tt.msg)
 			}
-			if got := errors.Unwrap(err); got != tt.unwrapped {
+			if got := errors.Unwrap(err); got != tt.unwrapped { //nolint:errorlint // the identity of the direct cause is what is tested
 				t.Errorf("Unwrap = %v, want %v", got, tt.unwrapped)
 			}
 		})

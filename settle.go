@@ -148,9 +148,10 @@ func (d *delivery) queue() string { return d.c.queueName(d.r) }
 // callback hears of it at once.
 func (d *delivery) finish(kind, cause error, disp Disposition, settle func() error) error {
 	var reported *DeliveryError
+	reportFirst := errors.Is(kind, ErrDeadLetterFailed)
 	if kind != nil {
 		reported = d.deliveryError(kind, cause, disp)
-		if kind == ErrDeadLetterFailed {
+		if reportFirst {
 			d.c.report(d.ctx, reported, d.env, d.msg)
 			d.log(slog.LevelError, reported)
 		}
@@ -158,7 +159,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 	serr := settle()
 	if serr != nil {
 		settleErr := d.deliveryError(ErrSettlement, serr, Pending)
-		if reported != nil && kind != ErrDeadLetterFailed {
+		if reported != nil && !reportFirst {
 			reported.Disposition = Pending
 			d.c.report(d.ctx, reported, d.env, d.msg)
 		}
@@ -173,7 +174,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 		d.logSettled(disp)
 		return nil
 	}
-	if kind != ErrDeadLetterFailed {
+	if !reportFirst {
 		d.c.report(d.ctx, reported, d.env, d.msg)
 		level := slog.LevelWarn
 		if disp == Dropped {
