@@ -352,7 +352,7 @@ func decodeChecked(s string, copyData bool) (*Envelope, error) {
 		return nil, fmt.Errorf("%w: the body starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
 	}
 	if !json.Valid(stringBytes(s)) {
-		return nil, fmt.Errorf("%w: the body is not valid JSON: %v", ErrInvalidEnvelope, jsonSyntaxError(s))
+		return nil, fmt.Errorf("%w: the body is not valid JSON: %w", ErrInvalidEnvelope, jsonSyntaxError(s))
 	}
 	start := skipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
@@ -360,7 +360,7 @@ func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	}
 	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
 	if err := eachMember(s, start, d.member); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}
 	return d.finish(copyData), nil
 }
@@ -440,7 +440,7 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		if val != "null" {
 			dl := &DeadLetter{}
 			if err := json.Unmarshal(stringBytes(val), dl); err != nil {
-				return fmt.Errorf("dead_letter: %v", err)
+				return fmt.Errorf("dead_letter: %w", err)
 			}
 			env.DeadLetter = dl
 		}
@@ -804,7 +804,7 @@ func scanString(s string, i int) (end int, escaped, ok bool) {
 func isHex4(h string) bool {
 	for i := 0; i < 4; i++ {
 		c := h[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
 			return false
 		}
 	}
@@ -994,7 +994,7 @@ func marshalData(data any) (json.RawMessage, error) {
 	}
 	b, err := json.Marshal(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: data: %v", ErrInvalidEnvelope, err)
+		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
 	}
 	if !isJSONObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
@@ -1015,7 +1015,7 @@ func rawObject(d json.RawMessage) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(d))
 	if err := json.Compact(&buf, d); err != nil {
-		return nil, fmt.Errorf("%w: data: %v", ErrInvalidEnvelope, err)
+		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
 	}
 	return buf.Bytes(), nil
 }
@@ -1024,7 +1024,7 @@ func rawObject(d json.RawMessage) (json.RawMessage, error) {
 // encoding forbids: \u003c \u003e \u0026 (HTML) and \u2028 \u2029. It works in
 // place and only touches escapes that are not themselves escaped.
 func unescapeMarshal(b []byte) []byte {
-	if bytes.Index(b, []byte(`\u`)) < 0 {
+	if !bytes.Contains(b, []byte(`\u`)) {
 		return b
 	}
 	out := b[:0]
