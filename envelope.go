@@ -996,6 +996,10 @@ func marshalData(data any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
 	}
+	if string(b) == "null" {
+		// A nil map or a nil pointer: no payload, as an untyped nil is.
+		return json.RawMessage("{}"), nil
+	}
 	if !isJSONObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
 	}

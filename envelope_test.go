@@ -981,3 +981,23 @@ func TestDecodeStringMatchesDecode(t *testing.T) {
 		}
 	}
 }
+
+func TestNewEnvelopeNilDataIsAnEmptyObject(t *testing.T) {
+	type order struct {
+		ID int `json:"id"`
+	}
+	for name, data := range map[string]any{
+		"untyped nil":     nil,
+		"nil map":         map[string]any(nil),
+		"nil struct ptr":  (*order)(nil),
+		"nil raw pointer": (*json.RawMessage)(nil),
+	} {
+		env, err := NewEnvelope("urn:a:b", data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(env.Data) != "{}" {
+			t.Errorf("%s: data %s, want {}", name, env.Data)
+		}
+	}
+}
