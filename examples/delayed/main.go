@@ -12,13 +12,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -46,15 +42,10 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "give up this long after the delay has passed")
 	flag.Parse()
 	if cfg.Queue == "" {
-		cfg.Queue = "delayed-" + randomHex(4)
+		cfg.Queue = "delayed-" + broker.RandomHex(4)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "delayed:", err)
-		os.Exit(1)
-	}
+	broker.Main("delayed", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // arrival is a message as the handler saw it.
@@ -135,9 +126,3 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 func clock(t time.Time) string { return t.Format("15:04:05.000") }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}

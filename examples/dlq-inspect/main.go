@@ -20,13 +20,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strings"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -50,12 +46,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up after this long")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "dlq-inspect:", err)
-		os.Exit(1)
-	}
+	broker.Main("dlq-inspect", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Record is what the example shows of one dead-letter record.
@@ -83,16 +74,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer cancel()
 	dlq := cfg.Queue + ".dlq"
 
-	conn, err := broker.Dial(ctx, cfg.URL)
+	conn, sess, err := broker.Session(ctx, cfg.URL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		return err
-	}
-	msgs, err := browse(ctx, sess, dlq, cfg.Idle)
+	msgs, err := broker.Browse(ctx, sess, dlq, cfg.Idle)
 	if err != nil {
 		return err
 	}
@@ -117,40 +104,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-// browse returns copies of the messages on queue, leaving them in place.
-func browse(ctx context.Context, sess *amqp.Session, queue string, idle time.Duration) ([]*amqp.Message, error) {
-	settled := amqp.SenderSettleModeSettled
-	r, err := sess.NewReceiver(ctx, queue, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		SourceDistributionMode:    amqp.SourceDistributionModeCopy,
-		RequestedSenderSettleMode: &settled,
-		Credit:                    100,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("browse %s: %w", queue, err)
-	}
-	defer r.Close(context.WithoutCancel(ctx))
-	var msgs []*amqp.Message
-	for {
-		rctx, cancel := context.WithTimeout(ctx, idle)
-		msg, err := r.Receive(rctx, nil)
-		cancel()
-		switch {
-		case err == nil:
-			msgs = append(msgs, msg)
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return msgs, nil // idle: the end of the queue
-		default:
-			return nil, fmt.Errorf("browse %s: %w", queue, err)
-		}
-	}
-}
-
 // parseRecord reads a record leniently: a poison record is whatever
 // arrived, so each field is taken when it is there and of the right type.
 func parseRecord(msg *amqp.Message) Record {
 	var r Record
-	body := bodyText(msg)
+	body := broker.BodyText(msg)
 	if env, err := artemis.Decode([]byte(body)); err == nil && env.Validate() == nil {
 		r.Redrivable = true
 	}
@@ -226,20 +184,6 @@ func stringField(raw json.RawMessage) string {
 		return ""
 	}
 	return s
-}
-
-func bodyText(msg *amqp.Message) string {
-	switch v := msg.Value.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	var b strings.Builder
-	for _, d := range msg.Data {
-		b.Write(d)
-	}
-	return b.String()
 }
 
 // truncate keeps the first n runes of s.

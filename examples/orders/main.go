@@ -17,15 +17,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"time"
@@ -59,12 +55,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up after this long")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "orders:", err)
-		os.Exit(1)
-	}
+	broker.Main("orders", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Order is the business payload: the envelope's data object.
@@ -120,16 +111,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	// 2. A service that does not speak BabelQueue puts plain text on the
 	// queue. Its AMQP message-id lets us find its poison record later.
-	conn, err := broker.Dial(ctx, cfg.URL)
+	conn, sess, err := broker.Session(ctx, cfg.URL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		return err
-	}
-	poisonID := "poison-" + randomHex(8)
+	poisonID := "poison-" + broker.RandomHex(8)
 	if err := sendText(ctx, sess, cfg.Queue, poisonID, PoisonText); err != nil {
 		return err
 	}
@@ -355,16 +342,9 @@ type dlqRecord struct {
 // on the queue). A record is matched by its envelope's meta.id, or, for a
 // poison record, by the AMQP message-id it kept from the original.
 func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []string) (map[string]*dlqRecord, error) {
-	settled := amqp.SenderSettleModeSettled
-	r, err := sess.NewReceiver(ctx, dlq, &amqp.ReceiverOptions{
-		SourceCapabilities:     []string{"queue"},
-		SourceDistributionMode: amqp.SourceDistributionModeCopy,
-		// Pre-settled copies: nothing to settle, and credit flows on.
-		RequestedSenderSettleMode: &settled,
-		Credit:                    100,
-	})
+	r, err := broker.BrowseReceiver(ctx, sess, dlq)
 	if err != nil {
-		return nil, fmt.Errorf("browse %s: %w", dlq, err)
+		return nil, err
 	}
 	defer r.Close(context.WithoutCancel(ctx))
 	found := map[string]*dlqRecord{}
@@ -374,7 +354,7 @@ func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []st
 			return found, fmt.Errorf("browse %s: found %d of %d records: %w", dlq, len(found), len(ids), err)
 		}
 		var rec dlqRecord
-		if json.Unmarshal([]byte(bodyText(msg)), &rec) != nil || rec.DeadLetter == nil {
+		if json.Unmarshal([]byte(broker.BodyText(msg)), &rec) != nil || rec.DeadLetter == nil {
 			continue
 		}
 		key := rec.Meta.ID
@@ -407,20 +387,6 @@ func sendText(ctx context.Context, sess *amqp.Session, queue, messageID, text st
 	return nil
 }
 
-func bodyText(msg *amqp.Message) string {
-	switch v := msg.Value.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	var b strings.Builder
-	for _, d := range msg.Data {
-		b.Write(d)
-	}
-	return b.String()
-}
-
 // causeText is the handler's error, without the DeliveryError's summary.
 func causeText(de *artemis.DeliveryError) string {
 	if de.Err != nil {
@@ -442,10 +408,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

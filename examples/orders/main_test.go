@@ -8,6 +8,7 @@ import (
 	"time"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
 )
 
@@ -64,7 +65,7 @@ func TestOrders(t *testing.T) {
 	}
 	reasons := map[string]bool{}
 	for _, m := range records {
-		body := exampletest.Body(m)
+		body := broker.BodyText(m)
 		var rec struct {
 			Job        string              `json:"job"`
 			Raw        string              `json:"raw"`

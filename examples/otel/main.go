@@ -28,15 +28,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,15 +70,10 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "give up after this long")
 	flag.Parse()
 	if cfg.Queue == "" {
-		cfg.Queue = "otel-" + randomHex(4)
+		cfg.Queue = "otel-" + broker.RandomHex(4)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "otel:", err)
-		os.Exit(1)
-	}
+	broker.Main("otel", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // handled is what the handler saw.
@@ -264,10 +255,4 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -50,8 +50,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -78,12 +76,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up after this long (records not yet moved stay)")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "redrive:", err)
-		os.Exit(1)
-	}
+	broker.Main("redrive", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // plan is what happens to one record.
@@ -112,15 +105,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "redrive %s%s: moving %s back to their original queue\n", dlq, mode, which)
 
-	conn, err := broker.Dial(ctx, cfg.URL)
+	conn, sess, err := broker.Session(ctx, cfg.URL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		return err
-	}
 	if cfg.DryRun {
 		return dryRun(ctx, sess, cfg, dlq, out)
 	}
@@ -130,20 +119,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 // dryRun browses the dead-letter queue: the copy distribution mode leaves
 // every record where it is.
 func dryRun(ctx context.Context, sess *amqp.Session, cfg config, dlq string, out io.Writer) error {
-	settled := amqp.SenderSettleModeSettled
-	r, err := sess.NewReceiver(ctx, dlq, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		SourceDistributionMode:    amqp.SourceDistributionModeCopy,
-		RequestedSenderSettleMode: &settled,
-		Credit:                    100,
-	})
+	r, err := broker.BrowseReceiver(ctx, sess, dlq)
 	if err != nil {
-		return fmt.Errorf("browse %s: %w", dlq, err)
+		return err
 	}
 	defer r.Close(context.WithoutCancel(ctx))
 	moves, stays := 0, 0
 	for {
-		msg, err := receive(ctx, r, cfg.Idle)
+		msg, err := broker.ReceiveOrIdle(ctx, r, cfg.Idle)
 		if err != nil {
 			return fmt.Errorf("browse %s: %w", dlq, err)
 		}
@@ -171,14 +154,9 @@ func redrive(ctx context.Context, sess *amqp.Session, cfg config, dlq string, ou
 	// Unsettled deliveries and manual credit: a held record keeps its
 	// credit, so credit is given back per record received, not per
 	// settlement.
-	unsettled := amqp.SenderSettleModeUnsettled
-	r, err := sess.NewReceiver(ctx, dlq, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		RequestedSenderSettleMode: &unsettled,
-		Credit:                    -1,
-	})
+	r, err := broker.QueueReceiver(ctx, sess, dlq, -1)
 	if err != nil {
-		return fmt.Errorf("attach a receiver to %s: %w", dlq, err)
+		return err
 	}
 	var held []*amqp.Message
 	defer func() {
@@ -202,7 +180,7 @@ func redrive(ctx context.Context, sess *amqp.Session, cfg config, dlq string, ou
 	publishers := map[string]*artemis.Publisher{}
 	moved := 0
 	for {
-		msg, err := receive(ctx, r, cfg.Idle)
+		msg, err := broker.ReceiveOrIdle(ctx, r, cfg.Idle)
 		if err != nil {
 			return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
 		}
@@ -246,21 +224,9 @@ func redrive(ctx context.Context, sess *amqp.Session, cfg config, dlq string, ou
 	return nil
 }
 
-// receive returns the next delivery, or nil once none has come for idle:
-// AMQP gives no end-of-queue mark.
-func receive(ctx context.Context, r *amqp.Receiver, idle time.Duration) (*amqp.Message, error) {
-	rctx, cancel := context.WithTimeout(ctx, idle)
-	defer cancel()
-	msg, err := r.Receive(rctx, nil)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return nil, nil
-	}
-	return msg, err
-}
-
 // decide reads a record and says whether it moves, and where.
 func decide(msg *amqp.Message, cfg config, dlq string) plan {
-	body := bodyText(msg)
+	body := broker.BodyText(msg)
 	env, err := artemis.Decode([]byte(body))
 	if err != nil {
 		return plan{label: "poison record " + quoteShort(body), why: "not a valid envelope, cannot be redriven (" + err.Error() + ")"}
@@ -325,20 +291,6 @@ func rawOf(body string) (string, bool) {
 		return "", false
 	}
 	return *rec.Raw, true
-}
-
-func bodyText(msg *amqp.Message) string {
-	switch v := msg.Value.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	var b strings.Builder
-	for _, d := range msg.Data {
-		b.Write(d)
-	}
-	return b.String()
 }
 
 func quoteShort(s string) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
 )
 
@@ -29,8 +30,8 @@ func reasons(t *testing.T, msgs []*amqp.Message) map[string]int {
 		var rec struct {
 			DeadLetter *artemis.DeadLetter `json:"dead_letter"`
 		}
-		if err := json.Unmarshal([]byte(exampletest.Body(m)), &rec); err != nil || rec.DeadLetter == nil {
-			t.Fatalf("not a dead-letter record: %s", exampletest.Body(m))
+		if err := json.Unmarshal([]byte(broker.BodyText(m)), &rec); err != nil || rec.DeadLetter == nil {
+			t.Fatalf("not a dead-letter record: %s", broker.BodyText(m))
 		}
 		got[rec.DeadLetter.Reason]++
 	}
@@ -57,7 +58,7 @@ func wantReasons(t *testing.T, got map[string]int, want ...string) {
 // attempts 0, no dead_letter block, everything else as published.
 func checkRedriven(t *testing.T, msg *amqp.Message, env *artemis.Envelope) {
 	t.Helper()
-	got, err := artemis.Decode([]byte(exampletest.Body(msg)))
+	got, err := artemis.Decode([]byte(broker.BodyText(msg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +66,8 @@ func checkRedriven(t *testing.T, msg *amqp.Message, env *artemis.Envelope) {
 		t.Errorf("redriven envelope: attempts %d dead_letter %v meta.id %s trace_id %s job %s; want 0, none, %s %s %s",
 			got.Attempts, got.DeadLetter, got.Meta.ID, got.TraceID, got.Job, env.Meta.ID, env.TraceID, env.Job)
 	}
-	if strings.Contains(exampletest.Body(msg), "dead_letter") {
-		t.Errorf("the redriven body still has a dead_letter block: %s", exampletest.Body(msg))
+	if strings.Contains(broker.BodyText(msg), "dead_letter") {
+		t.Errorf("the redriven body still has a dead_letter block: %s", broker.BodyText(msg))
 	}
 	if a := msg.ApplicationProperties[artemis.PropAttempts]; a != "0" {
 		t.Errorf("%s = %v, want \"0\"", artemis.PropAttempts, a)
@@ -124,7 +125,7 @@ func TestRedrive(t *testing.T) {
 	// Byte for byte the envelope as first published: its unknown keys, the
 	// big integer and the other SDK's meta.lang survive; so does the
 	// out-of-band traceparent header.
-	if body := exampletest.Body(back[0]); body != fx.FailedBody {
+	if body := broker.BodyText(back[0]); body != fx.FailedBody {
 		t.Errorf("redriven body\n%s\nwant\n%s", body, fx.FailedBody)
 	}
 	if tp := back[0].ApplicationProperties["traceparent"]; tp != exampletest.Traceparent {
@@ -168,7 +169,7 @@ func TestRedriveTwiceIsStoredOnce(t *testing.T) {
 	// The same record a second time on the dead-letter queue.
 	var failed *amqp.Message
 	for _, m := range exampletest.Browse(t, sess, dlq) {
-		if strings.Contains(exampletest.Body(m), `"reason":"failed"`) {
+		if strings.Contains(broker.BodyText(m), `"reason":"failed"`) {
 			failed = m
 		}
 	}
@@ -180,7 +181,7 @@ func TestRedriveTwiceIsStoredOnce(t *testing.T) {
 		Annotations:           failed.Annotations,
 		Properties:            failed.Properties,
 		ApplicationProperties: failed.ApplicationProperties,
-		Value:                 exampletest.Body(failed),
+		Value:                 broker.BodyText(failed),
 	})
 
 	out := redriveRun(t, config{URL: url, Queue: queue, Idle: time.Second, Timeout: time.Minute})

@@ -9,9 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,16 +57,11 @@ func Context(t testing.TB) context.Context {
 // Session dials url and begins a session, both closed when the test ends.
 func Session(t testing.TB, url string) *amqp.Session {
 	t.Helper()
-	ctx := Context(t)
-	conn, err := broker.Dial(ctx, url)
+	conn, s, err := broker.Session(Context(t), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	s, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatalf("begin a session: %v", err)
-	}
 	return s
 }
 
@@ -97,39 +90,37 @@ func Send(t testing.TB, s *amqp.Session, queue string, msg *amqp.Message) {
 // Browse returns copies of every message on queue, leaving them there.
 func Browse(t testing.TB, s *amqp.Session, queue string) []*amqp.Message {
 	t.Helper()
-	settled := amqp.SenderSettleModeSettled
-	return read(t, s, queue, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		SourceDistributionMode:    amqp.SourceDistributionModeCopy,
-		RequestedSenderSettleMode: &settled,
-		Credit:                    100,
-	}, false)
+	r, err := broker.BrowseReceiver(Context(t), s, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return read(t, r, queue, false)
 }
 
 // Take consumes (accepts) every message on queue and returns them.
 func Take(t testing.TB, s *amqp.Session, queue string) []*amqp.Message {
 	t.Helper()
-	return read(t, s, queue, &amqp.ReceiverOptions{SourceCapabilities: []string{"queue"}, Credit: 100}, true)
+	r, err := broker.QueueReceiver(Context(t), s, queue, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return read(t, r, queue, true)
 }
 
-func read(t testing.TB, s *amqp.Session, queue string, opts *amqp.ReceiverOptions, accept bool) []*amqp.Message {
+// read returns what r receives until queue is silent for Idle, accepting
+// each message when accept is set, and detaches r.
+func read(t testing.TB, r *amqp.Receiver, queue string, accept bool) []*amqp.Message {
 	t.Helper()
 	ctx := Context(t)
-	r, err := s.NewReceiver(ctx, queue, opts)
-	if err != nil {
-		t.Fatalf("attach a receiver to %s: %v", queue, err)
-	}
 	defer r.Close(ctx)
 	var msgs []*amqp.Message
 	for {
-		rctx, cancel := context.WithTimeout(ctx, Idle)
-		msg, err := r.Receive(rctx, nil)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return msgs
-		}
+		msg, err := broker.ReceiveOrIdle(ctx, r, Idle)
 		if err != nil {
 			t.Fatalf("receive from %s: %v", queue, err)
+		}
+		if msg == nil {
+			return msgs
 		}
 		if accept {
 			if err := r.AcceptMessage(ctx, msg); err != nil {
@@ -138,22 +129,6 @@ func read(t testing.TB, s *amqp.Session, queue string, opts *amqp.ReceiverOption
 		}
 		msgs = append(msgs, msg)
 	}
-}
-
-// Body returns a message's body as text: an AMQP string or binary value,
-// or its data sections.
-func Body(msg *amqp.Message) string {
-	switch v := msg.Value.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	var b strings.Builder
-	for _, d := range msg.Data {
-		b.Write(d)
-	}
-	return b.String()
 }
 
 // Purge empties queues when the test ends, so a run leaves nothing behind.
