@@ -290,29 +290,6 @@ func authDial(t *testing.T, b *brokertest.Broker, user, password string, events 
 	return c
 }
 
-// authConsume runs c.Consume in the background until the returned stop is
-// called (or the test ends); stop waits for it to return nil.
-func authConsume(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, q, cons, &artemis.ConsumeOptions{Credit: 1}) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume's return after its context ended")
-			case <-time.After(arrival):
-				t.Errorf("Consume did not return within %v of its context's end", arrival)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // authHandled is one handler call.
 type authHandled struct {
 	id            string
@@ -375,7 +352,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := authConsume(t, c, q, cons)
+		stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
 
 		for i := range 2 {
 			h := nextAuthHandled(t, handled)
@@ -430,7 +407,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := authConsume(t, c, q, cons)
+		stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
 
 		// Consume attaches <queue>.dlq itself; the broker refuses it, and
 		// Consume keeps trying: three refusals in a row.

@@ -390,29 +390,6 @@ func (r *faultReports) log(t *testing.T) {
 	}
 }
 
-// faultConsume runs c.Consume in the background; stop ends it and checks
-// it returned nil.
-func faultConsume(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, q, cons, opts) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume's return after its context ended")
-			case <-time.After(faultWait):
-				t.Errorf("Consume did not return within %v of its context's end", faultWait)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // waitClosed waits for ch, failing the test with what after timeout.
 func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what func() string) {
 	t.Helper()
@@ -499,7 +476,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	events := newFaultEvents()
 	c := faultDial(t, fb, events.on)
 	start := time.Now()
-	stop := faultConsume(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit})
+	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 
 	waitClosed(t, killNow, 3*time.Minute, func() string { return fmt.Sprintf("%d handler calls (have %d)", killAt, calls.Load()) })
@@ -645,7 +622,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 
 	events := newFaultEvents()
 	c := faultDial(t, fb, events.on)
-	stop := faultConsume(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit})
+	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
 	events.wait(t, 0, artemis.EventSenderAttached, dlq, faultWait)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 

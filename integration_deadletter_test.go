@@ -29,6 +29,47 @@ func failingConsumer(urn string, dlq artemis.Sender, q string, calls chan<- call
 		artemis.WithOnError(errs.onError))
 }
 
+// deadLetterRun is one envelope published to a queue and a failingConsumer
+// listening there, dead-lettering through a sender the test prepared.
+type deadLetterRun struct {
+	calls    chan call
+	errs     *errorLog
+	env      *artemis.Envelope
+	original string // the envelope as published
+	l        *listener
+}
+
+// startDeadLetterRun publishes one envelope of urn to q and listens on q
+// with a failingConsumer whose dead-letter sender is dlq.
+func startDeadLetterRun(t *testing.T, conn *brokertest.Conn, q, urn string, dlq *amqp.Sender) *deadLetterRun {
+	t.Helper()
+	ru := &deadLetterRun{calls: make(chan call, 1024), errs: newErrorLog()}
+	cons := failingConsumer(urn, dlq, q, ru.calls, ru.errs)
+	ru.env, ru.original = publishEnvelope(t, artemis.NewPublisher(conn.NewSender(q), q), q, urn)
+	ru.l = listen(t, conn, q, cons, 1)
+	return ru
+}
+
+// nextFailedWrite waits for the next report and asserts that it is a
+// dead-letter write that failed, after which the source was plainly
+// released.
+func (ru *deadLetterRun) nextFailedWrite(t *testing.T) *artemis.DeliveryError {
+	t.Helper()
+	de := ru.errs.next(t)
+	require.ErrorIs(t, de, artemis.ErrDeadLetterFailed)
+	assert.Equal(t, artemis.Released, de.Disposition, "plain release")
+	return de
+}
+
+// assertUncountedRedelivery asserts that the handler was called twice
+// with attempts 0 and delivery count 0: a plain release after a failed
+// write is not a failed delivery.
+func (ru *deadLetterRun) assertUncountedRedelivery(t *testing.T) {
+	t.Helper()
+	assert.Equal(t, call{0, 0}, nextCall(t, ru.calls), "first delivery")
+	assert.Equal(t, call{0, 0}, nextCall(t, ru.calls), "redelivered after the plain release, not counted")
+}
+
 // TestIntegrationDeadLetterQueueFull dead-letters to a full address
 // (bqtest.tinydlq.#: max-size-bytes 1, address-full-policy FAIL: the first
 // message fits, then the address refuses). What go-amqp reports depends on
@@ -64,9 +105,7 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := brokertest.Require(t)
-			conn := b.Dial(t)
-			q := brokertest.Queue(t)
+			_, conn, q := onBroker(t)
 			tiny := brokertest.TinyDLQ()
 			const urn = "urn:babel:orders:created"
 			var dlq *amqp.Sender
@@ -79,25 +118,17 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 				dlq = conn.NewSender(tiny)
 			}
 
-			pub := artemis.NewPublisher(conn.NewSender(q), q)
-			calls := make(chan call, 1024)
-			errs := newErrorLog()
-			cons := failingConsumer(urn, dlq, q, calls, errs)
-			env, original := publishEnvelope(t, pub, q, urn)
-			l := listen(t, conn, q, cons, 1)
-
-			de := errs.next(t)
-			require.ErrorIs(t, de, artemis.ErrDeadLetterFailed)
-			assert.Equal(t, artemis.Released, de.Disposition, "plain release")
-			assert.Equal(t, env.Meta.ID, de.MessageID)
+			ru := startDeadLetterRun(t, conn, q, urn, dlq)
+			errs, calls := ru.errs, ru.calls
+			de := ru.nextFailedWrite(t)
+			assert.Equal(t, ru.env.Meta.ID, de.MessageID)
 			var ge *gatewayError
 			assert.ErrorAs(t, de, &ge, "the handler's failure is kept as the cause")
 			tc.check(t, de)
 
 			// The source comes back after the retry delay with its delivery
 			// count unchanged: a plain release is not a failed delivery.
-			assert.Equal(t, call{0, 0}, nextCall(t, calls), "first delivery")
-			assert.Equal(t, call{0, 0}, nextCall(t, calls), "redelivered after the plain release, not counted")
+			ru.assertUncountedRedelivery(t)
 
 			// Make room: take the filler off the DLQ; a later write goes through.
 			r := conn.NewReceiver(tiny, nil)
@@ -121,7 +152,7 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 				assert.Equal(t, artemis.DeadLettered, de.Disposition)
 				break
 			}
-			l.stop()
+			ru.l.stop()
 			for len(calls) > 0 {
 				assert.Equal(t, call{0, 0}, <-calls, "every redelivery after a failed write is uncounted")
 			}
@@ -130,10 +161,8 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 			dl, err := artemis.Decode([]byte(body))
 			require.NoError(t, err)
 			require.NotNil(t, dl.DeadLetter)
-			assert.Equal(t, wantDeadLetterBody(t, original, dl, ptr("payment gateway timeout"), ptr("*artemis_test.gatewayError"), "failed", q, 0), body)
-			errs.none(t)
-			assertEmpty(t, conn, q)
-			assertEmpty(t, conn, tiny)
+			assert.Equal(t, wantDeadLetterBody(t, ru.original, dl, ptr("payment gateway timeout"), ptr("*artemis_test.gatewayError"), "failed", q, 0), body)
+			assertNothingLeft(t, errs, conn, q, tiny)
 		})
 	}
 }
@@ -142,38 +171,27 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 // link was closed before use: the write fails with a link error and the
 // source message stays on its queue, uncounted.
 func TestIntegrationDeadLetterLinkClosed(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	const urn = "urn:babel:orders:created"
 	dlq := conn.NewSender(q + ".dlq")
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	defer cancel()
 	require.NoError(t, dlq.Close(ctx))
 
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
-	calls := make(chan call, 1024)
-	errs := newErrorLog()
-	cons := failingConsumer(urn, dlq, q, calls, errs)
-	env, original := publishEnvelope(t, pub, q, urn)
-	l := listen(t, conn, q, cons, 1)
-
-	de := errs.next(t)
-	require.ErrorIs(t, de, artemis.ErrDeadLetterFailed)
-	assert.Equal(t, artemis.Released, de.Disposition)
+	ru := startDeadLetterRun(t, conn, q, urn, dlq)
+	de := ru.nextFailedWrite(t)
 	var le *amqp.LinkError
 	assert.ErrorAs(t, de, &le, "a closed link: %v", de)
-	assert.Equal(t, call{0, 0}, nextCall(t, calls), "first delivery")
-	assert.Equal(t, call{0, 0}, nextCall(t, calls), "redelivered after the plain release, not counted")
-	l.stop()
-	for len(errs.ch) > 0 {
-		assert.ErrorIs(t, <-errs.ch, artemis.ErrDeadLetterFailed)
+	ru.assertUncountedRedelivery(t)
+	ru.l.stop()
+	for len(ru.errs.ch) > 0 {
+		assert.ErrorIs(t, <-ru.errs.ch, artemis.ErrDeadLetterFailed)
 	}
 
 	left := conn.Drain(q, "")
 	require.Len(t, left, 1, "the message is still on its queue")
-	assert.Equal(t, env.Meta.ID, left[0].Properties.MessageID)
-	assert.Equal(t, original, valueString(t, left[0]))
+	assert.Equal(t, ru.env.Meta.ID, left[0].Properties.MessageID)
+	assert.Equal(t, ru.original, valueString(t, left[0]))
 	assert.Equal(t, uint32(0), left[0].Header.DeliveryCount, "never counted as a failed delivery")
 	assertEmpty(t, conn, q+".dlq")
 }

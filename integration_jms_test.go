@@ -9,9 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,10 +21,8 @@ import (
 // with `artemis browser`: a TextMessage whose text is the envelope, JMSType
 // the URN, JMSCorrelationID the trace id, and the bq_ properties.
 func TestIntegrationJMSViewOfAPublishedMessage(t *testing.T) {
-	b := brokertest.Require(t)
+	b, conn, q := onBroker(t)
 	b.RequireCLI(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const urn = "urn:babel:orders:created"
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -78,10 +74,8 @@ func TestIntegrationJMSViewOfAPublishedMessage(t *testing.T) {
 // body URN (README), so the message reaches the handler for its URN through
 // the body's job, which a BabelQueue producer sets to the JMSType.
 func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
-	b := brokertest.Require(t)
+	b, conn, q := onBroker(t)
 	b.RequireCLI(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
 	const urn = "urn:babel:orders:created"
 	const trace = "9d1c0e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
 	const id = "0b7e3c1d-2f4a-4b6c-9d8e-1f2a3b4c5d6e"
@@ -100,28 +94,8 @@ func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
 		{Type: "string", Key: "bq_app_id", Value: "babelqueue"},
 	}))
 
-	type handled struct {
-		env     *artemis.Envelope
-		msg     *amqp.Message
-		headers artemis.HeaderCarrier
-	}
-	got := make(chan handled, 1)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
-		got <- handled{env, msg, artemis.HeadersFromContext(ctx)}
-		return nil
-	}}, artemis.WithOnError(errs.onError))
-	l := listen(t, conn, q, cons, 1)
-
-	var h handled
-	select {
-	case h = <-got:
-	case de := <-errs.ch:
-		t.Fatalf("reported instead of handled: %v", de)
-	case <-time.After(arrival):
-		t.Fatalf("the handler was not called within %v", arrival)
-	}
-	l.stop()
+	h := handleOne(t, conn, q, urn, errs)
 
 	require.NotNil(t, h.msg.Properties)
 	if assert.NotNil(t, h.msg.Properties.Subject, "JMSType arrives as properties.subject") {
@@ -139,6 +113,5 @@ func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
 	assert.Equal(t, data, string(h.env.Data))
 	assert.Equal(t, "java", h.headers["bq_source_lang"])
 	assert.Equal(t, "1", h.headers["bq_schema_version"])
-	errs.none(t)
-	assertEmpty(t, conn, q)
+	assertNothingLeft(t, errs, conn, q)
 }

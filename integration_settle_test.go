@@ -84,9 +84,7 @@ func ptr(s string) *string { return &s }
 // TestIntegrationRedeliveryCountsAttempts fails twice and then succeeds:
 // Artemis's delivery-count gives the handler attempts 0, 1 and 2.
 func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const urn = "urn:babel:orders:created"
 
@@ -121,18 +119,14 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 		t.Errorf("a fourth delivery: %+v", c)
 	default:
 	}
-	errs.none(t)
-	assertEmpty(t, conn, q)
-	assertEmpty(t, conn, q+".dlq")
+	assertNothingLeft(t, errs, conn, q, q+".dlq")
 }
 
 // TestIntegrationRedeliveryEndsOnTheDeadLetterQueue always fails: after
 // maxTries (3) deliveries the envelope is on <queue>.dlq with the block,
 // and the source queue is empty.
 func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const urn = "urn:babel:orders:created"
 
@@ -186,16 +180,13 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 		t.Errorf("a fourth delivery: %+v", c)
 	default:
 	}
-	errs.none(t)
-	assertEmpty(t, conn, q)
+	assertNothingLeft(t, errs, conn, q)
 }
 
 // TestIntegrationScheduledDelivery publishes with WithDelay(3s): Artemis
 // holds the message until then.
 func TestIntegrationScheduledDelivery(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const delay = 3 * time.Second
 	const margin = 7 * time.Second
@@ -233,9 +224,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 		{"data section", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := brokertest.Require(t)
-			conn := b.Dial(t)
-			q := brokertest.Queue(t)
+			_, conn, q := onBroker(t)
 			const urn = "urn:babel:orders:created"
 			env, err := artemis.NewEnvelope(urn, json.RawMessage(`{"order_id":1042}`), artemis.EnvelopeQueue(q))
 			require.NoError(t, err)
@@ -280,9 +269,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 			assert.Equal(t, urn, fwd.Annotations[artemis.AnnotationJMSType])
 			assert.Equal(t, env.TraceID, fwd.Properties.CorrelationID)
 			assert.Equal(t, env.Meta.ID, fwd.Properties.MessageID)
-			errs.none(t)
-			assertEmpty(t, conn, q)
-			assertEmpty(t, conn, q+".dlq")
+			assertNothingLeft(t, errs, conn, q, q+".dlq")
 		})
 	}
 }
@@ -290,9 +277,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 // TestIntegrationPoisonRecords sends bodies that are not envelopes: each
 // lands on the DLQ as its poison record, never reaching a handler.
 func TestIntegrationPoisonRecords(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	invalid := []byte{0xff, 0xfe, 'B', 'Q'}
 	cases := []struct {
 		id     string
@@ -365,8 +350,7 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 			}
 		})
 	}
-	errs.none(t)
-	assertEmpty(t, conn, q)
+	assertNothingLeft(t, errs, conn, q)
 }
 
 // TestIntegrationUnknownURN runs each unknown-URN strategy against the
@@ -389,8 +373,8 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		l        *listener
 	}
 	setup := func(t *testing.T, s artemis.UnknownURNStrategy) *run {
-		b := brokertest.Require(t)
-		ru := &run{conn: b.Dial(t), q: brokertest.Queue(t), handled: make(chan struct{}, 1), errs: newErrorLog()}
+		_, conn, q := onBroker(t)
+		ru := &run{conn: conn, q: q, handled: make(chan struct{}, 1), errs: newErrorLog()}
 		pub := artemis.NewPublisher(ru.conn.NewSender(ru.q), ru.q)
 		ru.env, ru.original = publishEnvelope(t, pub, ru.q, unknown)
 		publishEnvelope(t, pub, ru.q, known)
@@ -427,9 +411,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		ru := setup(t, artemis.UnknownURNDelete)
 		waitHandled(t, ru)
 		ru.l.stop()
-		ru.errs.none(t)
-		assertEmpty(t, ru.conn, ru.q)
-		assertEmpty(t, ru.conn, ru.q+".dlq")
+		assertNothingLeft(t, ru.errs, ru.conn, ru.q, ru.q+".dlq")
 		if m := onBrokerDLQ(t, ru, quiet); m != nil {
 			t.Errorf("a deleted message is on the broker's DLQ: %s", bodyOf(m))
 		}
@@ -452,8 +434,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		assert.Equal(t, wantDeadLetterBody(t, ru.original, dl, ptr(`no handler is registered for "`+unknown+`"`), nil, "unknown_urn", ru.q, 0), body)
 		assert.Equal(t, unknown, dlqMsg.Annotations[artemis.AnnotationJMSType])
 		assert.Equal(t, ru.env.Meta.ID, dlqMsg.Properties.MessageID)
-		ru.errs.none(t)
-		assertEmpty(t, ru.conn, ru.q)
+		assertNothingLeft(t, ru.errs, ru.conn, ru.q)
 	})
 
 	for _, s := range []artemis.UnknownURNStrategy{artemis.UnknownURNFail, artemis.UnknownURNRelease} {
@@ -473,9 +454,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 					assert.Equal(t, want, de.Attempts, "delivery %d counted by Artemis", want)
 				}
 			}
-			ru.errs.none(t)
-			assertEmpty(t, ru.conn, ru.q)
-			assertEmpty(t, ru.conn, ru.q+".dlq")
+			assertNothingLeft(t, ru.errs, ru.conn, ru.q, ru.q+".dlq")
 			t.Logf("on DLQ: annotations %v", m.Annotations)
 		})
 	}

@@ -21,9 +21,7 @@ import (
 // for a worker. Afterwards every published message was either handled
 // (accepted) or is still on the queue.
 func TestIntegrationShutdownLosesNothing(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	b, conn, q := onBroker(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const urn = "urn:babel:orders:created"
 	const published = 20

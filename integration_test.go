@@ -32,6 +32,15 @@ const (
 	quiet = 1500 * time.Millisecond
 )
 
+// onBroker is the prologue of the integration tests: the broker (the test
+// is skipped without it), one connection to it with a session, and a fresh
+// queue name.
+func onBroker(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string) {
+	t.Helper()
+	b := brokertest.Require(t)
+	return b, b.Dial(t), brokertest.Queue(t)
+}
+
 // listener runs Consumer.Listen on its own receiver in the background.
 type listener struct {
 	t      *testing.T
@@ -103,6 +112,74 @@ func (e *errorLog) none(t *testing.T) {
 		t.Errorf("unexpected report: %v", de)
 	default:
 	}
+}
+
+// assertNothingLeft asserts that the consumer reported nothing more and
+// that every one of queues is empty.
+func assertNothingLeft(t *testing.T, errs *errorLog, conn *brokertest.Conn, queues ...string) {
+	t.Helper()
+	errs.none(t)
+	for _, q := range queues {
+		assertEmpty(t, conn, q)
+	}
+}
+
+// handled is what a handler saw of one delivery.
+type handled struct {
+	env     *artemis.Envelope
+	msg     *amqp.Message
+	headers artemis.HeaderCarrier
+}
+
+// handleOne listens on q with a Consumer whose one handler, for urn,
+// records what it saw, and returns the first call once the Consumer has
+// stopped. A report to errs instead fails the test, and so does no call
+// within arrival.
+func handleOne(t *testing.T, conn *brokertest.Conn, q, urn string, errs *errorLog) handled {
+	t.Helper()
+	got := make(chan handled, 1)
+	cons := artemis.NewConsumer(artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		got <- handled{env, msg, artemis.HeadersFromContext(ctx)}
+		return nil
+	}}, artemis.WithOnError(errs.onError))
+	l := listen(t, conn, q, cons, 1)
+
+	var h handled
+	select {
+	case h = <-got:
+	case de := <-errs.ch:
+		t.Fatalf("reported instead of handled: %v", de)
+	case <-time.After(arrival):
+		t.Fatalf("the handler was not called within %v", arrival)
+	}
+	l.stop()
+	return h
+}
+
+// consumeInBackground runs c.Consume on q in the background until the
+// returned stop is called (or the test ends); stop waits up to wait for
+// Consume to return and checks that it returned nil.
+func consumeInBackground(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer,
+	opts *artemis.ConsumeOptions, wait time.Duration,
+) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Consume(ctx, q, cons, opts) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "Consume's return after its context ended")
+			case <-time.After(wait):
+				t.Errorf("Consume did not return within %v of its context's end", wait)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // receiveOn waits for one message on addr, accepts it and detaches.
@@ -194,9 +271,7 @@ func assertProjection(t *testing.T, env *artemis.Envelope, got *amqp.Message) {
 // Publisher's link and reads it back raw: the body is byte-identical to
 // the canonical encoding and the projection survives the broker.
 func TestIntegrationPublishConsumeRoundTrip(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	sender := conn.NewSender(q)
 	pub := artemis.NewPublisher(sender, q)
 	const urn = "urn:babel:orders:created"
@@ -233,9 +308,7 @@ func TestIntegrationPublishConsumeRoundTrip(t *testing.T) {
 // consumes with Consumer.Listen: the handler sees the envelope, the
 // reconciled attempts and the out-of-band headers.
 func TestIntegrationPublishListenRoundTrip(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t)
-	q := brokertest.Queue(t)
+	_, conn, q := onBroker(t)
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	const urn = "urn:babel:orders:created"
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -246,26 +319,8 @@ func TestIntegrationPublishListenRoundTrip(t *testing.T) {
 		artemis.WithTraceID("  trace-abc-123  "), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
-	type handled struct {
-		env     *artemis.Envelope
-		msg     *amqp.Message
-		headers artemis.HeaderCarrier
-	}
-	got := make(chan handled, 1)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
-		got <- handled{env, msg, artemis.HeadersFromContext(ctx)}
-		return nil
-	}}, artemis.WithOnError(errs.onError))
-	l := listen(t, conn, q, cons, 1)
-
-	var h handled
-	select {
-	case h = <-got:
-	case <-time.After(arrival):
-		t.Fatalf("the handler was not called within %v", arrival)
-	}
-	l.stop()
+	h := handleOne(t, conn, q, urn, errs)
 
 	assert.Equal(t, urn, h.env.Job)
 	assert.Equal(t, "trace-abc-123", h.env.TraceID, "the trace id is trimmed and reused")
@@ -295,6 +350,5 @@ func TestIntegrationPublishListenRoundTrip(t *testing.T) {
 		wantHeaders[k] = v.(string)
 	}
 	assert.Equal(t, wantHeaders, h.headers, "out-of-band headers: every application property as a string")
-	errs.none(t)
-	assertEmpty(t, conn, q)
+	assertNothingLeft(t, errs, conn, q)
 }
