@@ -105,11 +105,8 @@ func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 }
 
 func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
-	if strings.TrimSpace(env.Job) == "" {
-		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
-	}
-	if len(env.Data) != 0 && !isJSONObject(env.Data) {
-		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+	if err := checkPublishable(env); err != nil {
+		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
 	msg := projection(env, unsafe.String(unsafe.SliceData(body), len(body)), cfg.headers)
@@ -117,17 +114,41 @@ func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
 		msg.ApplicationProperties[PropDuplicateID] = env.Meta.ID
 	}
 	if cfg.delay > 0 {
-		now := time.Now
-		if cfg.now != nil {
-			now = cfg.now
-		}
-		msg.Annotations[AnnotationDeliveryTime] = now().Add(cfg.delay).UnixMilli()
+		msg.Annotations[AnnotationDeliveryTime] = cfg.deliveryTime()
 	}
 	return msg, nil
 }
 
+// checkPublishable rejects an envelope that cannot be projected.
+func checkPublishable(env *Envelope) error {
+	if strings.TrimSpace(env.Job) == "" {
+		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
+	}
+	if len(env.Data) != 0 && !isJSONObject(env.Data) {
+		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+	}
+	return nil
+}
+
+// deliveryTime is the x-opt-delivery-time of a delayed publish (Unix ms).
+func (c *publishConfig) deliveryTime() int64 {
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	return now().Add(c.delay).UnixMilli()
+}
+
 // projection builds the section 2 message around an already encoded body.
 func projection(env *Envelope, body string, headers map[string]string) *amqp.Message {
+	b := new(messageBlock)
+	b.project(env, body, applicationProperties(env, headers), amqp.Annotations{AnnotationJMSType: env.Job})
+	return &b.msg
+}
+
+// applicationProperties are the out-of-band headers (blanks dropped) and the
+// four bq_ properties, which win over a header of the same name.
+func applicationProperties(env *Envelope, headers map[string]string) map[string]any {
 	props := make(map[string]any, len(headers)+4)
 	for k, v := range headers {
 		if strings.TrimSpace(k) == "" || strings.TrimSpace(v) == "" {
@@ -139,40 +160,47 @@ func projection(env *Envelope, body string, headers map[string]string) *amqp.Mes
 	props[PropSourceLang] = langProperty(env.Meta.Lang)
 	props[PropAttempts] = attemptsProperty(env.Attempts)
 	props[PropAppID] = AppID
-
-	// Artemis gives JMS peers JMSType from properties.subject; the contract's
-	// x-opt-jms-type annotation is what BabelQueue consumers route on. Both
-	// carry the URN.
-	//
-	// The properties, the subject and the creation time they point to share
-	// one allocation instead of three.
-	pb := &propertiesBlock{subject: env.Job}
-	p := &pb.props
-	p.CorrelationID = env.TraceID
-	p.ContentType = &contentType
-	p.Subject = &pb.subject
-	if env.Meta.ID != "" {
-		p.MessageID = env.Meta.ID
-	}
-	if env.Meta.CreatedAt != 0 {
-		pb.created = time.UnixMilli(env.Meta.CreatedAt).UTC()
-		p.CreationTime = &pb.created
-	}
-	return &amqp.Message{
-		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
-		Annotations:           amqp.Annotations{AnnotationJMSType: env.Job},
-		Properties:            p,
-		ApplicationProperties: props,
-		Value:                 body,
-	}
+	return props
 }
 
-// propertiesBlock holds a message's properties with the values its
-// pointer fields point to.
-type propertiesBlock struct {
+// messageBlock holds a message with the header, the properties and the
+// values they point to: one allocation instead of three.
+type messageBlock struct {
+	msg     amqp.Message
+	header  amqp.MessageHeader
 	props   amqp.MessageProperties
 	subject string
 	created time.Time
+}
+
+// project makes b.msg the section 2 message of env around an already
+// encoded body, with the given application properties and annotations.
+func (b *messageBlock) project(env *Envelope, body string, props map[string]any, annotations amqp.Annotations) {
+	// Artemis gives JMS peers JMSType from properties.subject; the contract's
+	// x-opt-jms-type annotation is what BabelQueue consumers route on. Both
+	// carry the URN.
+	b.subject = env.Job
+	b.header = amqp.MessageHeader{Durable: true, Priority: defaultPriority}
+	b.props = amqp.MessageProperties{
+		CorrelationID: env.TraceID,
+		ContentType:   &contentType,
+		Subject:       &b.subject,
+	}
+	if env.Meta.ID != "" {
+		b.props.MessageID = env.Meta.ID
+	}
+	b.created = time.Time{}
+	if env.Meta.CreatedAt != 0 {
+		b.created = time.UnixMilli(env.Meta.CreatedAt).UTC()
+		b.props.CreationTime = &b.created
+	}
+	b.msg = amqp.Message{
+		Header:                &b.header,
+		Annotations:           annotations,
+		Properties:            &b.props,
+		ApplicationProperties: props,
+		Value:                 body,
+	}
 }
 
 // The usual property values, boxed once: putting a string that is not a

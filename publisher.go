@@ -3,6 +3,9 @@ package artemis
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/Azure/go-amqp"
 )
@@ -15,9 +18,10 @@ type Sender interface {
 // Publisher publishes envelopes to one queue over a Sender. It is safe for
 // concurrent use when the Sender is (*amqp.Sender is).
 type Publisher struct {
-	sender Sender
-	queue  string
-	opts   []PublishOption
+	sender  Sender
+	queue   string
+	opts    []PublishOption
+	lastURN atomic.Pointer[urnAnnotations] // see annotations
 }
 
 // NewPublisher returns a Publisher that writes to s and stamps queue into
@@ -48,14 +52,7 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 	if err != nil {
 		return "", err
 	}
-	msg, err := newMessage(env, &cfg)
-	if err != nil {
-		return "", err
-	}
-	if err := sendConfirmed(ctx, p.sender, msg); err != nil {
-		return "", fmt.Errorf("babelqueue: publish %s to %s: %w", env.Job, p.queue, err)
-	}
-	return env.Meta.ID, nil
+	return p.publish(ctx, env, &cfg)
 }
 
 // PublishEnvelope sends an envelope that is already built (for example one
@@ -69,12 +66,107 @@ func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...
 	for _, o := range opts {
 		o(&cfg)
 	}
-	msg, err := newMessage(env, &cfg)
-	if err != nil {
-		return "", err
+	return p.publish(ctx, env, &cfg)
+}
+
+func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (string, error) {
+	var err error
+	if s, ok := p.sender.(*amqp.Sender); ok {
+		if err := checkPublishable(env); err != nil {
+			return "", err
+		}
+		err = p.sendReused(ctx, s, env, cfg)
+	} else {
+		msg, merr := newMessage(env, cfg)
+		if merr != nil {
+			return "", merr
+		}
+		err = sendConfirmed(ctx, p.sender, msg)
 	}
-	if err := sendConfirmed(ctx, p.sender, msg); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("babelqueue: publish %s to %s: %w", env.Job, p.queue, err)
 	}
 	return env.Meta.ID, nil
+}
+
+// pooledMessage is a projected message with its body buffer, reused from
+// one publish to the next.
+type pooledMessage struct {
+	messageBlock
+	body []byte
+}
+
+var messagePool = sync.Pool{New: func() any { return new(pooledMessage) }}
+
+// maxPooledBody bounds the body buffers kept for reuse.
+const maxPooledBody = 64 << 10
+
+// sendReused sends env's projection through s, which must only read the
+// message, and only while Send runs. An *amqp.Sender does: go-amqp encodes
+// the message into the link's own buffer before the transfer and keeps no
+// reference to it. So the message, the memory it points to and the body
+// buffer come from a pool, and the maps that do not vary from one publish
+// to the next are shared, never written: the four bq_ properties of a fresh
+// envelope and the annotation of the URN published last. The message is
+// the one newMessage makes, byte for byte.
+//
+// A message whose send failed is not reused: with its link gone, go-amqp
+// may still hold a transfer that points into it.
+func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
+	pm := messagePool.Get().(*pooledMessage)
+	if hint := env.encodedSizeHint(); cap(pm.body) < hint {
+		pm.body = make([]byte, 0, hint)
+	}
+	pm.body = env.appendEncode(pm.body[:0])
+	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
+		reusedProperties(env, cfg), p.annotations(env.Job, cfg))
+	err := sendConfirmed(ctx, s, &pm.msg)
+	if err == nil && cap(pm.body) <= maxPooledBody {
+		pm.messageBlock = messageBlock{}
+		messagePool.Put(pm)
+	}
+	return err
+}
+
+// freshProperties are the application properties of every envelope this
+// library makes (schema 1, lang go, attempts 0) when no header or duplicate
+// id is added. Shared by reused messages: never written.
+var freshProperties = map[string]any{
+	PropSchemaVersion: boxedSchemaVersion,
+	PropSourceLang:    boxedLang,
+	PropAttempts:      boxedAttempts[0],
+	PropAppID:         AppID,
+}
+
+func reusedProperties(env *Envelope, cfg *publishConfig) map[string]any {
+	if len(cfg.headers) == 0 && !cfg.dupID && env.Meta.SchemaVersion == SchemaVersion &&
+		env.Meta.Lang == Lang && env.Attempts == 0 {
+		return freshProperties
+	}
+	props := applicationProperties(env, cfg.headers)
+	if cfg.dupID && env.Meta.ID != "" {
+		props[PropDuplicateID] = env.Meta.ID
+	}
+	return props
+}
+
+// urnAnnotations is the annotations map of one URN, shared read only.
+type urnAnnotations struct {
+	urn         string
+	annotations amqp.Annotations
+}
+
+// annotations returns the message annotations for urn: the map of the URN
+// published last when there is no delay (it is never written), else a new
+// one.
+func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations {
+	if cfg.delay > 0 {
+		return amqp.Annotations{AnnotationJMSType: urn, AnnotationDeliveryTime: cfg.deliveryTime()}
+	}
+	if last := p.lastURN.Load(); last != nil && last.urn == urn {
+		return last.annotations
+	}
+	a := &urnAnnotations{urn: urn, annotations: amqp.Annotations{AnnotationJMSType: urn}}
+	p.lastURN.Store(a)
+	return a.annotations
 }
