@@ -139,8 +139,8 @@ func main() {
 	}
 	if err := run(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		pprof.StopCPUProfile()
-		os.Exit(1)
+		pprof.StopCPUProfile() // os.Exit skips the deferred stop: flush the profile first
+		os.Exit(1)             //nolint:gocritic // the profile was stopped just above
 	}
 	if cfg.memprofile != "" {
 		f, err := os.Create(cfg.memprofile)
