@@ -148,6 +148,7 @@ func (k ConnectionEventKind) String() string {
 
 // ConnectionEvent is one loss or recovery the Client reports.
 type ConnectionEvent struct {
+	// Kind says what happened.
 	Kind ConnectionEventKind
 	// URL is the broker URL concerned, its password replaced by xxxxx ("" when unknown).
 	URL string

@@ -29,8 +29,8 @@ var (
 	// ErrNotAccepted is matched by an *OutcomeError: the broker settled a
 	// transfer with an outcome other than accepted.
 	ErrNotAccepted = errors.New("babelqueue: transfer not accepted by the broker")
-	// ErrInvalidConfig: a Consumer option has an invalid value.
-	ErrInvalidConfig = errors.New("babelqueue: invalid consumer configuration")
+	// ErrInvalidConfig: a Consumer, Client or Consume option has an invalid value.
+	ErrInvalidConfig = errors.New("babelqueue: invalid configuration")
 )
 
 // Disposition is what the consumer did with a delivery.
@@ -75,12 +75,19 @@ func (d Disposition) String() string {
 // one of the sentinel errors above; Err is the cause (the handler's error,
 // the decode error, the dead-letter write error), reachable with errors.As.
 type DeliveryError struct {
-	Kind        error
-	URN         string
-	MessageID   string
-	Attempts    int
+	// Kind is the sentinel the error matches: ErrUnknownURN, ErrPoison,
+	// ErrVersionGated, ErrHandlerFailed, ErrDeadLetterFailed or ErrSettlement.
+	Kind error
+	// URN is the routing URN ("" when none was found).
+	URN string
+	// MessageID is meta.id when the body was decoded.
+	MessageID string
+	// Attempts is the reconciled attempts of the delivery.
+	Attempts int
+	// Disposition is what was sent to the broker for the delivery.
 	Disposition Disposition
-	Err         error
+	// Err is the cause.
+	Err error
 }
 
 // Error describes the delivery, what was done with it and why.
@@ -115,7 +122,9 @@ func (e *DeliveryError) Unwrap() error { return e.Err }
 
 // PanicError is the cause recorded when a handler panics.
 type PanicError struct {
+	// Value is what the handler panicked with.
 	Value any
+	// Stack is the handler goroutine's stack at the panic.
 	Stack []byte
 }
 
@@ -133,6 +142,8 @@ func (e *PanicError) Unwrap() error {
 // OutcomeError reports a transfer the broker settled with an outcome other
 // than accepted: rejected, released or modified. It matches ErrNotAccepted.
 type OutcomeError struct {
+	// State is the broker's outcome (*amqp.StateRejected, *amqp.StateReleased,
+	// *amqp.StateModified), or nil when the transfer was settled without one.
 	State amqp.DeliveryState
 }
 
