@@ -539,33 +539,15 @@ func (d *metaDecoder) member(qkey, key, val string) error {
 }
 
 // eachMember walks the members of the JSON object starting at s[start],
-// which the caller has already checked to be valid JSON. It passes each key
-// raw (quoted), unquoted, and the raw value text.
+// which the caller has already checked to be valid JSON (so nesting deeper
+// than the fast path's limit is fine: values are skipped, not scanned). It
+// passes each key raw (quoted), unquoted, and the raw value text.
 func eachMember(s string, start int, fn func(qkey, key, val string) error) error {
-	i := skipSpace(s, start+1)
-	if i < len(s) && s[i] == '}' {
-		return nil
-	}
-	for i < len(s) {
-		kEnd := skipString(s, i)
-		qkey := s[i:kEnd]
-		key, err := unquote(qkey)
-		if err != nil {
-			return err
-		}
-		i = skipSpace(s, kEnd)
-		i = skipSpace(s, i+1) // the colon
-		vEnd := skipValue(s, i)
-		if err := fn(qkey, key, s[i:vEnd]); err != nil {
-			return err
-		}
-		i = skipSpace(s, vEnd)
-		if i >= len(s) || s[i] == '}' {
-			return nil
-		}
-		i = skipSpace(s, i+1) // the comma
-	}
-	return nil
+	_, err := walkObject(s, start, func(qkey, key, s string, i int) (int, error) {
+		end := skipValue(s, i)
+		return end, fn(qkey, key, s[i:end])
+	})
+	return err
 }
 
 // errScan is the fast path's only syntax error: the body is not valid JSON

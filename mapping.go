@@ -109,14 +109,29 @@ func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
 		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
-	msg := projection(env, unsafe.String(unsafe.SliceData(body), len(body)), cfg.headers)
+	b := new(messageBlock)
+	b.project(env, unsafe.String(unsafe.SliceData(body), len(body)),
+		publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
+	return &b.msg, nil
+}
+
+// publishProperties are the application properties of a publish: the
+// headers and the bq_ properties, and the duplicate id when it was asked for.
+func publishProperties(env *Envelope, cfg *publishConfig) map[string]any {
+	props := applicationProperties(env, cfg.headers)
 	if cfg.dupID && env.Meta.ID != "" {
-		msg.ApplicationProperties[PropDuplicateID] = env.Meta.ID
+		props[PropDuplicateID] = env.Meta.ID
 	}
+	return props
+}
+
+// publishAnnotations are the message annotations of a publish: the URN, and
+// the scheduled delivery time of a delayed one.
+func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 	if cfg.delay > 0 {
-		msg.Annotations[AnnotationDeliveryTime] = cfg.deliveryTime()
+		return amqp.Annotations{AnnotationJMSType: urn, AnnotationDeliveryTime: cfg.deliveryTime()}
 	}
-	return msg, nil
+	return amqp.Annotations{AnnotationJMSType: urn}
 }
 
 // checkPublishable rejects an envelope that cannot be projected.
@@ -142,7 +157,7 @@ func (c *publishConfig) deliveryTime() int64 {
 // projection builds the section 2 message around an already encoded body.
 func projection(env *Envelope, body string, headers map[string]string) *amqp.Message {
 	b := new(messageBlock)
-	b.project(env, body, applicationProperties(env, headers), amqp.Annotations{AnnotationJMSType: env.Job})
+	b.project(env, body, applicationProperties(env, headers), publishAnnotations(env.Job, &publishConfig{}))
 	return &b.msg
 }
 

@@ -143,11 +143,7 @@ func reusedProperties(env *Envelope, cfg *publishConfig) map[string]any {
 		env.Meta.Lang == Lang && env.Attempts == 0 {
 		return freshProperties
 	}
-	props := applicationProperties(env, cfg.headers)
-	if cfg.dupID && env.Meta.ID != "" {
-		props[PropDuplicateID] = env.Meta.ID
-	}
-	return props
+	return publishProperties(env, cfg)
 }
 
 // urnAnnotations is the annotations map of one URN, shared read only.
@@ -161,7 +157,7 @@ type urnAnnotations struct {
 // one.
 func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations {
 	if cfg.delay > 0 {
-		return amqp.Annotations{AnnotationJMSType: urn, AnnotationDeliveryTime: cfg.deliveryTime()}
+		return publishAnnotations(urn, cfg)
 	}
 	if last := p.lastURN.Load(); last != nil && last.urn == urn {
 		return last.annotations
