@@ -217,24 +217,6 @@ func (s *clientSender) unknown(err error) error {
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, s.c.red.error(err))
 }
 
-// transfer sends msg on one link and waits for its outcome.
-func transfer(ctx context.Context, l Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
-	switch l := l.(type) {
-	case OutcomeSender:
-		return l.SendOutcome(ctx, msg)
-	case receiptSender:
-		receipt, err := l.SendWithReceipt(ctx, msg, nil)
-		if err != nil {
-			return nil, err
-		}
-		return receipt.Wait(ctx)
-	}
-	if err := l.Send(ctx, msg, nil); err != nil {
-		return nil, err
-	}
-	return &amqp.StateAccepted{}, nil
-}
-
 // mayBeStored reports a failure after which the transfer may have reached
 // the broker: the link or connection went down, or ctx ended, while it was
 // being written or waiting for its outcome. go-amqp reports a ctx that

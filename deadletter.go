@@ -101,24 +101,31 @@ type receiptSender interface {
 // accepted. go-amqp's Send returns nil for released and modified outcomes,
 // so those are read from the receipt and turned into an *OutcomeError.
 func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
-	var state amqp.DeliveryState
-	var err error
-	switch s := s.(type) {
-	case OutcomeSender:
-		state, err = s.SendOutcome(ctx, msg)
-	case receiptSender:
-		var receipt amqp.SendReceipt
-		receipt, err = s.SendWithReceipt(ctx, msg, nil)
-		if err == nil {
-			state, err = receipt.Wait(ctx)
-		}
-	default:
-		return s.Send(ctx, msg, nil)
-	}
+	state, err := transfer(ctx, s, msg)
 	if err != nil {
 		return err
 	}
 	return outcomeError(state)
+}
+
+// transfer sends msg and waits for the broker's outcome: from an
+// OutcomeSender, or from the receipt of an *amqp.Sender. A Sender that is
+// neither is trusted when Send returns nil (reported as accepted).
+func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
+	switch s := s.(type) {
+	case OutcomeSender:
+		return s.SendOutcome(ctx, msg)
+	case receiptSender:
+		receipt, err := s.SendWithReceipt(ctx, msg, nil)
+		if err != nil {
+			return nil, err
+		}
+		return receipt.Wait(ctx)
+	}
+	if err := s.Send(ctx, msg, nil); err != nil {
+		return nil, err
+	}
+	return &amqp.StateAccepted{}, nil
 }
 
 // outcomeError maps a broker outcome to nil (accepted) or an *OutcomeError.
