@@ -77,7 +77,10 @@ type Consumer struct {
 	concurrency int
 	logger      *slog.Logger
 	now         func() time.Time
-	err         error // an invalid option, returned by Listen and Handle
+	// after is the clock the dead-letter retry hold waits on (time.After; a
+	// test gives a channel it controls).
+	after func(time.Duration) <-chan time.Time
+	err   error // an invalid option, returned by Listen and Handle
 }
 
 // ConsumerOption configures a Consumer.
@@ -153,6 +156,7 @@ func NewConsumer(h Handlers, opts ...ConsumerOption) *Consumer {
 		concurrency: DefaultConcurrency,
 		logger:      slog.New(slog.DiscardHandler),
 		now:         time.Now,
+		after:       time.After,
 	}
 	for urn, fn := range h {
 		if fn == nil {

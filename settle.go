@@ -132,10 +132,8 @@ func (d *delivery) wait(dur time.Duration) {
 	if dur <= 0 {
 		return
 	}
-	t := time.NewTimer(dur)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-d.c.after(dur):
 	case <-d.stop:
 	}
 }
