@@ -33,6 +33,23 @@ var (
 	ErrInvalidConfig = errors.New("babelqueue: invalid configuration")
 )
 
+// ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
+// NewEnvelope return for input that is not a valid envelope.
+var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")
+
+// Errors of the Client.
+var (
+	// ErrConnect: no broker URL could be connected to. The error lists each
+	// URL (password redacted) with its cause.
+	ErrConnect = errors.New("babelqueue: cannot connect to any broker")
+	// ErrOutcomeUnknown: the connection or link failed, or the context
+	// ended, after a transfer may have been written, so the broker may or
+	// may not have stored the message. See Client.Publisher.
+	ErrOutcomeUnknown = errors.New("babelqueue: publish outcome unknown, the broker may have stored the message")
+	// ErrClosed: the Client, or the ClientPublisher, was closed.
+	ErrClosed = errors.New("babelqueue: client closed")
+)
+
 // Disposition is what the consumer did with a delivery.
 type Disposition int
 
@@ -175,3 +192,34 @@ func (e *OutcomeError) Unwrap() error {
 	}
 	return nil
 }
+
+// urlError is the failure of one broker URL.
+type urlError struct {
+	url string
+	err error
+}
+
+func (e *urlError) Error() string { return e.url + ": " + e.err.Error() }
+func (e *urlError) Unwrap() error { return e.err }
+
+// connectError is the failure of every broker URL. It matches ErrConnect.
+type connectError struct {
+	errs []error
+}
+
+func (e *connectError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrConnect.Error())
+	for i, err := range e.errs {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e *connectError) Is(target error) bool { return target == ErrConnect }
+func (e *connectError) Unwrap() []error      { return e.errs }

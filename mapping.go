@@ -43,53 +43,6 @@ var contentType = ContentType
 // message of this library behind those of any other producer.
 const defaultPriority = 4
 
-// PublishOption configures one publish (Publisher.Publish and NewMessage).
-type PublishOption func(*publishConfig)
-
-type publishConfig struct {
-	traceID string
-	delay   time.Duration
-	headers map[string]string
-	dupID   bool
-	now     func() time.Time
-}
-
-// WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
-// It is how a service continues the trace of the message it is handling.
-func WithTraceID(id string) PublishOption {
-	return func(c *publishConfig) { c.traceID = id }
-}
-
-// WithDelay schedules the message for delivery d from now, through Artemis's
-// x-opt-delivery-time annotation. A delay <= 0 delivers at once.
-func WithDelay(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.delay = d }
-}
-
-// WithHeaders adds out-of-band headers (W3C traceparent, tracestate, ...) as
-// string application properties. Blank keys and values are dropped; a header
-// named like a contract property (bq_...) loses to the contract's value. A
-// HeaderCarrier is a map[string]string, so it can be passed as it is.
-func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) {
-		if len(h) == 0 {
-			return
-		}
-		if c.headers == nil {
-			c.headers = make(map[string]string, len(h))
-		}
-		for k, v := range h {
-			c.headers[k] = v
-		}
-	}
-}
-
-// WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
-// to meta.id, so a publish retried after an ambiguous failure is stored once.
-func WithDuplicateDetection() PublishOption {
-	return func(c *publishConfig) { c.dupID = true }
-}
-
 // NewMessage projects an envelope onto an AMQP 1.0 message as the contract's
 // section 2 says: the canonical JSON as one AMQP value string body, the URN
 // in x-opt-jms-type, the trace id as correlation-id, meta.id as message-id,
@@ -143,15 +96,6 @@ func checkPublishable(env *Envelope) error {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
 	return nil
-}
-
-// deliveryTime is the x-opt-delivery-time of a delayed publish (Unix ms).
-func (c *publishConfig) deliveryTime() int64 {
-	now := time.Now
-	if c.now != nil {
-		now = c.now
-	}
-	return now().Add(c.delay).UnixMilli()
 }
 
 // projection builds the section 2 message around an already encoded body.

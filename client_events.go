@@ -1,0 +1,141 @@
+// Connection events: their kinds, emitting them to OnEvent and logging them.
+
+package artemis
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// ConnectionEventKind says what happened to the Client's connection or to
+// one of its links.
+type ConnectionEventKind int
+
+// The connection events.
+const (
+	// EventConnected: the first connection opened, to URL.
+	EventConnected ConnectionEventKind = iota + 1
+	// EventReconnected: a connection opened again after a loss, to URL.
+	EventReconnected
+	// EventDisconnected: the connection to URL was lost (Err says why).
+	EventDisconnected
+	// EventDialFailed: connecting to URL failed (Err says why); the next
+	// URL, if any, is tried.
+	EventDialFailed
+	// EventConsumerAttached: Consume attached its receiver to Address and
+	// started listening.
+	EventConsumerAttached
+	// EventConsumerResumed: Consume re-attached to Address after a loss and
+	// resumed listening.
+	EventConsumerResumed
+	// EventConsumerLost: Consume's receiver on Address failed (Err says
+	// why); it will re-attach after a backoff.
+	EventConsumerLost
+	// EventBackoff: Consume waits Delay before attempt number Attempt to
+	// re-attach to Address; Err is the failure that caused it.
+	EventBackoff
+	// EventSenderAttached: a publisher's or a consumer's dead-letter sender
+	// attached to Address for the first time.
+	EventSenderAttached
+	// EventSenderReattached: such a sender attached again after its link or
+	// connection was lost.
+	EventSenderReattached
+	// EventPublishRetried: a publish to Address whose outcome was unknown
+	// (Err) is sent again on a new link; it carries a duplicate id, so
+	// Artemis stores it once.
+	EventPublishRetried
+)
+
+// String names the event kind.
+func (k ConnectionEventKind) String() string {
+	switch k {
+	case EventConnected:
+		return "connected"
+	case EventReconnected:
+		return "reconnected"
+	case EventDisconnected:
+		return "disconnected"
+	case EventDialFailed:
+		return "dial_failed"
+	case EventConsumerAttached:
+		return "consumer_attached"
+	case EventConsumerResumed:
+		return "consumer_resumed"
+	case EventConsumerLost:
+		return "consumer_lost"
+	case EventBackoff:
+		return "backoff"
+	case EventSenderAttached:
+		return "sender_attached"
+	case EventSenderReattached:
+		return "sender_reattached"
+	case EventPublishRetried:
+		return "publish_retried"
+	}
+	return fmt.Sprintf("ConnectionEventKind(%d)", int(k))
+}
+
+// ConnectionEvent is one loss or recovery the Client reports.
+type ConnectionEvent struct {
+	// Kind says what happened.
+	Kind ConnectionEventKind
+	// URL is the broker URL concerned, its password replaced by xxxxx ("" when unknown).
+	URL string
+	// Address is the queue (or dead-letter queue) of a link event.
+	Address string
+	// Attempt numbers a Consume re-attach attempt (EventBackoff), from 1.
+	Attempt int
+	// Delay is the wait before that attempt (EventBackoff).
+	Delay time.Duration
+	// Err is the cause of a loss or failure, passwords scrubbed.
+	Err error
+}
+
+// emit reports an event to the callback and the logger, scrubbed.
+func (c *Client) emit(ev ConnectionEvent) {
+	ev.URL = c.red.string(ev.URL)
+	ev.Err = c.red.error(ev.Err)
+	c.log(ev)
+	if c.onEvent == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			c.logger.LogAttrs(context.Background(), slog.LevelError, "babelqueue: connection event callback panicked",
+				slog.String("panic", c.red.string(fmt.Sprint(p))))
+		}
+	}()
+	c.onEvent(ev)
+}
+
+func (c *Client) log(ev ConnectionEvent) {
+	level := slog.LevelInfo
+	switch ev.Kind {
+	case EventDisconnected, EventDialFailed, EventConsumerLost, EventPublishRetried:
+		level = slog.LevelWarn
+	case EventBackoff:
+		level = slog.LevelDebug
+	}
+	ctx := context.Background()
+	if !c.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs, slog.String("event", ev.Kind.String()))
+	if ev.URL != "" {
+		attrs = append(attrs, slog.String("url", ev.URL))
+	}
+	if ev.Address != "" {
+		attrs = append(attrs, slog.String("address", ev.Address))
+	}
+	if ev.Kind == EventBackoff {
+		attrs = append(attrs, slog.Int("attempt", ev.Attempt), slog.Duration("delay", ev.Delay))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.String("error", ev.Err.Error()))
+	}
+	c.logger.LogAttrs(ctx, level, "babelqueue: "+strings.ReplaceAll(ev.Kind.String(), "_", " "), attrs...)
+}

@@ -1,0 +1,367 @@
+// The one-pass JSON scanner the envelope decoder walks with. It is the only
+// file that knows JSON grammar.
+
+package artemis
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// eachMember walks the members of the JSON object starting at s[start],
+// which the caller has already checked to be valid JSON (so nesting deeper
+// than the fast path's limit is fine: values are skipped, not scanned). It
+// passes each key raw (quoted), unquoted, and the raw value text.
+func eachMember(s string, start int, fn func(qkey, key, val string) error) error {
+	_, err := walkObject(s, start, func(qkey, key, s string, i int) (int, error) {
+		end := skipValue(s, i)
+		return end, fn(qkey, key, s[i:end])
+	})
+	return err
+}
+
+// errScan is the fast path's only syntax error: the body is not valid JSON
+// or not valid UTF-8. decodeChecked then finds out which, and says so.
+var errScan = errors.New("invalid JSON")
+
+// maxScanDepth bounds nesting on the fast path; it is below encoding/json's
+// own limit, so a deeper body simply takes the checked path.
+const maxScanDepth = 1000
+
+// walkObject checks the JSON object starting at s[i] (a '{') for JSON syntax
+// and UTF-8 as it walks it. For each member it calls fn with the raw
+// (quoted) key, the unquoted key, and s with the index where the value
+// starts; fn checks the value (scanMember does, for a plain one) and returns
+// the index just past it. walkObject returns the index just past the object.
+func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error)) (int, error) {
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return 0, errScan
+		}
+		kEnd, escaped, ok := scanString(s, i)
+		if !ok {
+			return 0, errScan
+		}
+		qkey := s[i:kEnd]
+		key := qkey[1 : len(qkey)-1]
+		if escaped {
+			var err error
+			if key, err = unquote(qkey); err != nil {
+				return 0, err
+			}
+		}
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return 0, errScan
+		}
+		vEnd, err := fn(qkey, key, s, skipSpace(s, i+1))
+		if err != nil {
+			return 0, err
+		}
+		i = skipSpace(s, vEnd)
+		if i >= len(s) {
+			return 0, errScan
+		}
+		switch s[i] {
+		case ',':
+			i = skipSpace(s, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errScan
+		}
+	}
+}
+
+// scanMember checks the value starting at s[i], inside depth open objects,
+// and hands its raw text to member.
+func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string) error) (int, error) {
+	end, ok := scanValue(s, i, depth)
+	if !ok {
+		return 0, errScan
+	}
+	return end, member(qkey, key, s[i:end])
+}
+
+// scanValue returns the index just past the JSON value starting at s[i],
+// inside depth open objects and arrays, and false when it is not valid JSON
+// or its strings are not valid UTF-8. Only what follows a value (a comma, a
+// closing bracket, the end) is left to the caller.
+func scanValue(s string, i, depth int) (int, bool) {
+	if i >= len(s) {
+		return 0, false
+	}
+	switch c := s[i]; c {
+	case '"':
+		end, _, ok := scanString(s, i)
+		return end, ok
+	case '{', '[':
+		if depth >= maxScanDepth {
+			return 0, false
+		}
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		i = skipSpace(s, i+1)
+		if i < len(s) && s[i] == closing {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				if i >= len(s) || s[i] != '"' {
+					return 0, false
+				}
+				end, _, ok := scanString(s, i)
+				if !ok {
+					return 0, false
+				}
+				i = skipSpace(s, end)
+				if i >= len(s) || s[i] != ':' {
+					return 0, false
+				}
+				i = skipSpace(s, i+1)
+			}
+			end, ok := scanValue(s, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipSpace(s, end)
+			switch {
+			case i >= len(s):
+				return 0, false
+			case s[i] == closing:
+				return i + 1, true
+			case s[i] != ',':
+				return 0, false
+			}
+			i = skipSpace(s, i+1)
+		}
+	case 't':
+		return scanLiteral(s, i, "true")
+	case 'f':
+		return scanLiteral(s, i, "false")
+	case 'n':
+		return scanLiteral(s, i, "null")
+	}
+	return scanNumber(s, i)
+}
+
+func scanLiteral(s string, i int, lit string) (int, bool) {
+	if len(s)-i < len(lit) || s[i:i+len(lit)] != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// scanNumber checks JSON number syntax: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func scanNumber(s string, i int) (int, bool) {
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(s):
+		return 0, false
+	case s[i] == '0':
+		i++
+	case s[i] >= '1' && s[i] <= '9':
+		i = skipDigits(s, i+1)
+	default:
+		return 0, false
+	}
+	if i < len(s) && s[i] == '.' {
+		j := skipDigits(s, i+1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := skipDigits(s, i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+func skipDigits(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// plainByte marks the bytes a JSON string holds as they are: printable
+// ASCII other than the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// scanString checks the JSON string starting at s[i] (a quote): valid
+// escapes, no control characters, valid UTF-8. It returns the index just
+// past the closing quote and whether the string holds an escape.
+func scanString(s string, i int) (end int, escaped, ok bool) {
+	j := i + 1
+	for {
+		for j < len(s) && plainByte[s[j]] {
+			j++
+		}
+		if j >= len(s) {
+			return 0, false, false
+		}
+		switch c := s[j]; {
+		case c == '"':
+			return j + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			if j+1 >= len(s) {
+				return 0, false, false
+			}
+			switch s[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				if j+6 > len(s) || !isHex4(s[j+2:j+6]) {
+					return 0, false, false
+				}
+				j += 6
+			default:
+				return 0, false, false
+			}
+		case c < 0x20:
+			return 0, false, false
+		default:
+			r, size := utf8.DecodeRuneInString(s[j:])
+			if r == utf8.RuneError && size == 1 {
+				return 0, false, false
+			}
+			j += size
+		}
+	}
+}
+
+func isHex4(h string) bool {
+	for i := 0; i < 4; i++ {
+		c := h[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index just past the JSON string starting at s[i].
+func skipString(s string, i int) int {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(s)
+}
+
+// skipValue returns the index just past the JSON value starting at s[i].
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return i
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(s); j++ {
+			switch s[j] {
+			case '"':
+				j = skipString(s, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(s)
+	default:
+		j := i
+		for j < len(s) {
+			switch s[j] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return j
+			}
+			j++
+		}
+		return j
+	}
+}
+
+func unquote(q string) (string, error) {
+	if len(q) < 2 || q[0] != '"' {
+		return "", fmt.Errorf("not a JSON string: %s", truncate(q))
+	}
+	body := q[1 : len(q)-1]
+	if strings.IndexByte(body, '\\') < 0 {
+		return body, nil
+	}
+	var out string
+	if err := json.Unmarshal(stringBytes(q), &out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+func isJSONObject(raw []byte) bool {
+	i := 0
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i < len(raw) && raw[i] == '{'
+}
+
+func jsonSyntaxError(s string) error {
+	var v any
+	err := json.Unmarshal(stringBytes(s), &v)
+	if err == nil {
+		return errors.New("unexpected input")
+	}
+	// encoding/json stops at 10000 levels with the terse "invalid character
+	// '[' exceeded max depth"; say what happened instead.
+	var se *json.SyntaxError
+	if errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth") {
+		return fmt.Errorf("arrays and objects are nested more than 10000 levels deep (at byte %d)", se.Offset)
+	}
+	return err
+}
