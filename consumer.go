@@ -57,10 +57,13 @@ const (
 
 // Defaults of the consumer options.
 const (
-	DefaultMaxTries           = 3
-	DefaultDeadLetterTimeout  = 30 * time.Second
-	DefaultDeadLetterRetryDel = time.Second
-	DefaultConcurrency        = 1
+	DefaultMaxTries             = 3
+	DefaultDeadLetterTimeout    = 30 * time.Second
+	DefaultDeadLetterRetryDelay = time.Second
+	DefaultConcurrency          = 1
+
+	// Deprecated: use DefaultDeadLetterRetryDelay.
+	DefaultDeadLetterRetryDel = DefaultDeadLetterRetryDelay
 )
 
 // Consumer routes deliveries to handlers and settles each exactly once, as
@@ -152,7 +155,7 @@ func NewConsumer(h Handlers, opts ...ConsumerOption) *Consumer {
 		maxTries:    DefaultMaxTries,
 		unknown:     UnknownURNFail,
 		dlqTimeout:  DefaultDeadLetterTimeout,
-		retryDelay:  DefaultDeadLetterRetryDel,
+		retryDelay:  DefaultDeadLetterRetryDelay,
 		concurrency: DefaultConcurrency,
 		logger:      slog.New(slog.DiscardHandler),
 		now:         time.Now,

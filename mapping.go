@@ -48,7 +48,8 @@ const defaultPriority = 4
 // in x-opt-jms-type, the trace id as correlation-id, meta.id as message-id,
 // meta.created_at as creation-time, content-type application/json, the four
 // bq_ application properties, and a durable header. Options add headers and
-// scheduled delivery.
+// scheduled delivery; WithTraceID is refused (ErrInvalidConfig) unless it
+// repeats the envelope's own trace id, which NewMessage never changes.
 func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 	var cfg publishConfig
 	for _, o := range opts {
@@ -58,7 +59,7 @@ func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 }
 
 func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
-	if err := checkPublishable(env); err != nil {
+	if err := checkPublishable(env, cfg); err != nil {
 		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
@@ -87,8 +88,14 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 	return amqp.Annotations{AnnotationJMSType: urn}
 }
 
-// checkPublishable rejects an envelope that cannot be projected.
-func checkPublishable(env *Envelope) error {
+// checkPublishable rejects an envelope that cannot be projected, and an
+// option that cannot take effect on it: a built envelope already has its
+// trace id, so WithTraceID may only repeat it.
+func checkPublishable(env *Envelope, cfg *publishConfig) error {
+	if id := strings.TrimSpace(cfg.traceID); id != "" && id != env.TraceID {
+		return fmt.Errorf("%w: WithTraceID(%q) on an envelope whose trace id is %q: a built envelope keeps its trace id (set it with EnvelopeTraceID)",
+			ErrInvalidConfig, truncate(id), truncate(env.TraceID))
+	}
 	if strings.TrimSpace(env.Job) == "" {
 		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}

@@ -58,7 +58,8 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 
 // PublishEnvelope sends an envelope that is already built (for example one
 // being forwarded or redriven) with the section 2 projection, and returns
-// its meta.id once the broker accepted it.
+// its meta.id once the broker accepted it. The envelope keeps its trace id:
+// WithTraceID with another id is refused with ErrInvalidConfig.
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...PublishOption) (string, error) {
 	var cfg publishConfig
 	for _, o := range p.opts {
@@ -73,7 +74,7 @@ func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (string, error) {
 	var err error
 	if s, ok := p.sender.(*amqp.Sender); ok {
-		if err := checkPublishable(env); err != nil {
+		if err := checkPublishable(env, cfg); err != nil {
 			return "", err
 		}
 		err = p.sendReused(ctx, s, env, cfg)
@@ -168,7 +169,10 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 	return a.annotations
 }
 
-// PublishOption configures one publish (Publisher.Publish and NewMessage).
+// PublishOption configures one publish: Publisher.Publish and
+// PublishEnvelope, ClientPublisher's, and the projection NewMessage. Given
+// to NewPublisher or Client.Publisher, an option applies to every publish,
+// before the per-call ones.
 type PublishOption func(*publishConfig)
 
 type publishConfig struct {
@@ -181,6 +185,9 @@ type publishConfig struct {
 
 // WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
 // It is how a service continues the trace of the message it is handling.
+// It applies to Publish, which builds the envelope; PublishEnvelope and
+// NewMessage, whose envelope already has a trace id, refuse a different one
+// with ErrInvalidConfig rather than ignore it.
 func WithTraceID(id string) PublishOption {
 	return func(c *publishConfig) { c.traceID = id }
 }
