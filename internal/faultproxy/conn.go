@@ -89,7 +89,9 @@ func (c *conn) run() {
 	nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.p.upstream)
 	cancel()
 	if err != nil {
-		c.p.dialFails.Add(1)
+		if c.ctx.Err() == nil { // not a Reset or Close during the dial
+			c.p.dialFails.Add(1)
+		}
 		c.abort()
 		return
 	}
@@ -116,15 +118,15 @@ func (c *conn) run() {
 // connection on any other error.
 func (c *conn) read(wg *sync.WaitGroup, src *net.TCPConn, q chan<- chunk) {
 	defer wg.Done()
+	buf := make([]byte, chunkSize)
 	for {
-		b := make([]byte, chunkSize)
-		n, err := src.Read(b)
+		n, err := src.Read(buf)
 		if n > 0 {
 			c.p.mu.Lock()
 			at := time.Now().Add(c.p.latency)
 			c.p.mu.Unlock()
 			select {
-			case q <- chunk{b[:n], at}:
+			case q <- chunk{append([]byte(nil), buf[:n]...), at}:
 			case <-c.done:
 				return
 			}
@@ -141,7 +143,8 @@ func (c *conn) read(wg *sync.WaitGroup, src *net.TCPConn, q chan<- chunk) {
 }
 
 // write moves chunks from q to dst after their latency, while not stalled,
-// within the cut budget; at the end of q it half-closes dst.
+// within the cut budget; at the end of q (once not stalled: a stall holds
+// the FIN too) it half-closes dst.
 func (c *conn) write(wg *sync.WaitGroup, dst *net.TCPConn, q <-chan chunk, count *atomic.Int64) {
 	defer wg.Done()
 	for {
@@ -152,14 +155,7 @@ func (c *conn) write(wg *sync.WaitGroup, dst *net.TCPConn, q <-chan chunk, count
 		case <-c.done:
 			return
 		}
-		if !ok {
-			_ = dst.CloseWrite()
-			if c.halves.Add(1) == 2 {
-				c.close(false) // both directions ended with a FIN
-			}
-			return
-		}
-		if d := time.Until(ch.at); d > 0 {
+		if d := time.Until(ch.at); ok && d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
@@ -179,9 +175,17 @@ func (c *conn) write(wg *sync.WaitGroup, dst *net.TCPConn, q <-chan chunk, count
 				return
 			}
 		}
+		if !ok {
+			_ = dst.CloseWrite()
+			if c.halves.Add(1) == 2 {
+				c.close(false) // both directions ended with a FIN
+			}
+			return
+		}
 		b, cut := c.take(ch.b)
+		count.Add(int64(len(b))) // before the peer can see them; corrected below on a short write
 		n, err := dst.Write(b)
-		count.Add(int64(n))
+		count.Add(int64(n - len(b)))
 		if cut {
 			c.close(true, &c.p.resets, &c.p.cuts)
 			return

@@ -212,11 +212,41 @@ func TestStallHoldsBytesAndHealDeliversThem(t *testing.T) {
 	if _, err := fresh.Write([]byte("fresh")); err != nil {
 		t.Fatal(err)
 	}
+	_ = fresh.CloseWrite() // the FIN is held too
 	expectHeld(t, open)
 	expectHeld(t, fresh)
 	p.Heal()
 	expectEcho(t, open, "held")
 	expectEcho(t, fresh, "fresh")
+	if n, err := fresh.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("after the held FIN: %d, %v; want EOF", n, err)
+	}
+}
+
+func TestRefusedUpstreamResetsTheClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	p, err := Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+	if err == nil { // the RST may even beat the connect's return
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+	}
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("dial or read: %v, want ECONNRESET", err)
+	}
+	if s := p.Stats(); s.DialFails != 1 || s.Open != 0 {
+		t.Fatalf("stats %+v", s)
+	}
 }
 
 func TestBlackholeNeverDialsTheUpstream(t *testing.T) {
