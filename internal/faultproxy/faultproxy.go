@@ -7,7 +7,8 @@
 //
 //   - Reset aborts every open connection with a TCP RST on both sides.
 //   - Stall stops carrying bytes in both directions without closing anything
-//     (no FIN, no RST): a half-open network. Bytes are held, not dropped:
+//     (no FIN, no RST; a FIN that arrives is held like the bytes before it):
+//     a half-open network. Bytes are held, not dropped:
 //     a real path that loses packets has them retransmitted by TCP once it
 //     comes back, so after Heal the held bytes are delivered in order, as a
 //     healed network would. While stalled each direction reads ahead at most
@@ -23,7 +24,16 @@
 //     through it: exactly that many bytes are forwarded, then the RST.
 //
 // Every blocking operation is bounded by Close: it stops the listener,
-// aborts every connection and returns once every goroutine has exited.
+// aborts every connection (with an RST, not counted in Stats.Resets) and
+// returns once every goroutine has exited.
+//
+// Typical use in a fault test:
+//
+//	p, err := faultproxy.Start("127.0.0.1:5672", faultproxy.WithSeed(42))
+//	...
+//	defer p.Close()
+//	url, _ := p.Rewrite(brokerURL) // same credentials, the proxy's port
+//	// dial url; then p.Reset(), p.Stall() ... p.Heal(), p.CutAfter(20<<10, 300<<10)
 package faultproxy
 
 import (
@@ -219,7 +229,8 @@ func (p *Proxy) Latency(d time.Duration) {
 // CutAfter makes each connection, open or new, abort with an RST after a
 // random number of bytes in [min, max] (both directions together, counted
 // from this call for open connections) has passed through it. CutAfter(0, 0)
-// turns it off. It returns an error when the range is invalid.
+// turns it off. It returns an error when the range is invalid (min < 1 with
+// max > 0, or max < min).
 func (p *Proxy) CutAfter(min, max int) error {
 	if min < 0 || max < min || (max > 0 && min == 0) {
 		return fmt.Errorf("faultproxy: invalid cut range [%d, %d]", min, max)

@@ -466,7 +466,8 @@ func TestConcurrentTogglingIsSafe(t *testing.T) {
 	noLeak(t, base)
 }
 
-// TestAMQPThroughProxy dials a real broker through the proxy, then resets.
+// TestAMQPThroughProxy dials a real broker through the proxy, stalls,
+// heals, then resets.
 func TestAMQPThroughProxy(t *testing.T) {
 	b := brokertest.Require(t)
 	u, err := url.Parse(b.URL)
@@ -500,6 +501,18 @@ func TestAMQPThroughProxy(t *testing.T) {
 	}
 	if err := snd.Send(ctx, amqp.NewMessage([]byte("through the proxy")), nil); err != nil {
 		t.Fatal(err)
+	}
+	// A stall holds the send's outcome without breaking the connection; Heal lets it go on.
+	p.Stall()
+	stallCtx, stallCancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = snd.Send(stallCtx, amqp.NewMessage([]byte("during the stall")), nil)
+	stallCancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send during the stall: %v, want the context's deadline", err)
+	}
+	p.Heal()
+	if err := snd.Send(ctx, amqp.NewMessage([]byte("after the heal")), nil); err != nil {
+		t.Fatalf("Send after Heal: %v", err)
 	}
 	if n := p.Reset(); n != 1 {
 		t.Fatalf("Reset aborted %d connections, want 1", n)
