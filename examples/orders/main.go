@@ -194,22 +194,19 @@ func consume(ctx context.Context, client *artemis.Client, queue, dlq, poisonID s
 
 	// Consume attaches a receiver to the queue and a dead-letter sender to
 	// <queue>.dlq, and runs until its context ends.
-	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, queue, cons, nil) }()
+	bg := broker.Consume(cctx, client, queue, cons)
 	for !tr.finished() {
 		select {
 		case ev := <-events:
 			fmt.Fprintln(out, "  "+tr.record(ev, dlq))
-		case err := <-done:
-			return fmt.Errorf("the consumer stopped early: %v", err)
+		case err := <-bg.Done():
+			return broker.Early(err)
 		case <-ctx.Done():
-			stop()
-			<-done
+			_ = bg.Stop()
 			return fmt.Errorf("gave up waiting for %s: %w", strings.Join(tr.pending(), ", "), ctx.Err())
 		}
 	}
-	stop()
-	return <-done
+	return bg.Stop()
 }
 
 // tracker remembers the messages this run put on the queue and what
