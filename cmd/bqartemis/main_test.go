@@ -90,7 +90,7 @@ func TestConnectionErrorsNeverShowThePassword(t *testing.T) {
 		for _, env := range []map[string]string{
 			{envURL: u},
 			{envURL: "amqp://babel@127.0.0.1:1", envPassword: pass},
-			{envURL: "amqp://babel:" + pass + "@127.0.0.1:1"}, // not escaped: may not parse
+			{envURL: "amqp://babel:" + pass + "@127.0.0.1:1"},     // not escaped: may not parse
 			{envURL: "amqp://babel:" + urlEscape(pass) + "@[::1"}, // does not parse
 		} {
 			out, errOut, code := runCLI(t, env, "", "stats", "-timeout", "5s")
