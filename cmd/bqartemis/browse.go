@@ -155,7 +155,7 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		if !bf.json {
-			fmt.Fprintf(env.stderr, "%d of %d records on %s shown (browsed, nothing consumed)\n", shown, seen, queue)
+			fmt.Fprintf(env.stderr, "%d of %s on %s shown (browsed, nothing consumed)\n", shown, plural(seen, "record"), queue)
 		}
 		return nil
 	}
@@ -191,8 +191,15 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 			return err
 		}
 		if !bf.json {
-			fmt.Fprintf(env.stderr, "%d messages on %s shown (browsed, nothing consumed)\n", n, queue)
+			fmt.Fprintf(env.stderr, "%s on %s shown (browsed, nothing consumed)\n", plural(n, "message"), queue)
 		}
 		return nil
 	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

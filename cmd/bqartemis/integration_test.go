@@ -335,3 +335,18 @@ func TestIntegrationBadPasswordIsNotShown(t *testing.T) {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
 }
+
+// A live/backup list: the first URL is down, the second answers.
+func TestIntegrationURLListFallsBack(t *testing.T) {
+	env := brokerEnv(t)
+	live := env[envURL]
+	delete(env, envURL)
+	out := cli(t, env, "stats", "DLQ", "-url", "amqp://babel@127.0.0.1:1", "-url", live)
+	if !strings.Contains(out, "DLQ") {
+		t.Errorf("stats over the backup URL:\n%s", out)
+	}
+	_, errOut, code := runCLI(t, env, "", "stats", "-url", "amqp://babel@127.0.0.1:1", "-url", "amqp://babel@127.0.0.1:2")
+	if code != exitFailed || !strings.Contains(errOut, "127.0.0.1:1") || !strings.Contains(errOut, "127.0.0.1:2") {
+		t.Errorf("two dead URLs: exit %d %s", code, errOut)
+	}
+}

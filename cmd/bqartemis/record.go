@@ -124,8 +124,8 @@ func readRecord(msg *amqp.Message) *record {
 	check.DeadLetter, check.Attempts = nil, 0
 	if err := check.Validate(); err != nil || env.DeadLetter != nil && env.DeadLetter.Reason == artemis.ReasonPoison {
 		r.Kind = kindPoison
-		if err != nil {
-			r.Problem = err.Error()
+		if err != nil && (env.DeadLetter == nil || env.DeadLetter.Reason != artemis.ReasonPoison) {
+			r.Problem = err.Error() // not a poison record, yet no envelope
 		}
 		r.Raw, r.RawEncoding = rawOf(body)
 		return r
