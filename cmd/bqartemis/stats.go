@@ -289,9 +289,9 @@ func printStats(w io.Writer, rows []queueStat, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED\t")
+	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added)
 	}
 	return tw.Flush()
 }
