@@ -225,6 +225,16 @@ func TestIntegrationRedrive(t *testing.T) {
 	if n := len(c.Drain(queue, "")); n != 1 {
 		t.Errorf("the second redrive stored %d copies, want 1", n)
 	}
+	// What -max left, and what did not match, went back uncounted.
+	left := jsonLines(t, cli(t, env, "peek", dlq, "-json"))
+	if len(left) != 3 {
+		t.Errorf("after -max 1 the DLQ holds %d records, want 3", len(left))
+	}
+	for _, l := range left {
+		if l["delivery_count"] != 0.0 {
+			t.Errorf("a record left by -max was counted as a failed delivery: %v", l)
+		}
+	}
 
 	// -all -to: unknown_urn moves to another queue; poison and gated stay.
 	other := queue + ".other"
