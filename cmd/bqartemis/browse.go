@@ -47,7 +47,7 @@ type browseFlags struct {
 func (b *browseFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line")
 	fs.IntVar(&b.max, "max", 0, "stop after `N` records (0: all)")
-	fs.DurationVar(&b.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `long`")
+	fs.DurationVar(&b.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
 }
 
 func (b *browseFlags) check() error {

@@ -175,7 +175,7 @@ func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []st
 	fs.StringVar(&f.urn, "urn", "", "move only records of this `URN`")
 	fs.IntVar(&f.max, "max", 0, "move at most `N` records (0: all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "browse and say what would move; change nothing")
-	fs.DurationVar(&f.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `long`")
+	fs.DurationVar(&f.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
 	return func(ctx context.Context, args []string) error {
 		dlq, err := oneQueue(args, "dead-letter queue")
 		if err != nil {
