@@ -486,6 +486,12 @@ func TestIntegrationPythonPublishedGoConsumes(t *testing.T) {
 	// annotation only (no properties.subject), so that is what Go routes on.
 	assert.Equal(t, "annotation "+artemis.AnnotationJMSType, slot, "observed Python behaviour: routed on the annotation")
 	assert.Empty(t, other)
+	// Observed Python behaviour: no subject, no message-id, not durable.
+	if assert.NotNil(t, d.msg.Properties) {
+		assert.Nil(t, d.msg.Properties.Subject, "observed Python behaviour: no properties.subject")
+		assert.Nil(t, d.msg.Properties.MessageID, "observed Python behaviour: no properties.message-id")
+	}
+	assert.False(t, d.msg.Header != nil && d.msg.Header.Durable, "observed Python behaviour: not durable")
 
 	assert.Equal(t, published[0].ID, d.env.Meta.ID)
 	assert.Equal(t, trace, d.env.TraceID)
@@ -532,6 +538,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 	require.NotNil(t, msg, "a dead-letter copy on %s", dlq)
 	stop()
 	assert.Empty(t, attempts, "no delivery after the third")
+	t.Logf("Go DLQ copy of the Python message, wire: %s", pyWire(msg))
 	dead, err := artemis.Decode(pyBody(t, msg))
 	require.NoError(t, err)
 	require.NotNil(t, dead.DeadLetter)
