@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,20 +37,20 @@ func TestBenchFixtures(t *testing.T) {
 	want, err := NewMessage(env)
 	require.NoError(t, err)
 	assert.Equal(t, want, benchFloorMessage(env.Job, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	require.NoError(t, benchFloorPublish(context.Background(), s, string(body), benchMessageID, time.Now()))
 	p := NewPublisher(s, benchQueue)
 	id, err := p.Publish(context.Background(), benchURN, benchOrderStruct())
 	require.NoError(t, err)
 	assert.NotEmpty(t, id)
-	assert.Equal(t, 2, s.sent)
+	assert.Equal(t, 2, s.Count())
 
 	// Handle settles through the counting receiver.
 	c := NewConsumer(Handlers{benchURN: benchAcceptOrder})
-	r := &benchReceiver{}
+	r := fakelink.NewCountingReceiver()
 	require.NoError(t, c.Handle(context.Background(), r, benchDelivery(t, benchURN)))
-	assert.Equal(t, 1, r.accepted)
-	assert.Equal(t, 1, r.total())
+	assert.Equal(t, 1, r.Counted().Accepted)
+	assert.Equal(t, 1, r.Counted().Total())
 }
 
 // TestAllocationBudgets holds the hot paths to the allocation counts the
@@ -66,8 +67,8 @@ func TestAllocationBudgets(t *testing.T) {
 	unknownMsg.Value = benchPoisonBody
 	release := NewConsumer(nil, WithUnknownURN(UnknownURNRelease))
 	drop := NewConsumer(nil, WithUnknownURN(UnknownURNDelete))
-	r := &benchReceiver{}
-	p := NewPublisher(&benchSender{}, benchQueue)
+	r := fakelink.NewCountingReceiver()
+	p := NewPublisher(&fakelink.Sender{Discard: true}, benchQueue)
 	structData, mapData := any(benchOrderStruct()), any(benchOrderMap())
 
 	for _, tc := range []struct {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 // Sinks keep the compiler from discarding the work of a benchmark loop.
@@ -79,7 +80,7 @@ func BenchmarkDecodeValidate(b *testing.B) {
 func BenchmarkHandleRouted(b *testing.B) {
 	c := NewConsumer(Handlers{benchURN: benchAcceptOrder})
 	msg := benchDelivery(b, benchURN)
-	r := &benchReceiver{}
+	r := fakelink.NewCountingReceiver()
 	ctx := context.Background()
 	b.ReportAllocs()
 	n := 0
@@ -89,19 +90,19 @@ func BenchmarkHandleRouted(b *testing.B) {
 		}
 		n++
 	}
-	if r.accepted != n || r.total() != n {
-		b.Fatalf("%d deliveries: %d accepted, %d settled", n, r.accepted, r.total())
+	if r.Counted().Accepted != n || r.Counted().Total() != n {
+		b.Fatalf("%d deliveries: %d accepted, %d settled", n, r.Counted().Accepted, r.Counted().Total())
 	}
 }
 
 func BenchmarkHandleUnknownURN(b *testing.B) {
 	for _, tc := range []struct {
 		strategy UnknownURNStrategy
-		settled  func(r *benchReceiver) int
+		settled  func(r *fakelink.Receiver) int
 	}{
-		{UnknownURNFail, func(r *benchReceiver) int { return r.failed }},
-		{UnknownURNRelease, func(r *benchReceiver) int { return r.failed }},
-		{UnknownURNDelete, func(r *benchReceiver) int { return r.accepted }},
+		{UnknownURNFail, func(r *fakelink.Receiver) int { return r.Counted().Failed }},
+		{UnknownURNRelease, func(r *fakelink.Receiver) int { return r.Counted().Failed }},
+		{UnknownURNDelete, func(r *fakelink.Receiver) int { return r.Counted().Accepted }},
 	} {
 		b.Run(string(tc.strategy), func(b *testing.B) {
 			reports := 0
@@ -109,7 +110,7 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 				WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { reports++ }))
 			msg := benchDelivery(b, benchUnknown)
 			msg.Value = benchPoisonBody
-			r := &benchReceiver{}
+			r := fakelink.NewCountingReceiver()
 			ctx := context.Background()
 			b.ReportAllocs()
 			n := 0
@@ -117,8 +118,8 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 				benchSinkErr = c.Handle(ctx, r, msg)
 				n++
 			}
-			if tc.settled(r) != n || r.total() != n {
-				b.Fatalf("%d deliveries: %d settled as %s wants, %d in all", n, tc.settled(r), tc.strategy, r.total())
+			if tc.settled(r) != n || r.Counted().Total() != n {
+				b.Fatalf("%d deliveries: %d settled as %s wants, %d in all", n, tc.settled(r), tc.strategy, r.Counted().Total())
 			}
 			if wantReports := map[bool]int{true: n, false: 0}[tc.strategy == UnknownURNFail]; reports != wantReports {
 				b.Fatalf("%d reports for %d deliveries under %s", reports, n, tc.strategy)
@@ -130,7 +131,7 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 // --- the publisher -----------------------------------------------------------
 
 func BenchmarkPublish(b *testing.B) {
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	p := NewPublisher(s, benchQueue)
 	ctx := context.Background()
 	data := benchOrderStruct()
@@ -144,13 +145,13 @@ func BenchmarkPublish(b *testing.B) {
 		benchSinkID = id
 		n++
 	}
-	if s.sent != n {
-		b.Fatalf("%d publishes, %d sends", n, s.sent)
+	if s.Count() != n {
+		b.Fatalf("%d publishes, %d sends", n, s.Count())
 	}
 }
 
 func BenchmarkFloorMessage(b *testing.B) {
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	body := string(benchBody(b))
 	created := time.UnixMilli(1749132727000).UTC()
 	ctx := context.Background()
@@ -256,7 +257,7 @@ func BenchmarkRatios(b *testing.B) {
 			})
 	})
 	b.Run("publish", func(b *testing.B) {
-		s := &benchSender{}
+		s := &fakelink.Sender{Discard: true}
 		p := NewPublisher(s, benchQueue)
 		ctx := context.Background()
 		data := benchOrderStruct()

@@ -5,13 +5,14 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestEventCallbackPanicIsContained(t *testing.T) {
 	fb := newFakeBroker(t)
-	var buf syncBuffer
+	var buf fakelink.LogBuffer
 	c, err := newClient([]string{"amqp://babel:" + secret + "@live:5672"}, &ClientOptions{
 		OnEvent: func(ev ConnectionEvent) { panic("callback saw " + ev.URL + " " + secret) },
 		Logger:  slog.New(slog.NewTextHandler(&buf, nil)),

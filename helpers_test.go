@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,8 +165,8 @@ type fakeConn struct {
 	err  error
 
 	mu        sync.Mutex
-	senders   []*fakeSender
-	receivers []*fakeReceiver
+	senders   []*fakelink.Sender
+	receivers []*fakelink.Receiver
 
 	// outcome decides the transfers of senders attached from now on.
 	outcome func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error)
@@ -176,7 +175,7 @@ type fakeConn struct {
 	// deliveries are queued on each receiver attached from now on.
 	deliveries func() []*amqp.Message
 	// attached hears of every receiver attached.
-	attached chan *fakeReceiver
+	attached chan *fakelink.Receiver
 }
 
 func (c *fakeConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
@@ -206,12 +205,20 @@ func (c *fakeConn) kill(err error) {
 		c.err = err
 		close(c.done)
 		c.mu.Lock()
-		rs := append([]*fakeReceiver(nil), c.receivers...)
+		rs := append([]*fakelink.Receiver(nil), c.receivers...)
 		c.mu.Unlock()
 		for _, r := range rs {
 			r.Fail(&amqp.ConnError{})
 		}
 	})
+}
+
+// gate fails the transfers of a dead connection's senders.
+func (c *fakeConn) gate() error {
+	if c.dead() {
+		return &amqp.ConnError{}
+	}
+	return nil
 }
 
 func (c *fakeConn) dead() bool {
@@ -234,7 +241,7 @@ func (c *fakeConn) NewSender(_ context.Context, target string, opts *amqp.Sender
 			return nil, err
 		}
 	}
-	s := &fakeSender{Sender: &fakelink.Sender{Outcome: c.outcome}, conn: c, target: target, opts: opts}
+	s := &fakelink.Sender{Outcome: c.outcome, Address: target, Options: opts, Gate: c.gate, Verdict: outcomeError}
 	c.senders = append(c.senders, s)
 	return s, nil
 }
@@ -250,7 +257,8 @@ func (c *fakeConn) NewReceiver(_ context.Context, source string, opts *amqp.Rece
 			return nil, err
 		}
 	}
-	r := &fakeReceiver{Receiver: fakelink.NewReceiver(c.t, source), source: source, opts: opts}
+	r := fakelink.NewReceiver(c.t, source)
+	r.Options = opts
 	if c.deliveries != nil {
 		for _, m := range c.deliveries() {
 			r.Push(m)
@@ -265,66 +273,22 @@ func (c *fakeConn) NewReceiver(_ context.Context, source string, opts *amqp.Rece
 	return r, nil
 }
 
-func (c *fakeConn) sendersTo(addr string) []*fakeSender {
+func (c *fakeConn) sendersTo(addr string) []*fakelink.Sender {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []*fakeSender
+	var out []*fakelink.Sender
 	for _, s := range c.senders {
-		if s.target == addr {
+		if s.Address == addr {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (c *fakeConn) receiverList() []*fakeReceiver {
+func (c *fakeConn) receiverList() []*fakelink.Receiver {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*fakeReceiver(nil), c.receivers...)
-}
-
-type fakeSender struct {
-	*fakelink.Sender
-	conn   *fakeConn
-	target string
-	opts   *amqp.SenderOptions
-	closed atomic.Bool
-}
-
-func (s *fakeSender) SendOutcome(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
-	if s.conn.dead() {
-		return nil, &amqp.ConnError{}
-	}
-	if s.closed.Load() {
-		return nil, &amqp.LinkError{}
-	}
-	return s.Sender.SendOutcome(ctx, m)
-}
-
-func (s *fakeSender) Send(ctx context.Context, m *amqp.Message, _ *amqp.SendOptions) error {
-	state, err := s.SendOutcome(ctx, m)
-	if err != nil {
-		return err
-	}
-	return outcomeError(state)
-}
-
-func (s *fakeSender) Close(context.Context) error {
-	s.closed.Store(true)
-	return nil
-}
-
-type fakeReceiver struct {
-	*fakelink.Receiver
-	source string
-	opts   *amqp.ReceiverOptions
-	closed atomic.Bool
-}
-
-func (r *fakeReceiver) Close(context.Context) error {
-	r.closed.Store(true)
-	r.Fail(&amqp.LinkError{})
-	return nil
+	return append([]*fakelink.Receiver(nil), c.receivers...)
 }
 
 // events records every ConnectionEvent.
@@ -413,32 +377,15 @@ type harness struct {
 	fb     *fakeBroker
 	ev     *events
 	timers *fakeTimers
-	log    *syncBuffer
+	log    *fakelink.LogBuffer
 	c      *Client
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newHarness builds a Client over a fake broker, without dialing. The
 // random source always answers 0.5; timers fire at once.
 func newHarness(t *testing.T, urls []string, opts *ClientOptions, prepare func(*fakeBroker)) *harness {
 	t.Helper()
-	h := &harness{t: t, fb: newFakeBroker(t), ev: newEvents(), timers: newFakeTimers(), log: &syncBuffer{}}
+	h := &harness{t: t, fb: newFakeBroker(t), ev: newEvents(), timers: newFakeTimers(), log: &fakelink.LogBuffer{}}
 	if prepare != nil {
 		prepare(h.fb)
 	}
@@ -480,50 +427,6 @@ func benchOrderStruct() benchOrder {
 
 func benchOrderMap() map[string]any {
 	return map[string]any{"order_id": 1042, "amount": 99.9, "currency": "USD", "note": "café ☕"}
-}
-
-// benchReceiver is a Receiver that only counts dispositions: no maps, no
-// locks, no allocation, so a benchmark measures the consumer and not the fake.
-type benchReceiver struct {
-	accepted, released, modified, failed int
-}
-
-func (r *benchReceiver) Receive(context.Context, *amqp.ReceiveOptions) (*amqp.Message, error) {
-	return nil, errBenchReceive
-}
-
-func (r *benchReceiver) AcceptMessage(context.Context, *amqp.Message) error {
-	r.accepted++
-	return nil
-}
-
-func (r *benchReceiver) ReleaseMessage(context.Context, *amqp.Message) error {
-	r.released++
-	return nil
-}
-
-func (r *benchReceiver) ModifyMessage(_ context.Context, _ *amqp.Message, o *amqp.ModifyMessageOptions) error {
-	r.modified++
-	if o != nil && o.DeliveryFailed {
-		r.failed++
-	}
-	return nil
-}
-
-func (r *benchReceiver) total() int { return r.accepted + r.released + r.modified }
-
-// benchSender is an OutcomeSender whose broker accepts every transfer at
-// once, without allocating.
-type benchSender struct{ sent int }
-
-func (s *benchSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
-	s.sent++
-	return nil
-}
-
-func (s *benchSender) SendOutcome(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
-	s.sent++
-	return benchAccepted, nil
 }
 
 // benchRoundTrip is what one message costs in the codec from end to end:
@@ -1073,10 +976,6 @@ type benchOrder struct {
 	Currency string  `json:"currency"`
 	Note     string  `json:"note"`
 }
-
-var errBenchReceive = errors.New("benchReceiver: Receive is not used by the benchmarks")
-
-var benchAccepted = &amqp.StateAccepted{}
 
 // reported is one call of the error callback.
 type reported struct {

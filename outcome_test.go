@@ -57,20 +57,10 @@ func TestOutcomeError(t *testing.T) {
 	}
 }
 
-// stateSender is an OutcomeSender returning a fixed outcome and error.
-type stateSender struct {
-	state amqp.DeliveryState
-	err   error
-	calls int
-}
-
-func (s *stateSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
-	panic("sendConfirmed must use SendOutcome on an OutcomeSender")
-}
-
-func (s *stateSender) SendOutcome(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
-	s.calls++
-	return s.state, s.err
+// outcomeOnly is an OutcomeSender returning a fixed outcome and error; its
+// Send panics, since sendConfirmed must use SendOutcome on an OutcomeSender.
+func outcomeOnly(state amqp.DeliveryState, err error) *fakelink.Sender {
+	return &fakelink.Sender{Outcome: fakelink.Fixed(state, err), OutcomeOnly: true}
 }
 
 func TestSendConfirmedOutcomeSender(t *testing.T) {
@@ -79,23 +69,23 @@ func TestSendConfirmedOutcomeSender(t *testing.T) {
 	sendErr := errors.New("connection reset")
 	tests := []struct {
 		name        string
-		s           *stateSender
+		s           *fakelink.Sender
 		notAccepted bool
 		wantErr     error
 	}{
-		{name: "accepted", s: &stateSender{state: &amqp.StateAccepted{}}},
-		{name: "rejected", s: &stateSender{state: &amqp.StateRejected{}}, notAccepted: true},
-		{name: "released", s: &stateSender{state: &amqp.StateReleased{}}, notAccepted: true},
-		{name: "modified", s: &stateSender{state: &amqp.StateModified{DeliveryFailed: true}}, notAccepted: true},
-		{name: "nil state nil error", s: &stateSender{}, notAccepted: true},
-		{name: "send error", s: &stateSender{err: sendErr}, wantErr: sendErr},
-		{name: "send error wins over a state", s: &stateSender{state: &amqp.StateAccepted{}, err: sendErr}, wantErr: sendErr},
+		{name: "accepted", s: outcomeOnly(&amqp.StateAccepted{}, nil)},
+		{name: "rejected", s: outcomeOnly(&amqp.StateRejected{}, nil), notAccepted: true},
+		{name: "released", s: outcomeOnly(&amqp.StateReleased{}, nil), notAccepted: true},
+		{name: "modified", s: outcomeOnly(&amqp.StateModified{DeliveryFailed: true}, nil), notAccepted: true},
+		{name: "nil state nil error", s: outcomeOnly(nil, nil), notAccepted: true},
+		{name: "send error", s: outcomeOnly(nil, sendErr), wantErr: sendErr},
+		{name: "send error wins over a state", s: outcomeOnly(&amqp.StateAccepted{}, sendErr), wantErr: sendErr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := sendConfirmed(ctx, tt.s, msg)
-			if tt.s.calls != 1 {
-				t.Errorf("SendOutcome called %d times", tt.s.calls)
+			if tt.s.Count() != 1 {
+				t.Errorf("SendOutcome called %d times", tt.s.Count())
 			}
 			switch {
 			case tt.notAccepted:

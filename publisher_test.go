@@ -367,51 +367,6 @@ func TestPublisherPublishEnvelope(t *testing.T) {
 	}
 }
 
-// wireSender is an OutcomeSender that keeps what a link would put on the
-// wire: each message encoded while Send runs, as go-amqp does, and decoded
-// again. It never keeps the *amqp.Message itself, so it may be given the
-// reused messages of Publisher.sendReused.
-type wireSender struct {
-	t    testing.TB
-	fail error // when set, every send fails with it
-
-	mu   sync.Mutex
-	sent []*amqp.Message
-}
-
-func (s *wireSender) Send(ctx context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
-	_, err := s.SendOutcome(ctx, msg)
-	return err
-}
-
-func (s *wireSender) SendOutcome(_ context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	b, err := msg.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	if s.fail != nil {
-		return nil, s.fail
-	}
-	var got amqp.Message
-	if err := got.UnmarshalBinary(b); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.sent = append(s.sent, &got)
-	s.mu.Unlock()
-	return &amqp.StateAccepted{}, nil
-}
-
-// onWire is msg as a receiver decodes it.
-func onWire(t *testing.T, msg *amqp.Message) *amqp.Message {
-	t.Helper()
-	b, err := msg.MarshalBinary()
-	require.NoError(t, err)
-	var got amqp.Message
-	require.NoError(t, got.UnmarshalBinary(b))
-	return &got
-}
-
 func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 	at := time.UnixMilli(1_800_000_000_000)
 	fresh := func(t *testing.T, urn string) *Envelope {
@@ -448,10 +403,10 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 			cfg := tc.cfg
 			want, err := newMessage(env, &cfg)
 			require.NoError(t, err)
-			s := &wireSender{t: t}
+			s := &fakelink.Sender{Wire: true}
 			require.NoError(t, p.sendReused(context.Background(), s, env, &cfg))
-			require.Len(t, s.sent, 1)
-			assert.Equal(t, onWire(t, want), s.sent[0])
+			require.Len(t, s.Sent(), 1)
+			assert.Equal(t, onWire(t, want), s.Sent()[0])
 		})
 	}
 	// The shared maps were only read.
@@ -465,7 +420,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 // ids or URNs.
 func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 	const workers, each = 8, 200
-	s := &wireSender{t: t}
+	s := &fakelink.Sender{Wire: true}
 	p := NewPublisher(nil, "orders")
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -495,9 +450,9 @@ func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Len(t, s.sent, workers*each)
+	require.Len(t, s.Sent(), workers*each)
 	seen := make(map[string]bool, workers*each)
-	for _, msg := range s.sent {
+	for _, msg := range s.Sent() {
 		body, ok := msg.Value.(string)
 		require.True(t, ok)
 		env, err := Decode([]byte(body))
@@ -521,64 +476,38 @@ func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 // A message whose send failed goes back to no pool: the sender may still
 // hold it (go-amqp can, when the link dies under a transfer).
 func TestSendReusedKeepsAFailedMessage(t *testing.T) {
-	kept := &keepingSender{fail: errors.New("link detached")}
+	kept := &fakelink.Sender{Outcome: fakelink.Fixed(nil, errors.New("link detached")), OutcomeOnly: true}
 	p := NewPublisher(nil, "orders")
 	env, err := NewEnvelope("urn:a", map[string]any{"n": 1}, EnvelopeQueue("orders"))
 	require.NoError(t, err)
 	require.Error(t, p.sendReused(context.Background(), kept, env, &publishConfig{}))
-	require.NotNil(t, kept.msg)
-	before := onWire(t, kept.msg)
+	require.Len(t, kept.Sent(), 1)
+	failed := kept.Sent()[0]
+	before := onWire(t, failed)
 
 	// With the failed message back in the pool, the next publish on this
 	// goroutine would be handed it.
 	reused := false
-	watch := outcomeFunc(func(msg *amqp.Message) {
-		if msg == kept.msg {
+	watch := &fakelink.Sender{OutcomeOnly: true, Outcome: func(_ context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+		if msg == failed {
 			reused = true
 		}
-	})
+		return &amqp.StateAccepted{}, nil
+	}}
 	for i := range 50 {
 		env, err := NewEnvelope("urn:b", map[string]any{"n": i + 2}, EnvelopeQueue("orders"))
 		require.NoError(t, err)
 		require.NoError(t, p.sendReused(context.Background(), watch, env, &publishConfig{}))
 	}
 	assert.False(t, reused, "the failed message was handed to a later publish")
-	assert.Equal(t, before, onWire(t, kept.msg), "the failed message was changed")
-}
-
-// outcomeFunc is an OutcomeSender that calls itself and accepts.
-type outcomeFunc func(msg *amqp.Message)
-
-func (f outcomeFunc) Send(_ context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
-	f(msg)
-	return nil
-}
-
-func (f outcomeFunc) SendOutcome(_ context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	f(msg)
-	return &amqp.StateAccepted{}, nil
-}
-
-// keepingSender keeps the message of its one failed send.
-type keepingSender struct {
-	fail error
-	msg  *amqp.Message
-}
-
-func (s *keepingSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
-	return errors.New("keepingSender: use SendOutcome")
-}
-
-func (s *keepingSender) SendOutcome(_ context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	s.msg = msg
-	return nil, s.fail
+	assert.Equal(t, before, onWire(t, failed), "the failed message was changed")
 }
 
 // The reused path allocates less than newMessage's, and a publish through it
 // stays within its budget.
 func TestSendReusedAllocations(t *testing.T) {
 	p := NewPublisher(nil, "orders")
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	env, err := NewEnvelope("urn:a", map[string]any{"order_id": 7}, EnvelopeQueue("orders"))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -601,4 +530,14 @@ func TestSendReusedAllocations(t *testing.T) {
 	// Reused: only the three boxed strings (trace id, meta.id, body).
 	assert.LessOrEqual(t, reused, 3.0)
 	assert.Greater(t, built, reused)
+}
+
+// onWire is msg as a receiver decodes it.
+func onWire(t *testing.T, msg *amqp.Message) *amqp.Message {
+	t.Helper()
+	b, err := msg.MarshalBinary()
+	require.NoError(t, err)
+	var got amqp.Message
+	require.NoError(t, got.UnmarshalBinary(b))
+	return &got
 }
