@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,28 +220,56 @@ func TestListenShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 			release := make(chan struct{})
 			var handlerCtxErr error
 			var mu sync.Mutex
+			var finished atomic.Int32 // handlers that returned
 			c := NewConsumer(Handlers{urnCreated: func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
 				started <- struct{}{}
 				<-release
 				mu.Lock()
 				handlerCtxErr = ctx.Err()
 				mu.Unlock()
+				finished.Add(1)
 				return nil
 			}}, WithConcurrency(workers))
 			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Listen(ctx, r) }()
+			type result struct {
+				err      error
+				finished int32 // handlers that had returned when Listen did
+			}
+			done := make(chan result, 1)
+			go func() {
+				err := c.Listen(ctx, r)
+				done <- result{err, finished.Load()}
+			}()
 			for i := 0; i < workers; i++ {
 				<-started
 			}
 			cancel()
+			if workers > 1 {
+				// Wait for the receive loop to end: its Receive fails, or it
+				// gives back the message it took but could not hand out. (One
+				// worker receives only between handlers.) A Listen that did
+				// not wait for its workers would return now.
+				gaveBack := make(chan struct{})
+				go func() {
+					wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer wcancel()
+					_ = r.WaitSettled(wctx, 1)
+					close(gaveBack)
+				}()
+				select {
+				case <-r.Stopped():
+				case <-gaveBack:
+				}
+			}
 			select {
-			case err := <-done:
-				t.Fatalf("Listen returned (%v) before the in-flight handlers finished", err)
-			case <-time.After(20 * time.Millisecond):
+			case res := <-done:
+				t.Fatalf("Listen returned (%v) before the in-flight handlers finished", res.err)
+			default:
 			}
 			close(release)
-			require.NoError(t, <-done)
+			res := <-done
+			require.NoError(t, res.err)
+			assert.Equal(t, int32(workers), res.finished, "Listen returns only after every in-flight handler returned")
 			mu.Lock()
 			assert.NoError(t, handlerCtxErr, "in-flight handlers are not cancelled by shutdown")
 			mu.Unlock()

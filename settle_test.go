@@ -166,30 +166,55 @@ func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
 	}
 }
 
+// A dead-letter write that fails holds the delivery for the retry delay on
+// the consumer's clock, then releases it; a consumer that stops ends the
+// hold at once. The clock is the test's: the release may come only after it
+// fires (or the consumer stops), never before.
 func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
-	rec := newRecorder()
-	dlq := &fakelink.Sender{Outcome: fakelink.Reject}
-	c := NewConsumer(Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
-		WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
-	r := fakelink.NewReceiver(t, "orders")
-	msg := r.Track(orderMessage(t, 0))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Handle(ctx, r, msg) }()
+	for _, end := range []string{"the clock fires", "the consumer stops"} {
+		t.Run(end, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := NewConsumer(Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+				WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
+			holds := make(chan time.Duration, 1)
+			fire := make(chan time.Time)
+			c.after = func(d time.Duration) <-chan time.Time {
+				holds <- d
+				return fire
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Handle(ctx, r, msg) }()
 
-	rep := <-rec.ch // reported before the hold
-	assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
-	select {
-	case err := <-done:
-		t.Fatalf("the delivery was settled before the retry delay (%v)", err)
-	case <-time.After(20 * time.Millisecond):
+			rep := <-rec.ch // reported before the hold
+			assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
+			select {
+			case d := <-holds:
+				assert.Equal(t, time.Hour, d, "the hold waits the retry delay on the consumer's clock")
+			case err := <-done:
+				t.Fatalf("the delivery was settled without a hold (%v)", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the delivery was settled before the retry delay (%v)", err)
+			default:
+			}
+			_, settled := r.Disposition(msg)
+			assert.False(t, settled, "the delivery stays unsettled during the hold")
+			if end == "the clock fires" {
+				fire <- time.Time{}
+			} else {
+				cancel() // the consumer stops: the hold ends at once
+			}
+			assert.ErrorIs(t, <-done, ErrDeadLetterFailed)
+			d, _ := r.Disposition(msg)
+			assert.Equal(t, fakelink.Released, d)
+		})
 	}
-	_, settled := r.Disposition(msg)
-	assert.False(t, settled, "the delivery stays unsettled during the hold")
-	cancel() // the consumer stops: the hold ends at once
-	assert.ErrorIs(t, <-done, ErrDeadLetterFailed)
-	d, _ := r.Disposition(msg)
-	assert.Equal(t, fakelink.Released, d)
 }
 
 func TestSettlementFailureIsReported(t *testing.T) {

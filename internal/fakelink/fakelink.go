@@ -67,6 +67,9 @@ type Receiver struct {
 	Options *amqp.ReceiverOptions
 	closed  atomic.Bool
 
+	stopped     chan struct{}
+	stoppedOnce sync.Once
+
 	// counting receivers (NewCountingReceiver) record nothing and check
 	// nothing: they only count.
 	counting                               bool
@@ -83,6 +86,7 @@ func NewReceiver(t testing.TB, addr string, msgs ...*amqp.Message) *Receiver {
 		failed:  make(chan struct{}),
 		settled: make(map[*amqp.Message]Disposition),
 		notify:  make(chan *amqp.Message, 1<<16),
+		stopped: make(chan struct{}),
 	}
 	for _, m := range msgs {
 		r.Push(m)
@@ -169,6 +173,14 @@ func (r *Receiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.M
 	if r.counting {
 		return nil, ErrNotReceiving
 	}
+	m, err := r.receive(ctx)
+	if err != nil {
+		r.stoppedOnce.Do(func() { close(r.stopped) })
+	}
+	return m, err
+}
+
+func (r *Receiver) receive(ctx context.Context) (*amqp.Message, error) {
 	select {
 	case <-r.failed:
 		return nil, r.failErr
@@ -184,6 +196,10 @@ func (r *Receiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.M
 		return nil, ctx.Err()
 	}
 }
+
+// Stopped is closed once Receive has returned an error (its context ended
+// or the link failed): the caller's receive loop has seen the end.
+func (r *Receiver) Stopped() <-chan struct{} { return r.stopped }
 
 // AcceptMessage records an accepted outcome.
 func (r *Receiver) AcceptMessage(_ context.Context, m *amqp.Message) error {
