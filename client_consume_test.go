@@ -79,6 +79,30 @@ func (h *handled) next(t *testing.T) string {
 func messageID(m *amqp.Message) string { return m.Properties.MessageID.(string) }
 
 // attachedReceiver waits for the next receiver attached on any connection.
+// refuseReceivers prepares a broker that refuses every receiver attach (the
+// queue's link fails) and lets senders attach.
+func refuseReceivers(fb *fakeBroker) {
+	fb.setup = func(c *fakeConn) {
+		c.attachErr = func(_ string, receiver bool) error {
+			if receiver {
+				return &amqp.LinkError{}
+			}
+			return nil
+		}
+	}
+}
+
+// liveHarness is a harness on one live broker whose every connection
+// reports each receiver attached on the returned channel.
+func liveHarness(t *testing.T) (*harness, chan *fakelink.Receiver) {
+	t.Helper()
+	attached := make(chan *fakelink.Receiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	return h, attached
+}
+
 func attachedReceiver(t *testing.T, ch chan *fakelink.Receiver) *fakelink.Receiver {
 	t.Helper()
 	select {
@@ -103,10 +127,7 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			attached := make(chan *fakelink.Receiver, 8)
-			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-				fb.setup = func(c *fakeConn) { c.attached = attached }
-			})
+			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			seen := newHandled()
 			cons := NewConsumer(Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
@@ -197,10 +218,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 }
 
 func TestConsumeReattachesALostLinkWithoutRedialing(t *testing.T) {
-	attached := make(chan *fakelink.Receiver, 8)
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) { c.attached = attached }
-	})
+	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
 	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
@@ -316,16 +334,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 }
 
 func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) {
-			c.attachErr = func(_ string, receiver bool) error {
-				if receiver {
-					return &amqp.LinkError{}
-				}
-				return nil
-			}
-		}
-	})
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 	h.timers.hold = true // the backoff never ends by itself
 	require.NoError(t, h.dial())
 	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
@@ -336,16 +345,7 @@ func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
 
 func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 	t.Run("during backoff", func(t *testing.T) {
-		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-			fb.setup = func(c *fakeConn) {
-				c.attachErr = func(_ string, receiver bool) error {
-					if receiver {
-						return &amqp.LinkError{}
-					}
-					return nil
-				}
-			}
-		})
+		h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 		h.timers.hold = true
 		require.NoError(t, h.dial())
 		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
@@ -354,10 +354,7 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
 	})
 	t.Run("while listening", func(t *testing.T) {
-		attached := make(chan *fakelink.Receiver, 8)
-		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-			fb.setup = func(c *fakeConn) { c.attached = attached }
-		})
+		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
 		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
 		attachedReceiver(t, attached)
@@ -400,10 +397,7 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			attached := make(chan *fakelink.Receiver, 8)
-			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-				fb.setup = func(c *fakeConn) { c.attached = attached }
-			})
+			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			run := startConsume(h, "orders", tc.cons, tc.opts)
 			attachedReceiver(t, attached)
@@ -415,10 +409,7 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 }
 
 func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
-	attached := make(chan *fakelink.Receiver, 8)
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) { c.attached = attached }
-	})
+	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
 	cons := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
 	run := startConsume(h, "billing.v2", cons, nil)
