@@ -21,16 +21,20 @@ const Lang = "go"
 
 // Envelope is one BabelQueue message: the JSON object that travels as the body.
 //
-// Data holds the raw JSON of the data object, so big integers and every byte
-// of the payload survive a decode and re-encode. Keys this library does not
-// know, at the top level or in meta, are kept in their original order and
-// written back by Encode.
+// Data holds the JSON of the data object in canonical form (CONTRACT.md
+// section 1: no whitespace, strings without needless escapes, number
+// literals exactly as received), so big integers and every value of the
+// payload survive a decode and re-encode. Keys this library does not know,
+// at the top level or in meta, are kept in their original order, in the
+// same canonical form, and written back by Encode.
 type Envelope struct {
 	// Job is the message URN, for example "urn:babel:orders:created".
 	Job string
 	// TraceID is minted by the first producer and kept unchanged across hops.
 	TraceID string
-	// Data is the business payload: the raw JSON of an object.
+	// Data is the business payload: the JSON of an object. Decode and
+	// NewEnvelope make it canonical; Encode writes any other JSON object
+	// assigned here in canonical form too.
 	Data json.RawMessage
 	// Meta is the immutable metadata block.
 	Meta Meta
@@ -42,6 +46,9 @@ type Envelope struct {
 
 	extra  []rawField // unknown top-level keys, in input order
 	issues string     // why Validate must fail, found while decoding
+	// canon is the Data this library made canonical (Decode, NewEnvelope):
+	// while Data is still that slice, Encode copies it as it is.
+	canon json.RawMessage
 }
 
 // Meta is the envelope's metadata block.
@@ -60,10 +67,10 @@ type Meta struct {
 	extra []rawField // unknown meta keys, in input order
 }
 
-// rawField is a key/value pair kept as the exact JSON text it arrived as.
+// rawField is an unknown member, kept as canonical JSON text.
 type rawField struct {
-	key   string // the quoted key, as it appeared in the input
-	value string // the raw JSON value
+	key   string // the quoted key
+	value string // the JSON value
 }
 
 // EnvelopeOption configures NewEnvelope.
@@ -146,6 +153,7 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 		Job:     urn,
 		TraceID: traceID,
 		Data:    raw,
+		canon:   raw,
 		Meta: Meta{
 			ID:            id,
 			Queue:         cfg.queue,
@@ -220,12 +228,30 @@ func (e *Envelope) Validate() error {
 
 // Encode returns the canonical bytes of the envelope: keys in contract order
 // (job, trace_id, data, meta, attempts, then unknown keys, then dead_letter),
-// no whitespace, no HTML or slash escaping, non-ASCII written as UTF-8.
+// no whitespace, no HTML or slash escaping, non-ASCII written as UTF-8, and
+// number literals as they came. A decoded envelope re-encodes canonically
+// too, whatever whitespace and escapes its body had. Data that is not one
+// JSON object in valid UTF-8 is an error wrapping ErrInvalidEnvelope.
 func (e *Envelope) Encode() ([]byte, error) {
-	if !isJSONObject(e.Data) && len(e.Data) != 0 {
-		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+	data, err := e.canonicalData()
+	if err != nil {
+		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
-	return e.appendEncode(make([]byte, 0, e.encodedSizeHint())), nil
+	return e.appendEncodeData(make([]byte, 0, e.encodedSizeHint()), data), nil
+}
+
+// canonicalData is Data in canonical form, nil for no data.
+func (e *Envelope) canonicalData() (json.RawMessage, error) {
+	if len(e.Data) == 0 || e.dataIsCanon() {
+		return e.Data, nil
+	}
+	return canonicalObject(e.Data)
+}
+
+// dataIsCanon reports whether Data is still the slice this library made
+// canonical.
+func (e *Envelope) dataIsCanon() bool {
+	return len(e.Data) == len(e.canon) && unsafe.SliceData(e.Data) == unsafe.SliceData(e.canon)
 }
 
 func (e *Envelope) encodedSizeHint() int {
@@ -242,16 +268,27 @@ func (e *Envelope) encodedSizeHint() int {
 	return n
 }
 
+// appendEncode is Encode for the library's own writers (publish, DLQ
+// copies), which have checked Data already; Data that still fails the
+// check is written as it is, as Encode would refuse it.
 func (e *Envelope) appendEncode(b []byte) []byte {
+	data, err := e.canonicalData()
+	if err != nil {
+		data = e.Data
+	}
+	return e.appendEncodeData(b, data)
+}
+
+func (e *Envelope) appendEncodeData(b []byte, data json.RawMessage) []byte {
 	b = append(b, `{"job":`...)
 	b = appendString(b, e.Job)
 	b = append(b, `,"trace_id":`...)
 	b = appendString(b, e.TraceID)
 	b = append(b, `,"data":`...)
-	if len(e.Data) == 0 {
+	if len(data) == 0 {
 		b = append(b, "{}"...)
 	} else {
-		b = append(b, e.Data...)
+		b = append(b, data...)
 	}
 	b = append(b, `,"meta":{"id":`...)
 	b = appendString(b, e.Meta.ID)
@@ -275,7 +312,9 @@ func (e *Envelope) appendEncode(b []byte) []byte {
 }
 
 // Decode parses an envelope body. It resolves the urn alias (used when job
-// is absent) and keeps unknown keys and the raw data object, but does not
+// is absent) and keeps unknown keys and the data object, both in canonical
+// form (whitespace removed, strings re-escaped by the canonical rules,
+// number literals untouched), but does not
 // apply the consumer's acceptance rules: call Validate for that. It fails,
 // wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
 // envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeString decodes from a string so the consumer can pass an AMQP string
@@ -76,7 +77,18 @@ type envelopeDecoder struct {
 	seen           uint8 // one bit per known key, to refuse duplicates
 	urnAlias       string
 	hasJob, hasURN bool
-	urnIdx         int // where urn sits in env.extra, -1 when absent
+	urnIdx         int  // where urn sits in env.extra, -1 when absent
+	dataCopied     bool // Data was rewritten into its own memory
+}
+
+// newRawField keeps an unknown member in canonical form: the key and the
+// value as they came when they are canonical already (the common case, no
+// copy), else rewritten.
+func newRawField(qkey, val string, clean bool) rawField {
+	if strings.IndexByte(qkey, '\\') >= 0 {
+		qkey = canonicalValue(qkey, false)
+	}
+	return rawField{key: qkey, value: canonicalValue(val, clean)}
 }
 
 // walkMember is the fast path's member: a meta object is checked and
@@ -93,7 +105,7 @@ func (d *envelopeDecoder) walkMember(qkey, key, s string, i int) (int, error) {
 	return scanMember(qkey, key, s, i, 1, d.member)
 }
 
-func (d *envelopeDecoder) member(qkey, key, val string) error {
+func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	env := d.env
 	var bit uint8
 	switch key {
@@ -113,7 +125,7 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		d.urnAlias, d.hasURN = v, true
 		// Kept in place as an unknown key until we know job is present.
 		d.urnIdx = len(env.extra)
-		env.extra = append(env.extra, rawField{key: qkey, value: val})
+		env.extra = append(env.extra, newRawField(qkey, val, clean))
 	case "trace_id":
 		bit = 1 << 2
 		v, err := stringValue(val, "trace_id")
@@ -123,7 +135,9 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		env.TraceID = v
 	case "data":
 		bit = 1 << 3
-		env.Data = stringBytes(val)
+		c := canonicalValue(val, clean)
+		env.Data = stringBytes(c)
+		d.dataCopied = unsafe.StringData(c) != unsafe.StringData(val)
 	case "meta":
 		bit = 1 << 4
 		if val[0] != '{' {
@@ -150,7 +164,7 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 			env.DeadLetter = dl
 		}
 	default:
-		env.extra = append(env.extra, rawField{key: qkey, value: val})
+		env.extra = append(env.extra, newRawField(qkey, val, clean))
 		return nil
 	}
 	if d.seen&bit != 0 {
@@ -177,12 +191,13 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 		env.issues = "data is missing"
 	}
 	if env.Data != nil {
-		if copyData {
+		if copyData && !d.dataCopied {
 			env.Data = append(json.RawMessage(nil), env.Data...)
 		} else {
 			env.Data = env.Data[:len(env.Data):len(env.Data)]
 		}
 	}
+	env.canon = env.Data
 	return env
 }
 
@@ -197,7 +212,7 @@ type metaDecoder struct {
 	seen uint8 // one bit per known key, to refuse duplicates
 }
 
-func (d *metaDecoder) member(qkey, key, val string) error {
+func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 	m := d.m
 	var bit uint8
 	var err error
@@ -230,7 +245,7 @@ func (d *metaDecoder) member(qkey, key, val string) error {
 		}
 		m.CreatedAt = n
 	default:
-		m.extra = append(m.extra, rawField{key: qkey, value: val})
+		m.extra = append(m.extra, newRawField(qkey, val, clean))
 		return nil
 	}
 	if err != nil {

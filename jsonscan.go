@@ -14,11 +14,12 @@ import (
 // eachMember walks the members of the JSON object starting at s[start],
 // which the caller has already checked to be valid JSON (so nesting deeper
 // than the fast path's limit is fine: values are skipped, not scanned). It
-// passes each key raw (quoted), unquoted, and the raw value text.
-func eachMember(s string, start int, fn func(qkey, key, val string) error) error {
+// passes each key raw (quoted), unquoted, and the raw value text, which it
+// has not checked for canonical form (clean is false).
+func eachMember(s string, start int, fn func(qkey, key, val string, clean bool) error) error {
 	_, err := walkObject(s, start, func(qkey, key, s string, i int) (int, error) {
 		end := skipValue(s, i)
-		return end, fn(qkey, key, s[i:end])
+		return end, fn(qkey, key, s[i:end], false)
 	})
 	return err
 }
@@ -81,77 +82,105 @@ func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error
 }
 
 // scanMember checks the value starting at s[i], inside depth open objects,
-// and hands its raw text to member.
-func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string) error) (int, error) {
-	end, ok := scanValue(s, i, depth)
+// and hands its raw text to member, with whether it is canonical already.
+func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string, clean bool) error) (int, error) {
+	end, clean, ok := scanValue(s, i, depth)
 	if !ok {
 		return 0, errScan
 	}
-	return end, member(qkey, key, s[i:end])
+	return end, member(qkey, key, s[i:end], clean)
 }
 
 // scanValue returns the index just past the JSON value starting at s[i],
 // inside depth open objects and arrays, and false when it is not valid JSON
 // or its strings are not valid UTF-8. Only what follows a value (a comma, a
-// closing bracket, the end) is left to the caller.
-func scanValue(s string, i, depth int) (int, bool) {
+// closing bracket, the end) is left to the caller. clean reports that the
+// value is in canonical form already (no whitespace between its tokens, no
+// escape the canonical form does not write), so it needs no rewrite.
+func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 	if i >= len(s) {
-		return 0, false
+		return 0, false, false
 	}
 	switch c := s[i]; c {
 	case '"':
-		end, _, ok := scanString(s, i)
-		return end, ok
+		end, escaped, ok := scanString(s, i)
+		if !ok {
+			return 0, false, false
+		}
+		return end, !escaped || canonicalEscapes(s[i:end]), true
 	case '{', '[':
 		if depth >= maxScanDepth {
-			return 0, false
+			return 0, false, false
 		}
 		closing := byte('}')
 		if c == '[' {
 			closing = ']'
 		}
-		i = skipSpace(s, i+1)
+		clean = true
+		j := skipSpace(s, i+1)
+		if j != i+1 {
+			clean = false
+		}
+		i = j
 		if i < len(s) && s[i] == closing {
-			return i + 1, true
+			return i + 1, clean, true
 		}
 		for {
 			if c == '{' {
 				if i >= len(s) || s[i] != '"' {
-					return 0, false
+					return 0, false, false
 				}
-				end, _, ok := scanString(s, i)
+				end, escaped, ok := scanString(s, i)
 				if !ok {
-					return 0, false
+					return 0, false, false
+				}
+				if escaped && !canonicalEscapes(s[i:end]) {
+					clean = false
 				}
 				i = skipSpace(s, end)
 				if i >= len(s) || s[i] != ':' {
-					return 0, false
+					return 0, false, false
 				}
-				i = skipSpace(s, i+1)
+				j := skipSpace(s, i+1)
+				if i != end || j != i+1 {
+					clean = false
+				}
+				i = j
 			}
-			end, ok := scanValue(s, i, depth+1)
+			end, vclean, ok := scanValue(s, i, depth+1)
 			if !ok {
-				return 0, false
+				return 0, false, false
 			}
 			i = skipSpace(s, end)
+			if !vclean || i != end {
+				clean = false
+			}
 			switch {
 			case i >= len(s):
-				return 0, false
+				return 0, false, false
 			case s[i] == closing:
-				return i + 1, true
+				return i + 1, clean, true
 			case s[i] != ',':
-				return 0, false
+				return 0, false, false
 			}
-			i = skipSpace(s, i+1)
+			j := skipSpace(s, i+1)
+			if j != i+1 {
+				clean = false
+			}
+			i = j
 		}
 	case 't':
-		return scanLiteral(s, i, "true")
+		end, ok := scanLiteral(s, i, "true")
+		return end, true, ok
 	case 'f':
-		return scanLiteral(s, i, "false")
+		end, ok := scanLiteral(s, i, "false")
+		return end, true, ok
 	case 'n':
-		return scanLiteral(s, i, "null")
+		end, ok := scanLiteral(s, i, "null")
+		return end, true, ok
 	}
-	return scanNumber(s, i)
+	end, ok = scanNumber(s, i)
+	return end, true, ok
 }
 
 func scanLiteral(s string, i int, lit string) (int, bool) {
