@@ -213,7 +213,7 @@ func (e *Envelope) Validate() error {
 	case e.issues != "":
 		return fmt.Errorf("%w: %s", ErrInvalidEnvelope, e.issues)
 	case strings.TrimSpace(e.Job) == "":
-		return fmt.Errorf("%w: the URN (job, or urn) is missing or blank", ErrInvalidEnvelope)
+		return fmt.Errorf("%w: the URN (job, else urn) is missing or blank", ErrInvalidEnvelope)
 	case e.Meta.SchemaVersion != SchemaVersion:
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)
 	case !isJSONObject(e.Data):
