@@ -186,9 +186,9 @@ func TestNewDeadLetter(t *testing.T) {
 	if got != want {
 		t.Errorf("block\n got: %s\nwant: %s", got, want)
 	}
-	// A panic's exception is the type of the panic value.
+	// A panic's exception is "panic: " and the type of the panic value.
 	dl = newDeadLetter(ReasonFailed, &PanicError{Value: "boom"}, "orders", 1, at)
-	if dl.Exception == nil || *dl.Exception != "string" || dl.Error == nil || *dl.Error != "handler panicked: boom" {
+	if dl.Exception == nil || *dl.Exception != "panic: string" || dl.Error == nil || *dl.Error != "handler panicked: boom" {
 		t.Errorf("panic block: %s", dl.appendJSON(nil))
 	}
 	dl = newDeadLetter(ReasonUnknownURN, nil, "", 0, at)

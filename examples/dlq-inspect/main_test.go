@@ -46,7 +46,7 @@ func TestInspect(t *testing.T) {
 	}
 	failed := byReason[artemis.ReasonFailed]
 	if failed.URN != exampletest.URNFailing || failed.MetaID != fx.Failed.Meta.ID || failed.TraceID != fx.Failed.TraceID ||
-		deref(failed.Error) != exampletest.FailingError || deref(failed.Exception) != "*errors.errorString" || !failed.Redrivable {
+		deref(failed.Error) != exampletest.FailingError || deref(failed.Exception) != "error" || !failed.Redrivable {
 		t.Errorf("failed record: %+v", failed)
 	}
 	unknown := byReason[artemis.ReasonUnknownURN]
@@ -71,7 +71,7 @@ func TestInspect(t *testing.T) {
 	for _, want := range []string{
 		dlq + ": 3 records (browsed: nothing was consumed)",
 		"reason failed  urn " + exampletest.URNFailing + "  meta.id " + fx.Failed.Meta.ID + "  attempts 0  original_queue " + queue,
-		": " + exampletest.FailingError + " (*errors.errorString)",
+		": " + exampletest.FailingError + " (error)",
 		"reason unknown_urn  urn " + exampletest.URNUnknown + "  meta.id " + fx.Unknown.Meta.ID,
 		"reason poison  urn -  meta.id -  attempts 0  original_queue " + queue,
 		`raw: "` + exampletest.PoisonText + `"`,
