@@ -207,7 +207,9 @@ func (e *Envelope) Bind(v any) error {
 
 // Validate reports whether a consumer accepts the envelope: a non-blank URN,
 // schema_version exactly 1, data an object, attempts >= 0 and a non-blank
-// trace id. The error wraps ErrInvalidEnvelope and says what is wrong.
+// trace id. The error wraps ErrInvalidEnvelope and says which rule fails in
+// the contract's words ("data is not an object"), then the detail ("it is
+// [1,2]").
 func (e *Envelope) Validate() error {
 	switch {
 	case e.issues != "":
@@ -216,10 +218,12 @@ func (e *Envelope) Validate() error {
 		return fmt.Errorf("%w: the URN (job, else urn) is missing or blank", ErrInvalidEnvelope)
 	case e.Meta.SchemaVersion != SchemaVersion:
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)
+	case len(e.Data) == 0:
+		return fmt.Errorf("%w: data is not an object: it is missing", ErrInvalidEnvelope)
 	case !isJSONObject(e.Data):
-		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+		return fmt.Errorf("%w: data is not an object: it is %s", ErrInvalidEnvelope, truncate(string(e.Data)))
 	case e.Attempts < 0:
-		return fmt.Errorf("%w: attempts is %d, want >= 0", ErrInvalidEnvelope, e.Attempts)
+		return fmt.Errorf("%w: attempts is not an integer >= 0: it is %d", ErrInvalidEnvelope, e.Attempts)
 	case strings.TrimSpace(e.TraceID) == "":
 		return fmt.Errorf("%w: trace_id is missing or blank", ErrInvalidEnvelope)
 	}

@@ -5,7 +5,6 @@ package artemis
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -50,19 +49,19 @@ func decodeFast(s string, copyData bool) (*Envelope, bool) {
 // walks the members, so its errors name the first problem in that order.
 func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("%w: the body is not valid UTF-8", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is not valid UTF-8: at byte %d", ErrInvalidEnvelope, invalidUTF8At(s))
 	}
 	if strings.HasPrefix(s, "\ufeff") {
 		// RFC 8259 lets a parser ignore a byte order mark; the envelope is
 		// exchanged byte for byte, so a body that carries one is not canonical.
-		return nil, fmt.Errorf("%w: the body starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is not valid JSON: at byte 1: it starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
 	}
 	if !json.Valid(stringBytes(s)) {
 		return nil, fmt.Errorf("%w: the body is not valid JSON: %w", ErrInvalidEnvelope, jsonSyntaxError(s))
 	}
 	start := skipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
-		return nil, fmt.Errorf("%w: the body is JSON but not an object", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is JSON but not an object: it is %s", ErrInvalidEnvelope, jsonKind(s[start:]))
 	}
 	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
 	if err := eachMember(s, start, d.member); err != nil {
@@ -79,6 +78,7 @@ type envelopeDecoder struct {
 	hasJob, hasURN bool
 	urnIdx         int  // where urn sits in env.extra, -1 when absent
 	dataCopied     bool // Data was rewritten into its own memory
+	noSchema       bool // meta came without schema_version
 }
 
 // newRawField keeps an unknown member in canonical form: the key and the
@@ -100,6 +100,7 @@ func (d *envelopeDecoder) walkMember(qkey, key, s string, i int) (int, error) {
 			return scanMember(qkey, key, s, i, 2, md.member)
 		})
 		d.seen |= 1 << 4
+		d.noSchema = md.seen&(1<<3) == 0
 		return end, err
 	}
 	return scanMember(qkey, key, s, i, 1, d.member)
@@ -113,14 +114,14 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		bit = 1 << 0
 		v, err := stringValue(val, "job")
 		if err != nil {
-			return err
+			return fmt.Errorf("the URN (job, else urn) is not a string: job is %s", truncate(val))
 		}
 		env.Job, d.hasJob = v, val != "null"
 	case "urn":
 		bit = 1 << 1
 		v, err := stringValue(val, "urn")
 		if err != nil {
-			return err
+			return fmt.Errorf("the URN (job, else urn) is not a string: urn is %s", truncate(val))
 		}
 		d.urnAlias, d.hasURN = v, true
 		// Kept in place as an unknown key until we know job is present.
@@ -141,16 +142,18 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	case "meta":
 		bit = 1 << 4
 		if val[0] != '{' {
-			return errors.New("meta is not an object")
+			return fmt.Errorf("meta is not an object: it is %s", truncate(val))
 		}
-		if err := env.Meta.decode(val); err != nil {
+		seen, err := env.Meta.decode(val)
+		if err != nil {
 			return err
 		}
+		d.noSchema = seen&(1<<3) == 0
 	case "attempts":
 		bit = 1 << 5
 		n, ok := intValue(val)
 		if !ok {
-			env.issues = "attempts is not an integer: " + truncate(val)
+			env.issues = "attempts is not an integer >= 0: it is " + truncate(val)
 		} else {
 			env.Attempts = n
 		}
@@ -159,7 +162,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		if val != "null" {
 			dl := &DeadLetter{}
 			if err := json.Unmarshal(stringBytes(val), dl); err != nil {
-				return fmt.Errorf("dead_letter: %w", err)
+				return fmt.Errorf("dead_letter is not a valid block: %w", err)
 			}
 			env.DeadLetter = dl
 		}
@@ -168,7 +171,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		return nil
 	}
 	if d.seen&bit != 0 {
-		return fmt.Errorf("duplicate key %s", qkey)
+		return fmt.Errorf("the body is JSON but not an envelope: duplicate key %s", qkey)
 	}
 	d.seen |= bit
 	return nil
@@ -182,13 +185,16 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 		env.extra = append(env.extra[:d.urnIdx], env.extra[d.urnIdx+1:]...)
 	}
 	if d.seen&(1<<5) == 0 && env.issues == "" {
-		env.issues = "attempts is missing"
+		env.issues = "attempts is not an integer >= 0: it is missing"
 	}
 	if d.seen&(1<<4) == 0 && env.issues == "" {
-		env.issues = "meta is missing"
+		env.issues = "meta is not an object: it is missing"
+	}
+	if d.seen&(1<<4) != 0 && d.noSchema && env.issues == "" {
+		env.issues = "meta.schema_version is missing, want 1"
 	}
 	if d.seen&(1<<3) == 0 && env.issues == "" {
-		env.issues = "data is missing"
+		env.issues = "data is not an object: it is missing"
 	}
 	if env.Data != nil {
 		if copyData && !d.dataCopied {
@@ -201,9 +207,11 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 	return env
 }
 
-func (m *Meta) decode(s string) error {
+// decode fills m from the meta object s and says which known keys it held.
+func (m *Meta) decode(s string) (seen uint8, err error) {
 	md := metaDecoder{m: m}
-	return eachMember(s, 0, md.member)
+	err = eachMember(s, 0, md.member)
+	return md.seen, err
 }
 
 // metaDecoder collects the members of one meta object.
@@ -231,7 +239,7 @@ func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 		// Only the literal integer 1 is version 1; "1", 1.0 and true are not.
 		n, ok := intValue(val)
 		if !ok {
-			return fmt.Errorf("meta.schema_version is not an integer: %s", truncate(val))
+			return fmt.Errorf("meta.schema_version is %s, want 1", truncate(val))
 		}
 		m.SchemaVersion = n
 	case "created_at":
@@ -252,7 +260,7 @@ func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 		return err
 	}
 	if d.seen&bit != 0 {
-		return fmt.Errorf("duplicate key meta.%s", key)
+		return fmt.Errorf("the body is JSON but not an envelope: duplicate key meta.%s", key)
 	}
 	d.seen |= bit
 	return nil
