@@ -34,7 +34,9 @@ type Envelope struct {
 	TraceID string
 	// Data is the business payload: the JSON of an object. Decode and
 	// NewEnvelope make it canonical; Encode writes any other JSON object
-	// assigned here in canonical form too.
+	// assigned here in canonical form too. (Bytes of a Decode or
+	// NewEnvelope Data changed in place are not checked again: assign a
+	// new slice instead.)
 	Data json.RawMessage
 	// Meta is the immutable metadata block.
 	Meta Meta
