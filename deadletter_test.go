@@ -21,9 +21,9 @@ func TestNewDeadLetter(t *testing.T) {
 	if got != want {
 		t.Errorf("block\n got: %s\nwant: %s", got, want)
 	}
-	// A panic's exception is the type of the panic value.
+	// A panic's exception is "panic: " and the type of the panic value.
 	dl = newDeadLetter(ReasonFailed, &PanicError{Value: "boom"}, "orders", 1, at)
-	if dl.Exception == nil || *dl.Exception != "string" || dl.Error == nil || *dl.Error != "handler panicked: boom" {
+	if dl.Exception == nil || *dl.Exception != "panic: string" || dl.Error == nil || *dl.Error != "handler panicked: boom" {
 		t.Errorf("panic block: %s", dl.appendJSON(nil))
 	}
 	dl = newDeadLetter(ReasonUnknownURN, nil, "", 0, at)
@@ -155,7 +155,7 @@ func TestUnknownKeysSurviveTheDeadLetterCopy(t *testing.T) {
 	got := handleOne(t, c, newRecorder(), dlq, rawMessage(body))
 	require.Len(t, got.dlq, 1)
 	rec := got.dlq[0].Value.(string)
-	want := `{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"big":123456789012345678901234567890,"s":"<é>"},"meta":{"id":"m-1","queue":"orders","lang":"java","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1,"x_custom":{"k":[1,2]},"dead_letter":{"reason":"failed","error":"x","exception":"*errors.errorString","failed_at":`
+	want := `{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"big":123456789012345678901234567890,"s":"<é>"},"meta":{"id":"m-1","queue":"orders","lang":"java","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1,"x_custom":{"k":[1,2]},"dead_letter":{"reason":"failed","error":"x","exception":"error","failed_at":`
 	assert.True(t, strings.HasPrefix(rec, want), "got %s", rec)
 }
 
