@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -31,6 +32,12 @@ type connection struct {
 	sess amqpSession
 	idx  int    // index of the broker URL
 	url  string // shown URL
+
+	// replaced is closed when a newer connection opened.
+	replaced chan struct{}
+	// timeouts counts transfers in a row that ended by their context while
+	// waiting for an outcome.
+	timeouts atomic.Int32
 }
 
 func (cn *connection) dead() bool {
@@ -42,9 +49,21 @@ func (cn *connection) dead() bool {
 	}
 }
 
+// dialCall is one round over the URL list that callers wait for.
 type dialCall struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	cancel  context.CancelFunc
+	err     error // set before done is closed
+	waiters int   // guarded by Client.mu
+	patient int   // guarded by Client.mu: waiters that wait through a failure
+	aborted bool  // guarded by Client.mu: cancelled, no one waited any more
+}
+
+// dialPause is the backoff wait before the next dial round.
+type dialPause struct {
+	done      chan struct{}
+	event     ConnectionEvent // EventBackoff, reported once
+	announced bool            // guarded by Client.mu
 }
 
 func parseBroker(raw string, o *ClientOptions) (broker, error) {
@@ -77,9 +96,31 @@ func parseBroker(raw string, o *ClientOptions) (broker, error) {
 	return b, nil
 }
 
-// connection returns the open connection, dialing when there is none or it
-// died. Concurrent callers share one dial.
+// connection returns the open connection, dialing once over the URL list
+// when there is none or it died (Dial, and callers that fail fast).
 func (c *Client) connection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, false)
+}
+
+// awaitConnection returns the open connection, waiting within ctx for the
+// Client's re-dials (paced by its backoff) while there is none.
+func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, true)
+}
+
+// publishConnection is the connection a publish or a dead-letter write
+// uses: awaited, unless ClientOptions.FailFast.
+func (c *Client) publishConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, !c.failFast)
+}
+
+// conn returns the open connection. When there is none, concurrent callers
+// share one dial, which runs under the Client's own context (Close cuts it
+// short) and goes on for as long as anyone waits for it. After a failed
+// round over the URL list the next one waits a backoff step: a caller that
+// waits sleeps through it, one that does not returns that round's error at
+// once, without dialing.
+func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -94,55 +135,170 @@ func (c *Client) connection(ctx context.Context) (*connection, error) {
 			c.drop(cn, cn.conn.Err())
 			continue
 		}
-		if call := c.dialing; call != nil {
+		if p := c.pause; p != nil {
+			err := c.lastErr
+			announce := wait && !p.announced
+			p.announced = p.announced || wait
 			c.mu.Unlock()
-			if c.joined != nil {
-				c.joined()
+			if !wait {
+				return nil, err
+			}
+			if announce {
+				// Once per step, when someone waits through it.
+				c.emit(p.event)
 			}
 			select {
-			case <-call.done:
-				// Another caller's dial ended; if it gave up only because
-				// that caller's context ended, dial again.
-				if call.err == nil || ctx.Err() == nil && isContextError(call.err) {
-					continue
-				}
-				return nil, call.err
+			case <-p.done:
+				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, c.gaveUp(ctx.Err(), err)
+			case <-c.done:
+				return nil, c.gaveUp(ErrClosed, err)
 			}
 		}
-		call := &dialCall{done: make(chan struct{})}
-		c.dialing = call
-		start := c.next
+		call := c.dialing
+		joined := call != nil
+		if !joined {
+			call = c.startDial()
+		}
+		call.waiters++
+		if wait {
+			call.patient++
+		}
 		c.mu.Unlock()
+		if joined && c.joined != nil {
+			c.joined()
+		}
+		select {
+		case <-call.done:
+			if call.err == nil || wait || call.aborted {
+				continue
+			}
+			return nil, call.err
+		case <-ctx.Done():
+			c.leave(call, wait)
+			return nil, c.gaveUp(ctx.Err(), nil)
+		case <-c.done:
+			return nil, c.gaveUp(ErrClosed, nil)
+		}
+	}
+}
 
-		cn, err := c.connect(ctx, start)
-
+// gaveUp is the error of a caller that stopped waiting for a connection:
+// it matches ErrConnect and why (ctx's error or ErrClosed), and quotes the
+// last round's failure when there was one.
+func (c *Client) gaveUp(why, last error) error {
+	if last == nil {
 		c.mu.Lock()
-		c.dialing = nil
-		if err == nil && c.closed {
-			_ = cn.conn.Close()
-			err = ErrClosed
-		}
-		reconnect := c.connected
-		if err == nil {
-			c.cur = cn
-			c.connected = true
-		}
-		call.err = err
-		close(call.done)
+		last = c.lastErr
 		c.mu.Unlock()
-		if err != nil {
-			return nil, err
+	}
+	if last != nil && !errors.Is(why, ErrClosed) {
+		return fmt.Errorf("%w: gave up waiting for a connection: %w (last attempt: %w)", ErrConnect, why, last)
+	}
+	return fmt.Errorf("%w: gave up waiting for a connection: %w", ErrConnect, why)
+}
+
+// leave takes a waiter off call; the dial is cancelled when no one is left
+// waiting for it, and the next caller dials afresh.
+func (c *Client) leave(call *dialCall, wait bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	call.waiters--
+	if wait {
+		call.patient--
+	}
+	if call.waiters == 0 && c.dialing == call {
+		call.aborted = true
+		c.dialing = nil
+		call.cancel()
+	}
+}
+
+// startDial starts a round over the URL list in the background. c.mu is
+// held.
+func (c *Client) startDial() *dialCall {
+	dctx, cancel := context.WithCancel(c.ctx)
+	call := &dialCall{done: make(chan struct{}), cancel: cancel}
+	c.dialing = call
+	start := c.next
+	go c.runDial(dctx, call, start)
+	return call
+}
+
+func (c *Client) runDial(ctx context.Context, call *dialCall, start int) {
+	cn, err := c.connect(ctx, start)
+	call.cancel()
+
+	c.mu.Lock()
+	if c.dialing == call {
+		c.dialing = nil
+	}
+	aborted := call.aborted
+	switch {
+	case err == nil && c.closed:
+		_ = cn.conn.Close()
+		err = ErrClosed
+	case err == nil && aborted:
+		// No one waits for it any more; a newer dial may be running.
+		_ = cn.conn.Close()
+		err = context.Canceled
+	}
+	reconnect := c.connected
+	var backoff *ConnectionEvent
+	switch {
+	case err == nil:
+		c.cur = cn
+		c.connected = true
+		c.failures = 0
+		c.lastErr = nil
+		if c.last != nil {
+			close(c.last.replaced)
 		}
+		c.last = cn
+	case !aborted && !c.closed:
+		delay := c.backoff.Delay(c.failures, c.random())
+		c.failures++
+		c.lastErr = err
+		p := &dialPause{done: make(chan struct{}), event: ConnectionEvent{Kind: EventBackoff, Attempt: c.failures, Delay: delay, Err: err}}
+		c.pause = p
+		if call.patient > 0 {
+			// Once per step, when someone waits through it.
+			p.announced = true
+			backoff = &p.event
+		}
+		go c.endPause(p, delay)
+	}
+	call.err = err
+	c.mu.Unlock()
+
+	if backoff != nil {
+		c.emit(*backoff)
+	}
+	if err == nil {
 		kind := EventConnected
 		if reconnect {
 			kind = EventReconnected
 		}
 		c.emit(ConnectionEvent{Kind: kind, URL: cn.url})
 		go c.watch(cn)
-		return cn, nil
 	}
+	close(call.done)
+}
+
+// endPause ends a backoff wait between dial rounds after delay (or at
+// Close).
+func (c *Client) endPause(p *dialPause, delay time.Duration) {
+	select {
+	case <-c.after(delay):
+	case <-c.done:
+	}
+	c.mu.Lock()
+	if c.pause == p {
+		c.pause = nil
+	}
+	c.mu.Unlock()
+	close(p.done)
 }
 
 // connect tries each broker URL once, from start on.
@@ -173,7 +329,7 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 		var sess amqpSession
 		sess, err = conn.NewSession(dctx, nil)
 		if err == nil {
-			return &connection{conn: conn, sess: sess, idx: idx, url: b.shown}, nil
+			return &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}, nil
 		}
 		_ = conn.Close()
 		err = fmt.Errorf("begin session: %w", err)

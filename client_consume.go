@@ -134,7 +134,7 @@ func (l *consumeLoop) run(ctx context.Context) error {
 // returns how long the attachment was up (-1 when it never was) and why it
 // ended.
 func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
-	cn, err := l.c.connection(ctx)
+	cn, err := l.c.awaitConnection(ctx)
 	if err != nil {
 		return -1, err
 	}
@@ -148,7 +148,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
 	if l.dlq != nil {
 		// Attached now, not on the first dead-letter write, so a refused
 		// dead-letter address is seen at once (and Artemis creates it).
-		if _, err := l.dlq.link(ctx); err != nil {
+		if _, err := l.dlq.link(ctx, true); err != nil {
 			l.closeReceiver(ctx, r)
 			return -1, err
 		}
