@@ -113,11 +113,12 @@ type Client struct {
 	red             redactor
 
 	// seams: the real values come from Dial, tests put fakes here.
-	dial   dialFunc
-	random func() float64
-	after  func(time.Duration) <-chan time.Time
-	now    func() time.Time
-	joined func() // hears of a caller waiting for another's dial
+	dial       dialFunc
+	random     func() float64
+	after      func(time.Duration) <-chan time.Time
+	now        func() time.Time
+	joined     func()        // hears of a caller waiting for another's dial
+	closeGrace time.Duration // bounds Consume's detaches after its ctx ended
 
 	done  chan struct{}   // closed by Close
 	ctx   context.Context // ended by Close: every dial runs under it
@@ -171,6 +172,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		after:           time.After,
 		now:             time.Now,
 		done:            make(chan struct{}),
+		closeGrace:      closeGrace,
 	}
 	c.ctx, c.abort = context.WithCancel(context.Background())
 	if c.outcomeTimeouts == 0 {

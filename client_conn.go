@@ -360,13 +360,28 @@ func (c *Client) drop(cn *connection, cause error) {
 	c.next = (cn.idx + 1) % len(c.brokers)
 	closed := c.closed
 	c.mu.Unlock()
-	_ = cn.conn.Close()
+	// In the background: closing a half-open connection must not hold up
+	// the caller that noticed it.
+	go func() { _ = cn.conn.Close() }()
 	if !closed {
 		if cause == nil {
 			cause = &amqp.ConnError{}
 		}
 		c.emit(ConnectionEvent{Kind: EventDisconnected, URL: cn.url, Err: cause})
 	}
+}
+
+// outcomeTimedOut counts a transfer on cn that ended by its context while
+// waiting for the broker's outcome. Enough of them in a row, with no
+// outcome in between, and cn is taken for dead (a half-open network that
+// still carries heartbeats, or a broker that stopped answering): it is
+// dropped, so the next caller re-dials, starting with the next URL.
+func (c *Client) outcomeTimedOut(cn *connection, err error) {
+	n := cn.timeouts.Add(1)
+	if c.outcomeTimeouts <= 0 || int(n) < c.outcomeTimeouts {
+		return
+	}
+	c.drop(cn, fmt.Errorf("babelqueue: %d transfers in a row got no outcome before their context ended; taking the connection for dead: %w", n, err))
 }
 
 // linkFailed is told of every failure of a link on cn; when the failure

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -47,7 +48,10 @@ type ConsumeOptions struct {
 // dead-letter sender and, when WithQueue was not given, queue as its queue
 // name. An invalid cons or opts is returned at once, matching
 // ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
-// before Consume returns.
+// before Consume returns; then the receiver and the dead-letter sender are
+// detached side by side, each given at most 2 s, so an unresponsive
+// network does not hold Consume longer. A failed link's detach is bounded
+// by ctx and the dial timeout.
 func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
@@ -82,12 +86,18 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	if run.dlq == nil && !o.NoDeadLetter {
 		dlq = c.newSender(dlqAddress(run.queue))
 		run.dlq = dlq
-		defer func() { _ = dlq.close(context.WithoutCancel(ctx)) }()
 	}
 
 	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: int32(credit)}
-	return l.run(ctx)
+	err := l.run(ctx)
+	l.detach(ctx)
+	return err
 }
+
+// closeGrace bounds each detach Consume makes once its context has ended
+// (the receiver's and the dead-letter sender's, side by side), so a
+// half-open network cannot hold Consume past it.
+const closeGrace = 2 * time.Second
 
 type consumeLoop struct {
 	c      *Client
@@ -97,6 +107,7 @@ type consumeLoop struct {
 	credit int32
 
 	attachedBefore bool
+	last           linkReceiver // the receiver attached when ctx ended, detached on the way out
 }
 
 func (l *consumeLoop) run(ctx context.Context) error {
@@ -166,21 +177,39 @@ func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
 	if ctx.Err() != nil {
 		// Deliveries pushed ahead on credit that Listen never took go back
 		// with the link: Artemis returns them uncounted on a clean detach.
-		l.closeReceiver(ctx, r)
+		// Consume detaches it on its way out (detach).
+		l.last = r
 		return uptime, nil
 	}
-	l.closeReceiver(ctx, r)
 	l.c.linkFailed(cn, err)
+	l.closeReceiver(ctx, r)
 	if !l.c.isClosed() {
 		l.c.emit(ConnectionEvent{Kind: EventConsumerLost, URL: cn.url, Address: l.queue, Err: err})
 	}
 	return uptime, err
 }
 
+// closeReceiver detaches a failed receiver, bounded by ctx (Consume's) and
+// the dial timeout.
 func (l *consumeLoop) closeReceiver(ctx context.Context, r linkReceiver) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.dialTimeout)
+	cctx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
 	defer cancel()
 	_ = r.Close(cctx)
+}
+
+// detach closes the last receiver and the dead-letter sender as Consume
+// returns, side by side, each bounded by closeGrace.
+func (l *consumeLoop) detach(ctx context.Context) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.closeGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	if r := l.last; r != nil {
+		wg.Go(func() { _ = r.Close(gctx) })
+	}
+	if l.dlq != nil {
+		wg.Go(func() { _ = l.dlq.close(gctx) })
+	}
+	wg.Wait()
 }
 
 // receiverOptions attach with the queue capability and ask the broker to

@@ -245,10 +245,13 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 }
 
 // transfer sends msg on sl and keeps its connection's count of outcome
-// timeouts: any outcome resets it.
+// timeouts (ClientOptions.OutcomeTimeouts): any answer from the broker
+// resets it.
 func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.Message) (amqp.DeliveryState, error) {
 	state, err := transfer(ctx, sl.link, msg)
-	if err == nil || !isContextError(err) || ctx.Err() == nil {
+	if err != nil && isContextError(err) && ctx.Err() != nil {
+		s.c.outcomeTimedOut(sl.cn, err)
+	} else if err == nil || !linkLost(err) {
 		sl.cn.timeouts.Store(0)
 	}
 	return state, err
