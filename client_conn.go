@@ -35,6 +35,10 @@ type connection struct {
 
 	// replaced is closed when a newer connection opened.
 	replaced chan struct{}
+	// lost ends, with the cause, once the connection is known to be dead
+	// or dropped: a hook for whatever runs on it.
+	lost context.Context
+	lose context.CancelCauseFunc
 	// timeouts counts transfers in a row that ended by their context while
 	// waiting for an outcome.
 	timeouts atomic.Int32
@@ -329,7 +333,9 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 		var sess amqpSession
 		sess, err = conn.NewSession(dctx, nil)
 		if err == nil {
-			return &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}, nil
+			cn := &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}
+			cn.lost, cn.lose = context.WithCancelCause(context.Background())
+			return cn, nil
 		}
 		_ = conn.Close()
 		err = fmt.Errorf("begin session: %w", err)
@@ -344,6 +350,11 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 // seen even while every link is idle.
 func (c *Client) watch(cn *connection) {
 	<-cn.conn.Done()
+	err := cn.conn.Err()
+	if err == nil {
+		err = ErrClosed
+	}
+	cn.lose(err)
 	c.drop(cn, cn.conn.Err())
 }
 
@@ -351,6 +362,11 @@ func (c *Client) watch(cn *connection) {
 // with the URL after the one that was lost (the backup of a live/backup
 // pair).
 func (c *Client) drop(cn *connection, cause error) {
+	if cause != nil {
+		cn.lose(cause)
+	} else {
+		cn.lose(&amqp.ConnError{})
+	}
 	c.mu.Lock()
 	if c.cur != cn {
 		c.mu.Unlock()
@@ -392,11 +408,13 @@ func (c *Client) linkFailed(cn *connection, err error) {
 	}
 }
 
-// sleep waits d, and reports false when ctx ended or the Client was closed
-// first.
-func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until wake is closed (nil: never), and reports false
+// when ctx ended or the Client was closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	select {
 	case <-c.after(d):
+		return true
+	case <-wake:
 		return true
 	case <-ctx.Done():
 		return false
