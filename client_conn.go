@@ -125,10 +125,13 @@ func (c *Client) publishConnection(ctx context.Context) (*connection, error) {
 // waits sleeps through it, one that does not returns that round's error at
 // once, without dialing.
 func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
-	for {
+	for waited := false; ; waited = true {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
+			if waited {
+				return nil, c.gaveUp(ErrClosed, nil)
+			}
 			return nil, ErrClosed
 		}
 		if cn := c.cur; cn != nil {
