@@ -22,6 +22,8 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 			return nil
 		}
 	})
+	joined := make(chan struct{}, 4)
+	h.c.joined = func() { joined <- struct{}{} }
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
@@ -38,6 +40,11 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	case <-dialing:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no re-dial started")
+	}
+	select {
+	case <-joined: // the consumer and the publisher both wait on the one dial
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dial was not shared")
 	}
 
 	start := time.Now()
