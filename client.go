@@ -41,6 +41,8 @@ type ClientOptions struct {
 	// TLSConfig is used for amqps:// URLs (direct TLS, what an Artemis
 	// acceptor with sslEnabled=true speaks). go-amqp clones it per
 	// connection and sets ServerName to the URL's host when it is empty.
+	// nil means ConnOptions.TLSConfig, else go-amqp's default (the system
+	// roots).
 	TLSConfig *tls.Config
 
 	// ConnOptions are the base go-amqp connection options (idle timeout,
