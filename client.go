@@ -28,6 +28,10 @@ const DefaultIdleTimeout = 10 * time.Second
 // declare a connection dead (ClientOptions.OutcomeTimeouts).
 const DefaultOutcomeTimeouts = 3
 
+// MinOutcomeWait is how long a transfer must have waited for its outcome
+// for its timeout to count toward ClientOptions.OutcomeTimeouts.
+const MinOutcomeWait = time.Second
+
 // ClientOptions configures a Client. The zero value (or nil) is usable:
 // credentials from the URLs' userinfo, no events, no logging.
 type ClientOptions struct {
@@ -78,9 +82,11 @@ type ClientOptions struct {
 	// OutcomeTimeouts is how many transfers in a row on one connection may
 	// end by their context while waiting for the broker's outcome, with no
 	// outcome received in between, before the Client declares the
-	// connection dead, drops it and re-dials (the next URL first). The
-	// default, DefaultOutcomeTimeouts, catches a half-open connection that
-	// still carries heartbeats; a negative value turns the check off.
+	// connection dead, drops it and re-dials (the next URL first). Only
+	// transfers that waited at least MinOutcomeWait count: a context too
+	// short for any broker says nothing about the connection. The default,
+	// DefaultOutcomeTimeouts, catches a half-open connection that still
+	// carries heartbeats; a negative value turns the check off.
 	OutcomeTimeouts int
 
 	// OnEvent, when set, hears every connection and link event: each loss
@@ -115,12 +121,13 @@ type Client struct {
 	red             redactor
 
 	// seams: the real values come from Dial, tests put fakes here.
-	dial       dialFunc
-	random     func() float64
-	after      func(time.Duration) <-chan time.Time
-	now        func() time.Time
-	joined     func()        // hears of a caller waiting for another's dial
-	closeGrace time.Duration // bounds Consume's detaches after its ctx ended
+	dial           dialFunc
+	random         func() float64
+	after          func(time.Duration) <-chan time.Time
+	now            func() time.Time
+	joined         func()        // hears of a caller waiting for another's dial
+	minOutcomeWait time.Duration // MinOutcomeWait; tests shorten it
+	closeGrace     time.Duration // bounds Consume's detaches after its ctx ended
 
 	done  chan struct{}   // closed by Close
 	ctx   context.Context // ended by Close: every dial runs under it
@@ -175,6 +182,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		now:             time.Now,
 		done:            make(chan struct{}),
 		closeGrace:      closeGrace,
+		minOutcomeWait:  MinOutcomeWait,
 	}
 	c.ctx, c.abort = context.WithCancel(context.Background())
 	if c.outcomeTimeouts == 0 {

@@ -53,6 +53,7 @@ func blackHoleFirst(fb *fakeBroker) {
 
 func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
+	h.c.minOutcomeWait = 10 * time.Millisecond
 	for i := range DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := p.Publish(ctx, urnCreated, orderData)
@@ -86,6 +87,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 			}
 		}
 	})
+	h.c.minOutcomeWait = 0
 	timeOut := func(n int) {
 		hang.Store(true)
 		for range n {
@@ -108,6 +110,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, &ClientOptions{OutcomeTimeouts: -1}, blackHoleFirst)
 	require.NoError(t, h.dial())
+	h.c.minOutcomeWait = 0
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
 	for range 2 * DefaultOutcomeTimeouts {
@@ -117,6 +120,19 @@ func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 		require.ErrorIs(t, err, ErrOutcomeUnknown)
 	}
 	assert.Equal(t, 1, h.fb.connCount())
+	assert.False(t, h.fb.conn(0).dead())
+}
+
+func TestShortContextsDoNotCountAsOutcomeTimeouts(t *testing.T) {
+	h, p := newPublisherHarness(t, blackHoleFirst)
+	assert.Equal(t, MinOutcomeWait, h.c.minOutcomeWait, "the default")
+	for range 2 * DefaultOutcomeTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Equal(t, 1, h.fb.connCount(), "a 5 ms context says nothing about the connection")
 	assert.False(t, h.fb.conn(0).dead())
 }
 

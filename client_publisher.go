@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/Azure/go-amqp"
 )
@@ -248,10 +249,16 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 // timeouts (ClientOptions.OutcomeTimeouts): any answer from the broker
 // resets it.
 func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.Message) (amqp.DeliveryState, error) {
+	start := time.Now()
 	state, err := transfer(ctx, sl.link, msg)
-	if err != nil && isContextError(err) && ctx.Err() != nil {
-		s.c.outcomeTimedOut(sl.cn, err)
-	} else if err == nil || !linkLost(err) {
+	switch {
+	case err != nil && isContextError(err) && ctx.Err() != nil:
+		// A context too short for any broker to answer in says nothing
+		// about the connection.
+		if time.Since(start) >= s.c.minOutcomeWait {
+			s.c.outcomeTimedOut(sl.cn, err)
+		}
+	case err == nil || !linkLost(err):
 		sl.cn.timeouts.Store(0)
 	}
 	return state, err
