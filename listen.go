@@ -74,9 +74,10 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		l.groups = make(map[string]*group)
 	}
 	if link != nil {
-		stopHook := context.AfterFunc(link, func() {
-			l.lose(fmt.Errorf("babelqueue: link lost: %w", context.Cause(link)))
-		})
+		l.link = link
+		l.linkDone = link.Done()
+		// Cuts a pending Receive short; halted sees the hook at once.
+		stopHook := context.AfterFunc(link, l.linkDead)
 		defer stopHook()
 	}
 	l.wg.Add(c.concurrency)
@@ -96,6 +97,8 @@ type listener struct {
 	r           Receiver
 	hctx        context.Context // the handlers' context: Listen's, never cancelled
 	stop        <-chan struct{} // Listen's ctx.Done()
+	link        context.Context // the Client's hook, or nil
+	linkDone    <-chan struct{} // link.Done(), nil without the hook
 	grouped     bool
 	work        chan task
 	wg          sync.WaitGroup
@@ -152,6 +155,8 @@ func (l *listener) receive(ctx, rctx context.Context) error {
 			continue
 		case <-l.stop:
 		case <-l.lost:
+		case <-l.linkDone:
+			l.linkDead()
 		}
 		l.c.giveBack(l.hctx, l.r, t.msg)
 		if t.g != nil {
@@ -197,8 +202,8 @@ func (l *listener) result(ctx context.Context) error {
 // halted reports whether no further handler may start: ctx ended or the
 // link is gone.
 func (l *listener) halted() bool {
-	// Two one-case selects, not one with two cases: each is a lock-free
-	// check of a channel, where a multi-case select locks both channels
+	// One-case selects, not one with several cases: each is a lock-free
+	// check of a channel, where a multi-case select locks every channel
 	// and the workers would contend for them on every delivery.
 	select {
 	case <-l.stop:
@@ -209,8 +214,19 @@ func (l *listener) halted() bool {
 	case <-l.lost:
 		return true
 	default:
+	}
+	select {
+	case <-l.linkDone:
+		l.linkDead()
+		return true
+	default:
 		return false
 	}
+}
+
+// linkDead is the Client's word that the link's connection is gone.
+func (l *listener) linkDead() {
+	l.lose(fmt.Errorf("babelqueue: link lost: %w", context.Cause(l.link)))
 }
 
 // lose records that the link is gone and cuts the pending Receive short.

@@ -183,6 +183,7 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 	push("", 5)
 	push("other", 5)
 	gate := make(chan struct{})
+	slowStarted := make(chan struct{}, 3)
 	var mu sync.Mutex
 	var slowOrder []string
 	c := NewConsumer(Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
@@ -190,12 +191,14 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 			mu.Lock()
 			slowOrder = append(slowOrder, seqOf(msg))
 			mu.Unlock()
+			slowStarted <- struct{}{}
 			<-gate
 		}
 		return nil
 	}}, WithConcurrency(2))
 	done, cancel := listenInBackground(c, fr)
 	waitSettled(t, fr, 20) // all but the slow group, with one worker stuck
+	<-slowStarted
 	mu.Lock()
 	assert.Equal(t, []string{"0"}, slowOrder, "the slow group's later deliveries wait for its first")
 	mu.Unlock()

@@ -84,9 +84,11 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 		fr.Push(groupedMessage(t, "a", i))
 	}
 	gate := make(chan struct{})
+	started := make(chan struct{}, 3)
 	var calls atomic.Int32
 	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		calls.Add(1)
+		started <- struct{}{}
 		<-gate
 		return nil
 	}}, WithConcurrency(2))
@@ -95,6 +97,7 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	for range 3 {
 		<-taken
 	}
+	<-started
 	fr.Fail(&amqp.LinkError{})
 	select {
 	case err := <-done:
