@@ -135,7 +135,9 @@ func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 }
 
 // WithConcurrency sets how many handlers Listen runs at once (default 1,
-// which keeps the queue's order). Give the receiver at least this much credit.
+// which keeps the queue's order). Deliveries that share an AMQP group-id
+// are still handled one at a time, in the order received (see Listen).
+// Give the receiver at least this much credit.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) { c.concurrency = n }
 }

@@ -28,7 +28,8 @@ import (
 // ahead of every message of the queue it had not yet sent. Deliveries of
 // the group that were already sent on credit (at most the credit, fewer
 // the lower it is) are handled before the redelivery: a group is strictly
-// ordered across failures only with a credit of 1.
+// ordered across failures only with a credit of 1 (and Artemis's default
+// redelivery-delay of 0).
 //
 // Shutdown. On ctx's end Listen stops receiving, lets the handlers in
 // flight finish and settle (their context is not cancelled with ctx), gives
@@ -67,6 +68,7 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		grouped: c.concurrency > 1,
 		work:    make(chan task),
 		lost:    make(chan struct{}),
+		quit:    make(chan struct{}),
 		cancel:  cancel,
 	}
 	l.onSettleErr = l.settlementFailed
@@ -80,6 +82,19 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		stopHook := context.AfterFunc(link, l.linkDead)
 		defer stopHook()
 	}
+	if c.concurrency == 1 {
+		// One goroutine receives and handles in turn: the queue's order,
+		// and no hand-off per delivery. It is not the caller's, so a
+		// handler's Goexit ends it and not Listen (serial starts another).
+		res := make(chan error, 1)
+		go l.serial(ctx, rctx, res)
+		return <-res
+	}
+	// The loop's select waits on quit alone besides the hand-off (each more
+	// channel in a blocking select costs on every delivery); quit closes on
+	// ctx's end and on a lost link.
+	stopQuit := context.AfterFunc(ctx, l.quitNow)
+	defer stopQuit()
 	l.wg.Add(c.concurrency)
 	for range c.concurrency {
 		go l.worker(nil)
@@ -88,6 +103,34 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	close(l.work)
 	l.wg.Wait()
 	return err
+}
+
+// serial is Listen with one worker: it receives and handles in turn. When
+// a handler exits the goroutine, a new serial goroutine carries on.
+func (l *listener) serial(ctx, rctx context.Context, res chan<- error) {
+	clean := false
+	defer func() {
+		if !clean {
+			go l.serial(ctx, rctx, res)
+		}
+	}()
+	err := l.receiveSerial(ctx, rctx)
+	clean = true
+	res <- err
+}
+
+func (l *listener) receiveSerial(ctx, rctx context.Context) error {
+	for {
+		msg, err := l.r.Receive(rctx, nil)
+		if err != nil {
+			return l.receiveFailed(ctx, err)
+		}
+		if l.halted() {
+			l.c.giveBack(l.hctx, l.r, msg)
+			return l.result(ctx)
+		}
+		_ = l.c.handle(l.hctx, l.stop, l.r, msg, l.onSettleErr)
+	}
 }
 
 // listener is one run of Listen: the receive loop, its workers and the
@@ -107,6 +150,8 @@ type listener struct {
 	lostOnce sync.Once
 	lost     chan struct{} // closed when the link is known to be gone
 	lostErr  error         // why; written before lost is closed
+	quitOnce sync.Once
+	quit     chan struct{} // closed once ctx ended or lost closed
 	cancel   context.CancelFunc
 
 	mu     sync.Mutex
@@ -153,10 +198,7 @@ func (l *listener) receive(ctx, rctx context.Context) error {
 			// When ctx ended at the same moment, select may still pick this
 			// case: the worker checks again before it starts a handler.
 			continue
-		case <-l.stop:
-		case <-l.lost:
-		case <-l.linkDone:
-			l.linkDead()
+		case <-l.quit:
 		}
 		l.c.giveBack(l.hctx, l.r, t.msg)
 		if t.g != nil {
@@ -235,8 +277,11 @@ func (l *listener) lose(err error) {
 		l.lostErr = err
 		close(l.lost)
 		l.cancel()
+		l.quitNow()
 	})
 }
+
+func (l *listener) quitNow() { l.quitOnce.Do(func() { close(l.quit) }) }
 
 // settlementFailed hears of every failed settlement; one that says the
 // link, its session or its connection is gone stops the listener.
