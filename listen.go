@@ -155,7 +155,8 @@ type listener struct {
 	cancel   context.CancelFunc
 
 	mu     sync.Mutex
-	groups map[string]*group // the groups with a delivery started or about to be
+	groups map[string]*group // the busy groups, and up to maxIdleGroups idle ones
+	idle   int               // idle groups in the map
 	spare  []*group
 }
 
@@ -166,12 +167,14 @@ type task struct {
 	g   *group
 }
 
-// group is an active message group: one of its deliveries is in a
-// worker's hands (or about to be), and q holds the ones received after it.
+// group is a message group Listen has seen. While busy, one of its
+// deliveries is in a worker's hands (or about to be), and q holds the ones
+// received after it.
 type group struct {
 	id   string
 	q    []*amqp.Message
 	head int
+	busy bool // a delivery of the group is in a worker's hands or about to be
 }
 
 // receive is the receive loop. It returns Listen's result.
@@ -205,7 +208,7 @@ func (l *listener) receive(ctx, rctx context.Context) error {
 			// Opened by this delivery and never handed off: nothing was
 			// queued behind it since, the loop being here.
 			l.mu.Lock()
-			l.closeGroup(t.g)
+			l.idleGroup(t.g)
 			l.mu.Unlock()
 		}
 		return l.result(ctx)
@@ -339,7 +342,7 @@ func (l *listener) run(msg *amqp.Message) {
 func (l *listener) join(id string, msg *amqp.Message) *group {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if g := l.groups[id]; g != nil {
+	if g := l.groups[id]; g != nil && g.busy {
 		if len(g.q) == cap(g.q) && g.head > 0 {
 			// Full: reuse the room of the deliveries already taken
 			// rather than grow (a group that never runs dry would).
@@ -350,20 +353,25 @@ func (l *listener) join(id string, msg *amqp.Message) *group {
 		g.q = append(g.q, msg)
 		return nil
 	}
-	var g *group
-	if n := len(l.spare); n > 0 {
-		g = l.spare[n-1]
-		l.spare = l.spare[:n-1]
+	g := l.groups[id]
+	if g == nil {
+		if n := len(l.spare); n > 0 {
+			g = l.spare[n-1]
+			l.spare = l.spare[:n-1]
+		} else {
+			g = &group{}
+		}
+		g.id = id
+		l.groups[id] = g
 	} else {
-		g = &group{}
+		l.idle--
 	}
-	g.id = id
-	l.groups[id] = g
+	g.busy = true
 	return g
 }
 
-// next takes the group's next queued delivery, or closes the group and
-// returns nil when none is queued.
+// next takes the group's next queued delivery, or, when none is queued,
+// makes the group idle and returns nil.
 func (l *listener) next(g *group) *amqp.Message {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -373,15 +381,34 @@ func (l *listener) next(g *group) *amqp.Message {
 		g.head++
 		return msg
 	}
-	l.closeGroup(g)
+	l.idleGroup(g)
 	return nil
 }
 
-// closeGroup forgets an idle group and keeps it for reuse. l.mu is held.
-func (l *listener) closeGroup(g *group) {
-	delete(l.groups, g.id)
-	g.id, g.q, g.head = "", g.q[:0], 0
-	l.spare = append(l.spare, g)
+// maxIdleGroups is how many idle groups stay in the map, so a group that
+// comes back soon costs a lookup rather than an insert and a delete.
+const maxIdleGroups = 1024
+
+// idleGroup marks a group with nothing in flight and nothing queued. Past
+// maxIdleGroups, every idle group is forgotten (the sweep is amortized over
+// as many idle transitions). l.mu is held.
+func (l *listener) idleGroup(g *group) {
+	g.q, g.head, g.busy = g.q[:0], 0, false
+	l.idle++
+	if l.idle <= maxIdleGroups {
+		return
+	}
+	for id, ig := range l.groups {
+		if ig.busy {
+			continue
+		}
+		delete(l.groups, id)
+		if len(l.spare) < 2*l.c.concurrency {
+			ig.id = ""
+			l.spare = append(l.spare, ig)
+		}
+	}
+	l.idle = 0
 }
 
 // groupID is the delivery's AMQP group-id, "" when it has none.

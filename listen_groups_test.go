@@ -271,3 +271,43 @@ func TestListenOneWorkerKeepsQueueOrderWithGroups(t *testing.T) {
 		assert.Equal(t, fmt.Sprint(i), s)
 	}
 }
+
+// TestListenForgetsIdleGroups: a stream of ever new group-ids keeps the
+// group map bounded (idle groups past maxIdleGroups are swept).
+func TestListenForgetsIdleGroups(t *testing.T) {
+	l := &listener{c: NewConsumer(Handlers{urnCreated: succeeding}, WithConcurrency(4)), groups: map[string]*group{}}
+	for i := range 5 * maxIdleGroups {
+		m := groupedMessage(t, fmt.Sprintf("customer-%d", i), i)
+		g := l.join(groupID(m), m)
+		require.NotNil(t, g, "a new group opens")
+		again := groupedMessage(t, groupID(m), i)
+		require.Nil(t, l.join(groupID(again), again), "a busy group queues")
+		require.Same(t, again, l.next(g))
+		require.Nil(t, l.next(g))
+		require.LessOrEqual(t, len(l.groups), maxIdleGroups+1)
+	}
+	assert.LessOrEqual(t, len(l.spare), 8)
+	// An idle group that comes back opens again, with an empty queue.
+	m := groupedMessage(t, "customer-1", 0)
+	g := l.join("customer-1", m)
+	require.NotNil(t, g)
+	assert.Nil(t, l.next(g))
+}
+
+// TestListenManyGroups: more distinct groups than stay in the map, all
+// handled, each once.
+func TestListenManyGroups(t *testing.T) {
+	fr := fakelink.NewReceiver(t, "orders")
+	const n = 3 * maxIdleGroups
+	for i := range n {
+		fr.Push(groupedMessage(t, fmt.Sprintf("c%d", i%(n/2)), i))
+	}
+	c := NewConsumer(Handlers{urnCreated: succeeding}, WithConcurrency(4))
+	done, cancel := listenInBackground(c, fr)
+	waitSettled(t, fr, n)
+	cancel()
+	require.NoError(t, <-done)
+	for _, d := range fr.Dispositions() {
+		assert.Equal(t, fakelink.Accepted, d)
+	}
+}
