@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/Azure/go-amqp"
 )
@@ -33,8 +34,10 @@ import (
 //
 // Shutdown. On ctx's end Listen stops receiving, lets the handlers in
 // flight finish and settle (their context is not cancelled with ctx), gives
-// back every delivery it took but did not start with a plain release (it
-// never starts a handler for a delivery once ctx ended), and returns nil.
+// back every delivery it took but did not start with a plain release, and
+// returns nil. A delivery Receive returned after ctx ended never reaches a
+// handler; nor does one still waiting (for a worker, or behind its group)
+// when a worker sees ctx's end.
 //
 // Link loss. When Receive fails, or a settlement fails because the link,
 // its session or its connection is gone, Listen starts no further handler
@@ -63,6 +66,7 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	l := &listener{
 		c:       c,
 		r:       r,
+		ctx:     ctx,
 		hctx:    context.WithoutCancel(ctx),
 		stop:    ctx.Done(),
 		grouped: c.concurrency > 1,
@@ -138,6 +142,7 @@ func (l *listener) receiveSerial(ctx, rctx context.Context) error {
 type listener struct {
 	c           *Consumer
 	r           Receiver
+	ctx         context.Context // Listen's
 	hctx        context.Context // the handlers' context: Listen's, never cancelled
 	stop        <-chan struct{} // Listen's ctx.Done()
 	link        context.Context // the Client's hook, or nil
@@ -148,6 +153,7 @@ type listener struct {
 	onSettleErr func(error)
 
 	lostOnce sync.Once
+	halt     atomic.Bool   // set with lost, read on every delivery
 	lost     chan struct{} // closed when the link is known to be gone
 	lostErr  error         // why; written before lost is closed
 	quitOnce sync.Once
@@ -247,18 +253,14 @@ func (l *listener) result(ctx context.Context) error {
 // halted reports whether no further handler may start: ctx ended or the
 // link is gone.
 func (l *listener) halted() bool {
-	// One-case selects, not one with several cases: each is a lock-free
-	// check of a channel, where a multi-case select locks every channel
-	// and the workers would contend for them on every delivery.
-	select {
-	case <-l.stop:
+	// Flags, not the channels: many goroutines park on ctx.Done() (a
+	// receiver's Receive does), and reading a channel that others lock
+	// costs a cache miss on every delivery.
+	if l.ctx.Err() != nil || l.halt.Load() {
 		return true
-	default:
 	}
-	select {
-	case <-l.lost:
-		return true
-	default:
+	if l.linkDone == nil {
+		return false
 	}
 	select {
 	case <-l.linkDone:
@@ -278,6 +280,7 @@ func (l *listener) linkDead() {
 func (l *listener) lose(err error) {
 	l.lostOnce.Do(func() {
 		l.lostErr = err
+		l.halt.Store(true)
 		close(l.lost)
 		l.cancel()
 		l.quitNow()
