@@ -79,6 +79,7 @@ func TestIntegrationMessageGroups(t *testing.T) {
 		cancel()
 		require.NoError(t, err)
 		assert.Len(t, msgs, perGroup, "the JMS peer selects the group by JMSXGroupID")
+		t.Logf("JMS peer (artemis browser): %d messages with JMSXGroupID = 'customer-1'", len(msgs))
 	} else {
 		t.Log("no Artemis CLI: the JMS view of JMSXGroupID is not checked")
 	}
