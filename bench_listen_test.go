@@ -98,7 +98,7 @@ func BenchmarkListen(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ring := benchRing(b, 1024, tc.groups)
-			c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithConcurrency(tc.concurrency))
+			c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithConcurrency(tc.concurrency))
 			r := newCreditReceiver(ring, credit, b.N)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)

@@ -91,7 +91,7 @@ func TestIntegrationMessageGroups(t *testing.T) {
 	peak, now := 0, 0
 	all := make(chan struct{})
 	rng := rand.New(rand.NewPCG(5, 6))
-	cons := artemis.NewConsumer(artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		g := msgGroup(msg)
 		seq := artemis.HeadersFromContext(ctx).Get("seq")
 		mu.Lock()

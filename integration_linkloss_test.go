@@ -40,7 +40,7 @@ func TestIntegrationNoReplayOfPrefetchedDeliveriesAfterTheConnectionDies(t *test
 	started := make(chan struct{}, 1)
 	gate := make(chan struct{})
 	first := true
-	cons := artemis.NewConsumer(artemis.Handlers{"urn:babel:orders:created": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		mu.Lock()
 		calls[env.Meta.ID]++
 		total++

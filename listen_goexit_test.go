@@ -37,7 +37,7 @@ func TestListenSurvivesAHandlerThatExitsItsGoroutine(t *testing.T) {
 			rec := newRecorder()
 			var mu sync.Mutex
 			var order []string
-			c := NewConsumer(Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
 				mu.Lock()
 				order = append(order, seqOf(m))
 				mu.Unlock()
@@ -78,7 +78,7 @@ func TestListenSurvivesAHandlerThatExitsItsGoroutine(t *testing.T) {
 func TestHandlerExitAtTheLimitIsDeadLettered(t *testing.T) {
 	dlq := &fakelink.Sender{}
 	rec := newRecorder()
-	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		runtime.Goexit()
 		return errors.New("unreachable")
 	}}, WithDeadLetterSender(dlq), WithOnError(rec.onError))

@@ -105,7 +105,7 @@ func TestListenGroupsKeepOrderUnderRandomLatency(t *testing.T) {
 		received[groupID(m)] = append(received[groupID(m)], m)
 		mu.Unlock()
 	}}
-	c := NewConsumer(Handlers{urnCreated: func(ctx context.Context, env *Envelope, msg *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(ctx context.Context, env *Envelope, msg *amqp.Message) error {
 		g := groupID(msg)
 		mu.Lock()
 		handled[g] = append(handled[g], msg)
@@ -186,7 +186,7 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 	slowStarted := make(chan struct{}, 3)
 	var mu sync.Mutex
 	var slowOrder []string
-	c := NewConsumer(Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
 		if groupID(msg) == "slow" {
 			mu.Lock()
 			slowOrder = append(slowOrder, seqOf(msg))
@@ -226,7 +226,7 @@ func TestListenGroupsAndUngroupedRunInParallel(t *testing.T) {
 	fr.Push(groupedMessage(t, "", 3))
 	started := make(chan struct{}, workers)
 	release := make(chan struct{})
-	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		started <- struct{}{}
 		<-release
 		return nil
@@ -256,7 +256,7 @@ func TestListenOneWorkerKeepsQueueOrderWithGroups(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var order []string
-	c := NewConsumer(Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
 		mu.Lock()
 		order = append(order, seqOf(msg))
 		mu.Unlock()
@@ -275,7 +275,7 @@ func TestListenOneWorkerKeepsQueueOrderWithGroups(t *testing.T) {
 // TestListenForgetsIdleGroups: a stream of ever new group-ids keeps the
 // group map bounded (idle groups past maxIdleGroups are swept).
 func TestListenForgetsIdleGroups(t *testing.T) {
-	l := &listener{c: NewConsumer(Handlers{urnCreated: succeeding}, WithConcurrency(4)), groups: map[string]*group{}}
+	l := &listener{c: mustConsumer(t, Handlers{urnCreated: succeeding}, WithConcurrency(4)), groups: map[string]*group{}}
 	for i := range 5 * maxIdleGroups {
 		m := groupedMessage(t, fmt.Sprintf("customer-%d", i), i)
 		g := l.join(groupID(m), m)
@@ -302,7 +302,7 @@ func TestListenManyGroups(t *testing.T) {
 	for i := range n {
 		fr.Push(groupedMessage(t, fmt.Sprintf("c%d", i%(n/2)), i))
 	}
-	c := NewConsumer(Handlers{urnCreated: succeeding}, WithConcurrency(4))
+	c := mustConsumer(t, Handlers{urnCreated: succeeding}, WithConcurrency(4))
 	done, cancel := listenInBackground(c, fr)
 	waitSettled(t, fr, n)
 	cancel()

@@ -39,7 +39,7 @@ func TestListenStartsNothingAfterASettlementLosesTheLink(t *testing.T) {
 			started := make(chan struct{}, 20)
 			gate := make(chan struct{})
 			rec := newRecorder()
-			c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 				calls.Add(1)
 				started <- struct{}{}
 				<-gate
@@ -86,7 +86,7 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	gate := make(chan struct{})
 	started := make(chan struct{}, 3)
 	var calls atomic.Int32
-	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		calls.Add(1)
 		started <- struct{}{}
 		<-gate
@@ -128,7 +128,7 @@ func TestListenHonoursTheClientsLinkHook(t *testing.T) {
 	started := make(chan struct{}, 10)
 	gate := make(chan struct{})
 	var calls atomic.Int32
-	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		calls.Add(1)
 		started <- struct{}{}
 		<-gate
@@ -183,7 +183,7 @@ func TestListenStartsNoHandlerAfterShutdown(t *testing.T) {
 				mu.Unlock()
 			}
 		}}
-		c := NewConsumer(Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
+		c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
 			mu.Lock()
 			if late[m] {
 				lateStarted++
