@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
+
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -135,7 +135,9 @@ func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 }
 
 // WithConcurrency sets how many handlers Listen runs at once (default 1,
-// which keeps the queue's order). Give the receiver at least this much credit.
+// which keeps the queue's order). Deliveries that share an AMQP group-id
+// are still handled one at a time, in the order received (see Listen).
+// Give the receiver at least this much credit.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) { c.concurrency = n }
 }
@@ -210,77 +212,6 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 	return c
 }
 
-// Listen receives from r and handles each delivery until ctx ends or the
-// link fails. On ctx's end it stops receiving, lets the handlers in flight
-// finish and settle (their context is not cancelled with ctx), gives back a
-// message it took but did not start with a plain release, and returns nil.
-// When the link fails it returns the receive error, wrapped.
-func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
-	if c.err != nil {
-		return c.err
-	}
-	hctx := context.WithoutCancel(ctx)
-	stop := ctx.Done()
-	if c.concurrency == 1 {
-		for {
-			msg, err := r.Receive(ctx, nil)
-			if err != nil {
-				return c.receiveError(ctx, err)
-			}
-			if ctx.Err() != nil {
-				c.giveBack(hctx, r, msg)
-				return nil
-			}
-			_ = c.handle(hctx, stop, r, msg)
-		}
-	}
-
-	work := make(chan *amqp.Message)
-	var wg sync.WaitGroup
-	for range c.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range work {
-				_ = c.handle(hctx, stop, r, msg)
-			}
-		}()
-	}
-	defer func() {
-		close(work)
-		wg.Wait()
-	}()
-	for {
-		msg, err := r.Receive(ctx, nil)
-		if err != nil {
-			return c.receiveError(ctx, err)
-		}
-		select {
-		case work <- msg:
-		case <-stop:
-			c.giveBack(hctx, r, msg)
-			return nil
-		}
-	}
-}
-
-func (c *Consumer) receiveError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return fmt.Errorf("babelqueue: receive: %w", err)
-}
-
-// giveBack releases a delivery that was taken but never started.
-func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
-	if msg == nil {
-		return
-	}
-	if err := r.ReleaseMessage(ctx, msg); err != nil {
-		c.report(ctx, &DeliveryError{Kind: ErrSettlement, Disposition: Pending, Err: err}, nil, msg)
-	}
-}
-
 // Handle runs one delivery through the gate, routing, decoding and the
 // handler, and settles it exactly once. It returns the error it reported
 // (nil when the message was accepted by its handler or settled silently by
@@ -295,11 +226,13 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 		}
 		return err
 	}
-	return c.handle(ctx, ctx.Done(), r, msg)
+	return c.handle(ctx, ctx.Done(), r, msg, nil)
 }
 
-func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
-	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop,
+// handle runs one delivery to its disposition. lost, when not nil, hears
+// of every settlement that failed (Listen stops on a lost link).
+func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message, lost func(error)) error {
+	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop, lost: lost,
 		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
@@ -329,20 +262,32 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	if h == nil {
 		return d.unknownURN()
 	}
-	herr := callHandler(withMessage(ctx, msg), h, env, msg)
+	return d.call(withMessage(ctx, msg), h)
+}
+
+// call runs the handler and settles the delivery by its result. A panic is
+// a failed attempt (a *PanicError); so is a handler that exits its
+// goroutine with runtime.Goexit (t.FailNow and require.* in tests do): the
+// delivery is settled as failed with ErrHandlerExited on the way out, then
+// the goroutine goes on exiting.
+func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
+	returned := false
+	defer func() {
+		if returned {
+			return // a panic in the settlement itself is not the handler's
+		}
+		if p := recover(); p != nil {
+			err = d.handlerFailed(&PanicError{Value: p, Stack: debug.Stack()})
+			return
+		}
+		_ = d.handlerFailed(ErrHandlerExited)
+	}()
+	herr := h(ctx, d.env, d.msg)
+	returned = true
 	if herr == nil {
 		return d.finish(nil, nil, Accepted, d.accept)
 	}
 	return d.handlerFailed(herr)
-}
-
-func callHandler(ctx context.Context, h HandlerFunc, env *Envelope, msg *amqp.Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
-		}
-	}()
-	return h(ctx, env, msg)
 }
 
 // unreadableBody renders a body that is not a string, binary or data

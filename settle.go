@@ -18,6 +18,7 @@ type delivery struct {
 	msg      *amqp.Message
 	ctx      context.Context
 	stop     <-chan struct{}
+	lost     func(error) // hears of a failed settlement (Listen's loop)
 	env      *Envelope
 	urn      string
 	attempts int
@@ -156,6 +157,11 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 	}
 	serr := settle()
 	if serr != nil {
+		if d.lost != nil {
+			// First, so Listen starts nothing more on a dead link while
+			// this delivery is still being reported.
+			d.lost(serr)
+		}
 		settleErr := d.deliveryError(ErrSettlement, serr, Pending)
 		if reported != nil && !reportFirst {
 			reported.Disposition = Pending
