@@ -198,7 +198,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	l.c.emit(ConnectionEvent{Kind: kind, URL: cn.url, Address: l.queue})
 
 	start := l.c.now()
-	err = l.cons.Listen(ctx, r)
+	err = l.cons.listen(ctx, r, cn.lost)
 	a.uptime = l.c.now().Sub(start)
 	a.handled = r.settled.Load()
 	if ctx.Err() != nil {
