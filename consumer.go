@@ -292,9 +292,6 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
 	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop,
 		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
-	if c.observer != nil {
-		d.start = c.now()
-	}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
 	}

@@ -58,9 +58,11 @@ type SettleEvent struct {
 	Attempts int
 	// Handler is how long the handler ran (0 when it was not called).
 	Handler time.Duration
-	// Latency is the whole way from the start of the delivery's handling
-	// to its settlement: decoding, the handler, a dead-letter write and its
-	// retry hold, and the disposition.
+	// Latency is the time from the start of the handler (for a delivery
+	// that reaches no handler: from the decision to settle it) to the end
+	// of its settlement: the handler, a dead-letter write and its retry
+	// hold, and the disposition. The gate and the decoding before it, a few
+	// microseconds at most, are left out, which spares a clock read.
 	Latency time.Duration
 }
 
@@ -192,13 +194,20 @@ func recoverHook(l *slog.Logger, msg string) {
 	l.LogAttrs(context.Background(), slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
 }
 
+// begin marks the start of a settlement that no handler comes before.
+func (d *delivery) begin() {
+	if d.c.observer != nil {
+		d.start = d.c.now()
+	}
+}
+
 // run calls the handler, timing it when the consumer has an observer.
 func (d *delivery) run(ctx context.Context, h HandlerFunc) error {
 	if d.c.observer == nil {
 		return callHandler(ctx, h, d.env, d.msg)
 	}
-	t := d.c.now()
+	d.start = d.c.now()
 	err := callHandler(ctx, h, d.env, d.msg)
-	d.handler = d.c.now().Sub(t)
+	d.handler = d.c.now().Sub(d.start)
 	return err
 }

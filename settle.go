@@ -67,6 +67,7 @@ func (d *delivery) handlerFailed(cause error) error {
 }
 
 func (d *delivery) unknownURN() error {
+	d.begin()
 	switch d.c.unknown {
 	case UnknownURNRelease:
 		d.quiet = true
@@ -93,6 +94,7 @@ func (d *delivery) unknownURN() error {
 // gated settles a message whose bq_schema_version is not "1" on its first
 // delivery: forwarded to the DLQ as received, or dropped.
 func (d *delivery) gated(cause error) error {
+	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
 		return d.finish(ErrVersionGated, cause, Dropped, d.accept)
 	}
@@ -102,6 +104,7 @@ func (d *delivery) gated(cause error) error {
 // poison settles a body that is not a valid envelope: a poison record on
 // the DLQ, or dropped. It is never retried.
 func (d *delivery) poison(body string, cause error) error {
+	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
 		return d.finish(ErrPoison, cause, Dropped, d.accept)
 	}

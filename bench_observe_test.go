@@ -1,0 +1,174 @@
+package artemis
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchObserver is what a metrics Observer does per event: a few atomic
+// counters and a latency sum, no allocation, no lock.
+type benchObserver struct {
+	byDisposition [DeadLettered + 2]atomic.Int64
+	failed        atomic.Int64
+	latency       atomic.Int64
+	handler       atomic.Int64
+	published     atomic.Int64
+	accepted      atomic.Int64
+	publishTime   atomic.Int64
+}
+
+func (o *benchObserver) Settled(ev SettleEvent) {
+	o.byDisposition[ev.Disposition].Add(1)
+	if ev.Kind != nil {
+		o.failed.Add(1)
+	}
+	o.latency.Add(int64(ev.Latency))
+	o.handler.Add(int64(ev.Handler))
+}
+
+func (o *benchObserver) Published(ev PublishEvent) {
+	o.published.Add(1)
+	if ev.Outcome == PublishAccepted {
+		o.accepted.Add(1)
+	}
+	o.publishTime.Add(int64(ev.Duration))
+}
+
+// BenchmarkHandleRoutedObserved is BenchmarkHandleRouted with an Observer
+// set: compare the two, or read BenchmarkObserverOverhead's ratio.
+func BenchmarkHandleRoutedObserved(b *testing.B) {
+	obs := &benchObserver{}
+	c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	msg := benchDelivery(b, benchURN)
+	r := &benchReceiver{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := c.Handle(ctx, r, msg); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.accepted != n {
+		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.accepted)
+	}
+}
+
+// BenchmarkPublishObserved is BenchmarkPublish with an Observer set.
+func BenchmarkPublishObserved(b *testing.B) {
+	obs := &benchObserver{}
+	s := &benchSender{}
+	p := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+	ctx := context.Background()
+	data := benchOrderStruct()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		id, err := p.Publish(ctx, benchURN, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSinkID = id
+		n++
+	}
+	if obs.accepted.Load() != int64(n) || s.sent != n {
+		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.sent)
+	}
+}
+
+// nopObserver does nothing: what the library's side of a hook costs.
+type nopObserver struct{}
+
+func (nopObserver) Settled(SettleEvent)    {}
+func (nopObserver) Published(PublishEvent) {}
+
+// BenchmarkObserverOverhead times each path with an Observer (the subject)
+// against the same path without one (the floor), in one run: x-floor is
+// the cost of leaving the hooks on, as a ratio. "nop" is the library's
+// side alone (the clock reads, the event, the recover); the others add a
+// counting Observer's own atomic adds.
+func BenchmarkObserverOverhead(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		obs  Observer
+	}{{"handle-nop", nopObserver{}}, {"handle", &benchObserver{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+			observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(tc.obs))
+			msg := benchDelivery(b, benchURN)
+			r := &benchReceiver{}
+			benchPair(b,
+				func() error { return plain.Handle(ctx, r, msg) },
+				func() error { return observed.Handle(ctx, r, msg) })
+			if obs, ok := tc.obs.(*benchObserver); ok && obs.byDisposition[Accepted].Load() == 0 {
+				b.Fatal("the observer heard nothing")
+			}
+		})
+	}
+	b.Run("publish", func(b *testing.B) {
+		obs := &benchObserver{}
+		s := &benchSender{}
+		plain := NewPublisher(s, benchQueue)
+		observed := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+		data := benchOrderStruct()
+		benchPair(b,
+			func() error {
+				id, err := plain.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			},
+			func() error {
+				id, err := observed.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			})
+		if obs.accepted.Load() == 0 {
+			b.Fatal("the observer heard nothing")
+		}
+	})
+}
+
+// TestObserverAllocatesNothing: an event costs no allocation, on either
+// path, beyond what the path allocates without an Observer.
+func TestObserverAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	msg := benchDelivery(t, benchURN)
+	r := &benchReceiver{}
+	obs := &benchObserver{}
+	plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+	observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	handle := func(c *Consumer) func() {
+		return func() {
+			if err := c.Handle(ctx, r, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base, with := testing.AllocsPerRun(200, handle(plain)), testing.AllocsPerRun(200, handle(observed))
+	if with > base {
+		t.Errorf("Handle: %v allocations with an observer, %v without", with, base)
+	}
+
+	s := &benchSender{}
+	data := benchOrderStruct()
+	publish := func(p *Publisher) func() {
+		return func() {
+			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
+	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
+	if with > base {
+		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
+	}
+	if obs.published.Load() == 0 || obs.byDisposition[Accepted].Load() == 0 || obs.handler.Load() < 0 ||
+		time.Duration(obs.publishTime.Load()) < 0 {
+		t.Fatal("the observer heard nothing")
+	}
+}
