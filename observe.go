@@ -211,3 +211,26 @@ func (d *delivery) run(ctx context.Context, h HandlerFunc) error {
 	d.handler = d.c.now().Sub(d.start)
 	return err
 }
+
+// KindName names Kind for a metric attribute or a log field: "" when the
+// handler succeeded, else "handler_failed", "unknown_urn", "poison",
+// "version_gated", "dead_letter_failed" or "settlement_failed".
+func (e SettleEvent) KindName() string {
+	switch e.Kind {
+	case nil:
+		return ""
+	case ErrHandlerFailed:
+		return "handler_failed"
+	case ErrUnknownURN:
+		return "unknown_urn"
+	case ErrPoison:
+		return "poison"
+	case ErrVersionGated:
+		return "version_gated"
+	case ErrDeadLetterFailed:
+		return "dead_letter_failed"
+	case ErrSettlement:
+		return "settlement_failed"
+	}
+	return "error"
+}

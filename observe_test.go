@@ -362,3 +362,14 @@ func TestPublishOutcomeNames(t *testing.T) {
 	assert.Equal(t, "error", PublishFailed.String())
 	assert.Equal(t, "PublishOutcome(0)", PublishOutcome(0).String())
 }
+
+func TestSettleEventKindName(t *testing.T) {
+	for kind, want := range map[error]string{
+		ErrHandlerFailed: "handler_failed", ErrUnknownURN: "unknown_urn", ErrPoison: "poison",
+		ErrVersionGated: "version_gated", ErrDeadLetterFailed: "dead_letter_failed", ErrSettlement: "settlement_failed",
+		errors.New("other"): "error",
+	} {
+		assert.Equal(t, want, SettleEvent{Kind: kind}.KindName())
+	}
+	assert.Empty(t, SettleEvent{}.KindName())
+}
