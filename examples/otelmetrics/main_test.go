@@ -55,7 +55,7 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 	// then dead-lettered.
 	settled := sums(t, byName["babelqueue.settlements"])
 	want := map[string]int64{
-		key(queue, "babelqueue.disposition", "accepted"):                                     Orders - 1,
+		key(queue, "babelqueue.disposition", "accepted"):                                      Orders - 1,
 		key(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     MaxTries - 1,
 		key(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
 	}
