@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 // benchObserver is what a metrics Observer does per event: a few atomic
@@ -42,7 +44,7 @@ func BenchmarkHandleRoutedObserved(b *testing.B) {
 	obs := &benchObserver{}
 	c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
 	msg := benchDelivery(b, benchURN)
-	r := &benchReceiver{}
+	r := fakelink.NewCountingReceiver()
 	ctx := context.Background()
 	b.ReportAllocs()
 	n := 0
@@ -52,15 +54,15 @@ func BenchmarkHandleRoutedObserved(b *testing.B) {
 		}
 		n++
 	}
-	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.accepted != n {
-		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.accepted)
+	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.Counted().Accepted != n {
+		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.Counted().Accepted)
 	}
 }
 
 // BenchmarkPublishObserved is BenchmarkPublish with an Observer set.
 func BenchmarkPublishObserved(b *testing.B) {
 	obs := &benchObserver{}
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	p := NewPublisher(s, benchQueue, WithPublishObserver(obs))
 	ctx := context.Background()
 	data := benchOrderStruct()
@@ -74,8 +76,8 @@ func BenchmarkPublishObserved(b *testing.B) {
 		benchSinkID = id
 		n++
 	}
-	if obs.accepted.Load() != int64(n) || s.sent != n {
-		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.sent)
+	if obs.accepted.Load() != int64(n) || s.Count() != n {
+		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.Count())
 	}
 }
 
@@ -100,7 +102,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 			plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
 			observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(tc.obs))
 			msg := benchDelivery(b, benchURN)
-			r := &benchReceiver{}
+			r := fakelink.NewCountingReceiver()
 			benchPair(b,
 				func() error { return plain.Handle(ctx, r, msg) },
 				func() error { return observed.Handle(ctx, r, msg) })
@@ -111,7 +113,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 	}
 	b.Run("publish", func(b *testing.B) {
 		obs := &benchObserver{}
-		s := &benchSender{}
+		s := &fakelink.Sender{Discard: true}
 		plain := NewPublisher(s, benchQueue)
 		observed := NewPublisher(s, benchQueue, WithPublishObserver(obs))
 		data := benchOrderStruct()
@@ -137,7 +139,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 func TestObserverAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	msg := benchDelivery(t, benchURN)
-	r := &benchReceiver{}
+	r := fakelink.NewCountingReceiver()
 	obs := &benchObserver{}
 	plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
 	observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
@@ -153,7 +155,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 		t.Errorf("Handle: %v allocations with an observer, %v without", with, base)
 	}
 
-	s := &benchSender{}
+	s := &fakelink.Sender{Discard: true}
 	data := benchOrderStruct()
 	publish := func(p *Publisher) func() {
 		return func() {
