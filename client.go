@@ -55,9 +55,20 @@ type ClientOptions struct {
 	OnEvent func(ConnectionEvent)
 
 	// Logger receives the same events: losses and failures at warn,
-	// recoveries at info, backoff waits at debug. No password is ever
-	// logged. The default logs nothing.
+	// recoveries at info, backoff waits at debug, each with a short fixed
+	// message ("connection lost") and the event, url, address and error as
+	// attributes. No password is ever logged. When Logger is nil and
+	// OnEvent is nil too, the warn lines (losses and failures) go to
+	// slog.Default(), so an outage is never silent; with OnEvent set and
+	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
+	// to slog.Default() when Logger is nil.
 	Logger *slog.Logger
+
+	// Observer, when set, hears every publish of the Client's publishers
+	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
+	// per-call WithPublishObserver replaces it. The consumers given to
+	// Consume take theirs with WithObserver.
+	Observer Observer
 }
 
 // Client owns one AMQP connection and session to Artemis, re-dialing them
@@ -70,7 +81,9 @@ type Client struct {
 	dialTimeout time.Duration
 	backoff     Backoff
 	onEvent     func(ConnectionEvent)
-	logger      *slog.Logger
+	logger      *slog.Logger // nil: see logTo
+	observer    Observer
+	health      health // what Status reports
 	red         redactor
 
 	// seams: the real values come from Dial, tests put fakes here.
@@ -118,6 +131,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		backoff:     DefaultBackoff(),
 		onEvent:     o.OnEvent,
 		logger:      o.Logger,
+		observer:    o.Observer,
 		dial:        dial,
 		random:      rand.Float64,
 		after:       time.After,
@@ -150,9 +164,6 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 			return nil, err
 		}
 		c.backoff = *o.Backoff
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
 	}
 	base := amqp.ConnOptions{}
 	if o.ConnOptions != nil {

@@ -373,3 +373,44 @@ func TestSettleEventKindName(t *testing.T) {
 	}
 	assert.Empty(t, SettleEvent{}.KindName())
 }
+
+// TestObserverAllocatesNothing: an event costs no allocation, on either
+// path, beyond what the path allocates without an Observer.
+func TestObserverAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	msg := benchDelivery(t, benchURN)
+	r := fakelink.NewCountingReceiver()
+	obs := &benchObserver{}
+	plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+	observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	handle := func(c *Consumer) func() {
+		return func() {
+			if err := c.Handle(ctx, r, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base, with := testing.AllocsPerRun(200, handle(plain)), testing.AllocsPerRun(200, handle(observed))
+	if with > base {
+		t.Errorf("Handle: %v allocations with an observer, %v without", with, base)
+	}
+
+	s := &fakelink.Sender{Discard: true}
+	data := benchOrderStruct()
+	publish := func(p *Publisher) func() {
+		return func() {
+			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
+	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
+	if with > base {
+		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
+	}
+	if obs.published.Load() == 0 || obs.byDisposition[Accepted].Load() == 0 || obs.handler.Load() < 0 ||
+		time.Duration(obs.publishTime.Load()) < 0 {
+		t.Fatal("the observer heard nothing")
+	}
+}

@@ -38,8 +38,14 @@ func (l *lockedBuffer) String() string {
 // lines decodes the JSON lines written so far.
 func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 	t.Helper()
+	return jsonLines(t, l.String())
+}
+
+// jsonLines decodes slog's JSON lines.
+func jsonLines(t *testing.T, text string) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		if line == "" {
 			continue
 		}
