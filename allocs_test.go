@@ -46,7 +46,7 @@ func TestBenchFixtures(t *testing.T) {
 	assert.Equal(t, 2, s.Count())
 
 	// Handle settles through the counting receiver.
-	c := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+	c := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
 	r := fakelink.NewCountingReceiver()
 	require.NoError(t, c.Handle(context.Background(), r, benchDelivery(t, benchURN)))
 	assert.Equal(t, 1, r.Counted().Accepted)
@@ -61,12 +61,12 @@ func TestBenchFixtures(t *testing.T) {
 func TestAllocationBudgets(t *testing.T) {
 	ctx := context.Background()
 	body := benchBody(t)
-	routed := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+	routed := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
 	routedMsg := benchDelivery(t, benchURN)
 	unknownMsg := benchDelivery(t, benchUnknown)
 	unknownMsg.Value = benchPoisonBody
-	release := NewConsumer(nil, WithUnknownURN(UnknownURNRelease))
-	drop := NewConsumer(nil, WithUnknownURN(UnknownURNDelete))
+	release := mustConsumer(t, nil, WithUnknownURN(UnknownURNRelease))
+	drop := mustConsumer(t, nil, WithUnknownURN(UnknownURNDelete))
 	r := fakelink.NewCountingReceiver()
 	p := NewPublisher(&fakelink.Sender{Discard: true}, benchQueue)
 	structData, mapData := any(benchOrderStruct()), any(benchOrderMap())

@@ -41,7 +41,7 @@ func (o *benchObserver) Published(ev PublishEvent) {
 // set: compare the two, or read BenchmarkObserverOverhead's ratio.
 func BenchmarkHandleRoutedObserved(b *testing.B) {
 	obs := &benchObserver{}
-	c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
 	msg := benchDelivery(b, benchURN)
 	r := fakelink.NewCountingReceiver()
 	ctx := context.Background()
@@ -98,8 +98,8 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		obs  Observer
 	}{{"handle-nop", nopObserver{}}, {"handle", &benchObserver{}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
-			observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(tc.obs))
+			plain := mustConsumer(b, Handlers{benchURN: benchAcceptOrder})
+			observed := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(tc.obs))
 			msg := benchDelivery(b, benchURN)
 			r := fakelink.NewCountingReceiver()
 			benchPair(b,

@@ -73,7 +73,7 @@ func BenchmarkDecodeValidate(b *testing.B) {
 // --- the consumer's hot path -------------------------------------------------
 
 func BenchmarkHandleRouted(b *testing.B) {
-	c := NewConsumer(Handlers{benchURN: benchAcceptOrder})
+	c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder})
 	msg := benchDelivery(b, benchURN)
 	r := fakelink.NewCountingReceiver()
 	ctx := context.Background()
@@ -101,7 +101,7 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 	} {
 		b.Run(string(tc.strategy), func(b *testing.B) {
 			reports := 0
-			c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithUnknownURN(tc.strategy),
+			c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithUnknownURN(tc.strategy),
 				WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { reports++ }))
 			msg := benchDelivery(b, benchUnknown)
 			msg.Value = benchPoisonBody

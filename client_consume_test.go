@@ -130,7 +130,7 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			seen := newHandled()
-			cons := NewConsumer(Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
+			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
 			run := startConsume(h, "orders", cons, &ConsumeOptions{Credit: tc.credit})
 
 			r := attachedReceiver(t, attached)
@@ -180,7 +180,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 	})
 	require.NoError(t, h.dial())
 	seen := newHandled()
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: seen.handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}), nil)
 
 	r1 := attachedReceiver(t, attached)
 	assert.Equal(t, messageID(first), seen.next(t))
@@ -220,7 +220,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 func TestConsumeReattachesALostLinkWithoutRedialing(t *testing.T) {
 	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	r1 := attachedReceiver(t, attached)
 	r1.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
@@ -248,7 +248,7 @@ func TestConsumeBackoffGrowsAndCaps(t *testing.T) {
 			}
 		})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
@@ -276,7 +276,7 @@ func TestConsumeBackoffWhileTheBrokerIsDown(t *testing.T) {
 	require.NoError(t, h.dial())
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	// random 0.5, jitter 0.5: three quarters of 1s, 3s, then the 4s cap.
 	for i, w := range []time.Duration{750 * time.Millisecond, 2250 * time.Millisecond, 3 * time.Second, 3 * time.Second} {
@@ -322,7 +322,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 				return clock
 			}
 			require.NoError(t, h.dial())
-			run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+			run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 			for i, w := range tc.want {
 				assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
 			}
@@ -337,7 +337,7 @@ func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 	h.timers.hold = true // the backoff never ends by itself
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
 	run.cancel()
 	assert.NoError(t, run.wait(t), "a cancelled context is a normal end")
@@ -348,7 +348,7 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 		h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 		h.timers.hold = true
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 		h.timers.next(t)
 		require.NoError(t, h.c.Close())
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
@@ -356,7 +356,7 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 	t.Run("while listening", func(t *testing.T) {
 		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 		attachedReceiver(t, attached)
 		require.NoError(t, h.c.Close())
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
@@ -367,14 +367,14 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 func TestConsumeRejectsInvalidArguments(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	ok := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)})
+	ok := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
 	cases := map[string]struct {
 		queue string
 		cons  *Consumer
 		opts  *ConsumeOptions
 	}{
 		"nil consumer":     {"orders", nil, nil},
-		"invalid consumer": {"orders", NewConsumer(Handlers{urnCreated: nil}), nil},
+		"invalid consumer": {"orders", NewConsumerUnchecked(Handlers{urnCreated: nil}), nil},
 		"blank queue":      {" ", ok, nil},
 		"negative credit":  {"orders", ok, &ConsumeOptions{Credit: -1}},
 	}
@@ -392,8 +392,8 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 		cons *Consumer
 		opts *ConsumeOptions
 	}{
-		"own sender":     {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
-		"no dead letter": {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
+		"own sender":     {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
+		"no dead letter": {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -411,7 +411,7 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
 	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
-	cons := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
 	run := startConsume(h, "billing.v2", cons, nil)
 	r := attachedReceiver(t, attached)
 	assert.Equal(t, "billing.v2", r.Address())
@@ -438,7 +438,7 @@ func TestConsumeRetriesARefusedDeadLetterAddress(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	r1 := attachedReceiver(t, attached)
 	r2 := attachedReceiver(t, attached)
 	r3 := attachedReceiver(t, attached)
@@ -463,7 +463,7 @@ func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
 	})
 	require.NoError(t, h.dial())
 	inHandler, release := make(chan struct{}), make(chan struct{})
-	cons := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	cons := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		close(inHandler)
 		<-release
 		return nil

@@ -33,7 +33,7 @@ func TestHandlerSeesReconciledAttemptsAndHeaders(t *testing.T) {
 			var seen int
 			var headers HeaderCarrier
 			var raw *amqp.Message
-			c := NewConsumer(Handlers{urnCreated: func(ctx context.Context, e *Envelope, m *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(ctx context.Context, e *Envelope, m *amqp.Message) error {
 				seen, headers, raw = e.Attempts, HeadersFromContext(ctx), MessageFromContext(ctx)
 				return nil
 			}}, WithMaxTries(100))
@@ -52,7 +52,7 @@ func TestRouting(t *testing.T) {
 		msg := orderMessage(t, 0)
 		msg.Annotations[AnnotationJMSType] = "urn:babel:orders:shipped"
 		var got string
-		c := NewConsumer(Handlers{
+		c := mustConsumer(t, Handlers{
 			"urn:babel:orders:shipped": func(_ context.Context, e *Envelope, _ *amqp.Message) error { got = "shipped:" + e.URN(); return nil },
 			urnCreated:                 func(context.Context, *Envelope, *amqp.Message) error { got = "created"; return nil },
 		})
@@ -65,7 +65,7 @@ func TestRouting(t *testing.T) {
 		shipped := "urn:babel:orders:shipped"
 		msg.Properties.Subject = &shipped
 		var got string
-		c := NewConsumer(Handlers{
+		c := mustConsumer(t, Handlers{
 			shipped:    func(context.Context, *Envelope, *amqp.Message) error { got = "shipped"; return nil },
 			urnCreated: func(context.Context, *Envelope, *amqp.Message) error { got = "created"; return nil },
 		})
@@ -82,7 +82,7 @@ func TestRouting(t *testing.T) {
 				msg.Annotations[AnnotationJMSType] = ann
 			}
 			called := false
-			c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error { called = true; return nil }})
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error { called = true; return nil }})
 			got := handleOne(t, c, newRecorder(), nil, msg)
 			assert.True(t, called)
 			assert.Equal(t, fakelink.Accepted, got.disp)
@@ -91,7 +91,7 @@ func TestRouting(t *testing.T) {
 	t.Run("the urn alias routes when job is absent", func(t *testing.T) {
 		msg := rawMessage(`{"urn":"urn:babel:orders:created","trace_id":"t-1","data":{},"meta":{"id":"m-1","queue":"orders","lang":"node","schema_version":1,"created_at":1},"attempts":0}`)
 		var job string
-		c := NewConsumer(Handlers{urnCreated: func(_ context.Context, e *Envelope, _ *amqp.Message) error { job = e.Job; return nil }})
+		c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, e *Envelope, _ *amqp.Message) error { job = e.Job; return nil }})
 		got := handleOne(t, c, newRecorder(), nil, msg)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Equal(t, urnCreated, job)
@@ -104,7 +104,7 @@ func TestRouting(t *testing.T) {
 		} {
 			body := orderMessage(t, 0).Value.(string)
 			called := false
-			c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error { called = true; return nil }})
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error { called = true; return nil }})
 			got := handleOne(t, c, newRecorder(), nil, mk(body))
 			assert.True(t, called)
 			assert.Equal(t, fakelink.Accepted, got.disp)
@@ -127,7 +127,12 @@ func TestInvalidConfig(t *testing.T) {
 			if opts == nil {
 				h = Handlers{urnCreated: nil}
 			}
-			c := NewConsumer(h, opts...)
+			c, err := NewConsumer(h, opts...)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "reported where the Consumer is built")
+			assert.Nil(t, c)
+
+			// The deprecated constructor defers the error to Listen and Handle.
+			c = NewConsumerUnchecked(h, opts...)
 			r := fakelink.NewReceiver(t, "orders")
 			assert.ErrorIs(t, c.Listen(context.Background(), r), ErrInvalidConfig)
 			msg := r.Track(orderMessage(t, 0))
@@ -149,7 +154,7 @@ func TestListenKeepsOrderWithOneWorker(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	ctx, cancel := context.WithCancel(context.Background())
-	c := NewConsumer(Handlers{urnCreated: func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
 		mu.Lock()
 		order = append(order, HeadersFromContext(ctx).Get("seq"))
 		mu.Unlock()
@@ -177,7 +182,7 @@ func TestListenConcurrentWorkers(t *testing.T) {
 	running, peak := 0, 0
 	gate := make(chan struct{})
 	started := make(chan struct{}, workers*3)
-	c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		mu.Lock()
 		running++
 		if running > peak {
@@ -221,7 +226,7 @@ func TestListenShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 			var handlerCtxErr error
 			var mu sync.Mutex
 			var finished atomic.Int32 // handlers that returned
-			c := NewConsumer(Handlers{urnCreated: func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
 				started <- struct{}{}
 				<-release
 				mu.Lock()
@@ -296,7 +301,7 @@ func TestListenReturnsLinkFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			r := fakelink.NewReceiver(t, "orders")
 			r.Push(orderMessage(t, 0))
-			c := NewConsumer(Handlers{urnCreated: succeeding}, WithConcurrency(workers))
+			c := mustConsumer(t, Handlers{urnCreated: succeeding}, WithConcurrency(workers))
 			wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer wcancel()
 			go func() {
@@ -338,7 +343,7 @@ func TestUnknownURNDoesNotDecode(t *testing.T) {
 			t.Run(name+"/"+string(s.strategy), func(t *testing.T) {
 				var reports []error
 				dlq := &fakelink.Sender{}
-				c := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithUnknownURN(s.strategy), WithDeadLetterSender(dlq),
+				c := mustConsumer(t, Handlers{benchURN: benchAcceptOrder}, WithUnknownURN(s.strategy), WithDeadLetterSender(dlq),
 					WithOnError(func(_ context.Context, err error, env *Envelope, _ *amqp.Message) {
 						assert.Nil(t, env, "no envelope was decoded")
 						reports = append(reports, err)
@@ -387,7 +392,7 @@ func TestHostileNonStringJMSType(t *testing.T) {
 			var urn string
 			rec := newRecorder()
 			dlq := &fakelink.Sender{}
-			c := NewConsumer(Handlers{
+			c := mustConsumer(t, Handlers{
 				urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
 					urn = env.URN()
 					return nil

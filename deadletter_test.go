@@ -58,7 +58,7 @@ func TestDeadLetterWriteMustBeAccepted(t *testing.T) {
 			t.Run(p.name+"/"+o.name, func(t *testing.T) {
 				rec := newRecorder()
 				dlq := &fakelink.Sender{Outcome: o.outcome}
-				c := NewConsumer(p.handlers, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+				c := mustConsumer(t, p.handlers, WithOnError(rec.onError), WithDeadLetterSender(dlq),
 					WithUnknownURN(p.strategy), WithDeadLetterTimeout(20*time.Millisecond), WithDeadLetterRetryDelay(0))
 				got := handleOne(t, c, rec, dlq, p.msg(t))
 				assert.Len(t, dlq.Sent(), 1, "exactly one DLQ write per delivery")
@@ -100,7 +100,7 @@ func TestDeadLetterToPlainSenderTrustsSend(t *testing.T) {
 	// a rejected transfer still errors out of Send.
 	rec := newRecorder()
 	fs := &fakelink.Sender{Outcome: fakelink.Reject}
-	c := NewConsumer(Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(fakelink.PlainSender{S: fs}),
+	c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(fakelink.PlainSender{S: fs}),
 		WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(0))
 	got := handleOne(t, c, rec, nil, orderMessage(t, 0))
 	assert.Equal(t, fakelink.Released, got.disp)
@@ -115,7 +115,7 @@ func TestGatedBinaryBodyStaysBinary(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dlq := &fakelink.Sender{}
-			c := NewConsumer(Handlers{}, WithDeadLetterSender(dlq))
+			c := mustConsumer(t, Handlers{}, WithDeadLetterSender(dlq))
 			got := handleOne(t, c, newRecorder(), dlq, msg)
 			assert.Equal(t, fakelink.Accepted, got.disp)
 			require.Len(t, got.dlq, 1)
@@ -141,7 +141,7 @@ func TestForwardCopyDropsScheduling(t *testing.T) {
 
 func TestOriginalQueue(t *testing.T) {
 	dlq := &fakelink.Sender{}
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq), WithQueue("billing"))
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq), WithQueue("billing"))
 	got := handleOne(t, c, newRecorder(), dlq, orderMessage(t, 2))
 	require.Len(t, got.dlq, 1)
 	assert.Equal(t, "billing", dlqEnvelope(t, got.dlq[0]).DeadLetter.OriginalQueue)
@@ -151,7 +151,7 @@ func TestOriginalQueue(t *testing.T) {
 func TestUnknownKeysSurviveTheDeadLetterCopy(t *testing.T) {
 	body := `{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"big":123456789012345678901234567890,"s":"<é>"},"meta":{"id":"m-1","queue":"orders","lang":"java","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1,"x_custom":{"k":[1,2]}}`
 	dlq := &fakelink.Sender{}
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq), WithMaxTries(2))
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq), WithMaxTries(2))
 	got := handleOne(t, c, newRecorder(), dlq, rawMessage(body))
 	require.Len(t, got.dlq, 1)
 	rec := got.dlq[0].Value.(string)
@@ -162,7 +162,7 @@ func TestUnknownKeysSurviveTheDeadLetterCopy(t *testing.T) {
 func TestHeadersRideIntoTheDeadLetterCopy(t *testing.T) {
 	msg := orderMessage(t, 2, WithHeaders(map[string]string{"traceparent": "00-aa-bb-01"}))
 	dlq := &fakelink.Sender{}
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq))
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq))
 	got := handleOne(t, c, newRecorder(), dlq, msg)
 	require.Len(t, got.dlq, 1)
 	assert.Equal(t, "00-aa-bb-01", got.dlq[0].ApplicationProperties["traceparent"])

@@ -66,7 +66,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	uniqueHandled := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
 
 	reports := newFaultReports(artemis.ErrSettlement)
-	cons := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		var d faultData
 		bindErr := env.Bind(&d)
 		n := calls.Add(1)

@@ -76,7 +76,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 			dlMu.Unlock()
 		}
 	}
-	cons := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		calls.Add(1)
 		if env.Attempts >= maxTries-1 {
 			n := limitCalls.Add(1)

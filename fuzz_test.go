@@ -238,7 +238,7 @@ func FuzzGate(f *testing.F) {
 		dlq := &fakelink.Sender{}
 		rec := newRecorder()
 		var called atomic.Int32
-		c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+		c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 			called.Add(1)
 			return nil
 		}}, WithDeadLetterSender(dlq), WithOnError(rec.onError), WithDeadLetterRetryDelay(0))
@@ -446,7 +446,7 @@ func FuzzHandle(f *testing.F) {
 				opts = append(opts, WithDeadLetterSender(dlq))
 			}
 		}
-		c := NewConsumer(Handlers{urnCreated: h, "urn:x": h}, opts...)
+		c := mustConsumer(t, Handlers{urnCreated: h, "urn:x": h}, opts...)
 		r := fakelink.NewReceiver(t, "orders")
 		r.Track(msg)
 

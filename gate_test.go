@@ -81,7 +81,7 @@ func TestVersionGate(t *testing.T) {
 					if withDLQ {
 						opts = append(opts, WithDeadLetterSender(dlq))
 					}
-					c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+					c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 						handled = true
 						return nil
 					}}, opts...)
@@ -166,7 +166,7 @@ func TestHostileSchemaVersionOfEveryType(t *testing.T) {
 			}
 
 			var handled bool
-			c, rec, dlq := hostileConsumer(func(context.Context, *Envelope, *amqp.Message) error {
+			c, rec, dlq := hostileConsumer(t, func(context.Context, *Envelope, *amqp.Message) error {
 				handled = true
 				return nil
 			})

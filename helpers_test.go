@@ -26,11 +26,11 @@ import (
 
 // hostileConsumer is a consumer on queue "orders" with a confirming DLQ
 // sender, the recorder as its error callback and h for urnCreated.
-func hostileConsumer(h HandlerFunc, opts ...ConsumerOption) (*Consumer, *recorder, *fakelink.Sender) {
+func hostileConsumer(t testing.TB, h HandlerFunc, opts ...ConsumerOption) (*Consumer, *recorder, *fakelink.Sender) {
 	rec := newRecorder()
 	dlq := &fakelink.Sender{}
 	all := append([]ConsumerOption{WithOnError(rec.onError), WithDeadLetterSender(dlq), WithQueue("orders")}, opts...)
-	return NewConsumer(Handlers{urnCreated: h}, all...), rec, dlq
+	return mustConsumer(t, Handlers{urnCreated: h}, all...), rec, dlq
 }
 
 // neverCalled is the handler of tests whose message must not reach one.
@@ -988,3 +988,13 @@ type reported struct {
 // against them. Read every rewritten file against CONTRACT.md before
 // committing it: a golden that encodes a bug is worse than none.
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// mustConsumer is NewConsumer for a configuration the test knows is valid.
+func mustConsumer(t testing.TB, h Handlers, opts ...ConsumerOption) *Consumer {
+	t.Helper()
+	c, err := NewConsumer(h, opts...)
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	return c
+}

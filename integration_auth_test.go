@@ -323,7 +323,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := artemis.NewConsumer(artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}},
@@ -382,7 +382,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := artemis.NewConsumer(artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}}, artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))

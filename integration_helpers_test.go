@@ -194,7 +194,7 @@ type handled struct {
 func handleOne(t *testing.T, conn *brokertest.Conn, q, urn string, errs *errorLog) handled {
 	t.Helper()
 	got := make(chan handled, 1)
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		got <- handled{env, msg, artemis.HeadersFromContext(ctx)}
 		return nil
 	}}, artemis.WithOnError(errs.onError))
@@ -297,4 +297,14 @@ func jsonString(v any) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// mustConsumer is artemis.NewConsumer for a configuration the test knows is valid.
+func mustConsumer(t testing.TB, h artemis.Handlers, opts ...artemis.ConsumerOption) *artemis.Consumer {
+	t.Helper()
+	c, err := artemis.NewConsumer(h, opts...)
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	return c
 }

@@ -31,7 +31,7 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 	calls := make(chan call, 16)
 	errs := newErrorLog()
 	n := 0
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		calls <- call{env.Attempts, msg.Header.DeliveryCount}
 		n++
 		if n <= 2 {
@@ -72,7 +72,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 
 	calls := make(chan call, 16)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		calls <- call{env.Attempts, msg.Header.DeliveryCount}
 		return &gatewayError{}
 	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -181,7 +181,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 
 			calls := make(chan call, 4)
 			errs := newErrorLog()
-			cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, m *amqp.Message) error {
+			cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, m *amqp.Message) error {
 				calls <- call{env.Attempts, m.Header.DeliveryCount}
 				return nil
 			}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -238,7 +238,7 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 
 	calls := make(chan call, 4)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		calls <- call{}
 		return nil
 	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -318,7 +318,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		pub := artemis.NewPublisher(ru.conn.NewSender(ru.q), ru.q)
 		ru.env, ru.original = publishEnvelope(t, pub, ru.q, unknown)
 		publishEnvelope(t, pub, ru.q, known)
-		cons := artemis.NewConsumer(artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 			ru.handled <- struct{}{}
 			return nil
 		}}, artemis.WithUnknownURN(s), artemis.WithDeadLetterSender(ru.conn.NewSender(ru.q+".dlq")),

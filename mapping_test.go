@@ -394,7 +394,7 @@ func TestHostileMaximalDeliveryCount(t *testing.T) {
 
 	t.Run("the handler sees attempts 4294967295", func(t *testing.T) {
 		var seen int
-		c, rec, dlq := hostileConsumer(func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		c, rec, dlq := hostileConsumer(t, func(_ context.Context, env *Envelope, _ *amqp.Message) error {
 			seen = env.Attempts
 			return nil
 		})
@@ -406,7 +406,7 @@ func TestHostileMaximalDeliveryCount(t *testing.T) {
 
 	t.Run("a failure is at the limit: dead-lettered with attempts 4294967295", func(t *testing.T) {
 		cause := &gatewayError{"Payment gateway timeout"}
-		c, rec, dlq := hostileConsumer(failing(cause))
+		c, rec, dlq := hostileConsumer(t, failing(cause))
 		got := handleOne(t, c, rec, dlq, orderMessage(t, dc))
 		de := requireReport(t, got, ErrHandlerFailed, DeadLettered)
 		assert.Equal(t, 4294967295, de.Attempts)
@@ -422,7 +422,7 @@ func TestHostileMaximalDeliveryCount(t *testing.T) {
 
 	t.Run("without a DLQ: dropped, reported with the attempts", func(t *testing.T) {
 		rec := newRecorder()
-		c := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithOnError(rec.onError))
+		c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithOnError(rec.onError))
 		got := handleOne(t, c, rec, nil, orderMessage(t, dc))
 		de := requireReport(t, got, ErrHandlerFailed, Dropped)
 		assert.Equal(t, 4294967295, de.Attempts)
@@ -433,7 +433,7 @@ func TestHostileMaximalDeliveryCount(t *testing.T) {
 		// attempts+1 overflows here; the library must not read it as below
 		// the limit and redeliver forever.
 		body := strings.Replace(fuzzEnvelope, `"attempts":0`, `"attempts":9223372036854775807`, 1)
-		c, rec, dlq := hostileConsumer(failing(errors.New("x")))
+		c, rec, dlq := hostileConsumer(t, failing(errors.New("x")))
 		got := handleOne(t, c, rec, dlq, rawMessage(body))
 		de := requireReport(t, got, ErrHandlerFailed, DeadLettered)
 		assert.Equal(t, math.MaxInt64, de.Attempts)
@@ -454,7 +454,7 @@ func TestHostileBodyAttempts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := strings.Replace(fuzzEnvelope, `"attempts":0`, `"attempts":`+tc.attempts, 1)
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			msg := rawMessage(body)
 			msg.Header.DeliveryCount = 1
 			got := handleOne(t, c, rec, dlq, msg)
@@ -482,7 +482,7 @@ func TestHostileTenThousandApplicationProperties(t *testing.T) {
 	require.Len(t, msg.ApplicationProperties, n+4)
 
 	var seen HeaderCarrier
-	c, rec, dlq := hostileConsumer(func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
+	c, rec, dlq := hostileConsumer(t, func(ctx context.Context, _ *Envelope, _ *amqp.Message) error {
 		seen = HeadersFromContext(ctx)
 		return nil
 	})

@@ -154,7 +154,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 			if tc.handler != nil {
 				handlers[urnCreated] = tc.handler(clk)
 			}
-			c := NewConsumer(handlers, opts...)
+			c := mustConsumer(t, handlers, opts...)
 			c.now = clk.now
 			msg := orderMessage(t, tc.delivery)
 			if tc.msg != nil {
@@ -206,7 +206,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 var errAny = errors.New("any error")
 
 func TestObserverClocksAreNotReadWithoutAnObserver(t *testing.T) {
-	c := NewConsumer(Handlers{urnCreated: succeeding})
+	c := mustConsumer(t, Handlers{urnCreated: succeeding})
 	c.now = func() time.Time {
 		t.Error("the clock was read: no observer is set")
 		return time.Now()
@@ -217,7 +217,7 @@ func TestObserverClocksAreNotReadWithoutAnObserver(t *testing.T) {
 
 func TestObserverPanicNeverChangesTheSettlement(t *testing.T) {
 	var logs bytes.Buffer
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("boom"))},
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
 		WithObserver(panicking{}), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
 	assert.Equal(t, fakelink.Failed, got.disp)
@@ -241,7 +241,7 @@ func TestObserverUnderConcurrentWorkers(t *testing.T) {
 	const n = 200
 	obs := &observed{}
 	boom := errors.New("boom")
-	c := NewConsumer(Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
 		if env.Attempts%2 == 1 {
 			return boom
 		}
@@ -381,8 +381,8 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	msg := benchDelivery(t, benchURN)
 	r := fakelink.NewCountingReceiver()
 	obs := &benchObserver{}
-	plain := NewConsumer(Handlers{benchURN: benchAcceptOrder})
-	observed := NewConsumer(Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	plain := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
+	observed := mustConsumer(t, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
 	handle := func(c *Consumer) func() {
 		return func() {
 			if err := c.Handle(ctx, r, msg); err != nil {

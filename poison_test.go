@@ -256,7 +256,7 @@ func TestPoisonThroughHandle(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			rec := newRecorder()
 			dlq := &fakelink.Sender{}
-			c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 				t.Error("a poison message reached a handler")
 				return nil
 			}}, WithOnError(rec.onError), WithDeadLetterSender(dlq))
@@ -280,7 +280,7 @@ func TestPoisonThroughHandle(t *testing.T) {
 	t.Run("delete strategy drops poison, reported", func(t *testing.T) {
 		rec := newRecorder()
 		dlq := &fakelink.Sender{}
-		c := NewConsumer(Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq), WithUnknownURN(UnknownURNDelete))
+		c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq), WithUnknownURN(UnknownURNDelete))
 		got := handleOne(t, c, rec, dlq, rawMessage("nope"))
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Empty(t, got.dlq)
@@ -289,7 +289,7 @@ func TestPoisonThroughHandle(t *testing.T) {
 	})
 	t.Run("no DLQ sender drops poison, reported", func(t *testing.T) {
 		rec := newRecorder()
-		c := NewConsumer(Handlers{}, WithOnError(rec.onError))
+		c := mustConsumer(t, Handlers{}, WithOnError(rec.onError))
 		got := handleOne(t, c, rec, nil, rawMessage("nope"))
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		require.Len(t, got.reports, 1)
@@ -301,7 +301,7 @@ func TestPoisonThroughHandle(t *testing.T) {
 		m := rawMessage("nope")
 		m.Header.DeliveryCount = 0
 		dlq := &fakelink.Sender{}
-		c := NewConsumer(Handlers{}, WithDeadLetterSender(dlq), WithMaxTries(10))
+		c := mustConsumer(t, Handlers{}, WithDeadLetterSender(dlq), WithMaxTries(10))
 		got := handleOne(t, c, newRecorder(), dlq, m)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Len(t, got.dlq, 1)
@@ -320,7 +320,7 @@ func TestHostileTenMegabyteBodies(t *testing.T) {
 					msg = &amqp.Message{Header: &amqp.MessageHeader{}, Data: [][]byte{[]byte(body)}}
 				}
 				var blob string
-				c, rec, dlq := hostileConsumer(func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+				c, rec, dlq := hostileConsumer(t, func(_ context.Context, env *Envelope, _ *amqp.Message) error {
 					var d struct{ Blob string }
 					if err := env.Bind(&d); err != nil {
 						return err
@@ -341,7 +341,7 @@ func TestHostileTenMegabyteBodies(t *testing.T) {
 
 	t.Run("10 MB of non-JSON: poison record with the body as raw", func(t *testing.T) {
 		body := "x" + big
-		c, rec, dlq := hostileConsumer(neverCalled(t))
+		c, rec, dlq := hostileConsumer(t, neverCalled(t))
 		got := handleOne(t, c, rec, dlq, rawMessage(body))
 		record, de := requirePoisonRecord(t, got)
 		assert.ErrorIs(t, de, ErrInvalidEnvelope)
@@ -361,7 +361,7 @@ func TestHostileDeepNesting(t *testing.T) {
 		{"objects as the whole body", objects},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			got := handleOne(t, c, rec, dlq, rawMessage(tc.body))
 			record, de := requirePoisonRecord(t, got)
 			assert.ErrorIs(t, de, ErrInvalidEnvelope)
@@ -383,7 +383,7 @@ func TestHostileDuplicateKeys(t *testing.T) {
 	}
 	for _, tc := range poison {
 		t.Run(tc.name+": poison", func(t *testing.T) {
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			got := handleOne(t, c, rec, dlq, rawMessage(tc.body))
 			record, de := requirePoisonRecord(t, got)
 			assert.Contains(t, de.Error(), tc.want)
@@ -395,7 +395,7 @@ func TestHostileDuplicateKeys(t *testing.T) {
 		body := strings.Replace(fuzzEnvelope, `"created_at":1749132727000`, `"created_at":1749132727000,"x":1,"x":2`, 1)
 		body = strings.Replace(body, `"attempts":0`, `"attempts":0,"ext":"a","ext":{"b":[1]}`, 1)
 		var handled bool
-		c, rec, dlq := hostileConsumer(func(context.Context, *Envelope, *amqp.Message) error {
+		c, rec, dlq := hostileConsumer(t, func(context.Context, *Envelope, *amqp.Message) error {
 			handled = true
 			return nil
 		})
@@ -406,7 +406,7 @@ func TestHostileDuplicateKeys(t *testing.T) {
 
 		// At the limit the DLQ copy carries every duplicate, in order.
 		cause := errors.New("boom")
-		c, rec, dlq = hostileConsumer(failing(cause))
+		c, rec, dlq = hostileConsumer(t, failing(cause))
 		msg := rawMessage(body)
 		msg.Header.DeliveryCount = 2
 		got = handleOne(t, c, rec, dlq, msg)
@@ -427,7 +427,7 @@ func TestHostileBOMBeforeTheObject(t *testing.T) {
 		"data section": {Header: &amqp.MessageHeader{}, Data: [][]byte{[]byte(body)}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			got := handleOne(t, c, rec, dlq, msg)
 			record, de := requirePoisonRecord(t, got)
 			assert.ErrorIs(t, de, ErrInvalidEnvelope)
@@ -448,7 +448,7 @@ func TestHostileNotOneObject(t *testing.T) {
 		{"a JSON string", strconv.Quote(fuzzEnvelope), "JSON but not an object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			got := handleOne(t, c, rec, dlq, rawMessage(tc.body))
 			record, de := requirePoisonRecord(t, got)
 			assert.ErrorIs(t, de, ErrInvalidEnvelope)
@@ -471,7 +471,7 @@ func TestHostileEmptyBodies(t *testing.T) {
 		{"no body section", &amqp.Message{Header: &amqp.MessageHeader{}}, "no body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, rec, dlq := hostileConsumer(neverCalled(t))
+			c, rec, dlq := hostileConsumer(t, neverCalled(t))
 			got := handleOne(t, c, rec, dlq, tc.msg)
 			record, de := requirePoisonRecord(t, got)
 			assert.Contains(t, de.Error(), tc.want)
@@ -486,7 +486,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 
 	t.Run("handled normally", func(t *testing.T) {
 		var got0 *Envelope
-		c, rec, dlq := hostileConsumer(func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		c, rec, dlq := hostileConsumer(t, func(_ context.Context, env *Envelope, _ *amqp.Message) error {
 			got0 = env
 			return nil
 		})
@@ -499,7 +499,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 	})
 
 	t.Run("its DLQ copy is the canonical envelope, without the padding", func(t *testing.T) {
-		c, rec, dlq := hostileConsumer(failing(errors.New("x")), WithMaxTries(1))
+		c, rec, dlq := hostileConsumer(t, failing(errors.New("x")), WithMaxTries(1))
 		got := handleOne(t, c, rec, dlq, rawMessage(body))
 		_ = requireReport(t, got, ErrHandlerFailed, DeadLettered)
 		assert.Equal(t, fakelink.Accepted, got.disp)
@@ -511,7 +511,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 
 	t.Run("the same padding around a non-envelope object: poison record keeps it", func(t *testing.T) {
 		obj := pad + `{"hello":"world"}` + pad
-		c, rec, dlq := hostileConsumer(neverCalled(t))
+		c, rec, dlq := hostileConsumer(t, neverCalled(t))
 		got := handleOne(t, c, rec, dlq, rawMessage(obj))
 		record, _ := requirePoisonRecord(t, got)
 		closing := strings.LastIndexByte(obj, '}')

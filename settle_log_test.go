@@ -112,7 +112,7 @@ func TestWithoutLoggerOrCallbackLossesGoToSlogDefault(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureDefaultLog(t)
-			c := NewConsumer(tc.h, tc.opts...)
+			c := mustConsumer(t, tc.h, tc.opts...)
 			msg := orderMessage(t, 0)
 			if tc.msg != nil {
 				msg = tc.msg(t)
@@ -141,7 +141,7 @@ func TestWithoutLoggerOrCallbackLossesGoToSlogDefault(t *testing.T) {
 func TestCallbackWithoutLoggerLogsNothing(t *testing.T) {
 	logs := captureDefaultLog(t)
 	rec := newRecorder()
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("boom"))}, WithOnError(rec.onError))
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))}, WithOnError(rec.onError))
 	got := handleOne(t, c, rec, nil, orderMessage(t, 2))
 	assert.Equal(t, fakelink.Accepted, got.disp, "dropped")
 	assert.Len(t, got.reports, 1, "the callback is the report")
@@ -150,7 +150,7 @@ func TestCallbackWithoutLoggerLogsNothing(t *testing.T) {
 
 func TestCallbackPanicIsLoggedToSlogDefault(t *testing.T) {
 	logs := captureDefaultLog(t)
-	c := NewConsumer(Handlers{}, WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { panic("callback bug") }))
+	c := mustConsumer(t, Handlers{}, WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { panic("callback bug") }))
 	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
 	assert.Equal(t, fakelink.Failed, got.disp)
 	lines := logs.lines(t)
@@ -173,7 +173,7 @@ func TestPublishObserverPanicIsLoggedToSlogDefault(t *testing.T) {
 func TestWithLoggerReplacesSlogDefault(t *testing.T) {
 	def := captureDefaultLog(t)
 	own := &lockedBuffer{}
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("Payment gateway timeout"))},
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("Payment gateway timeout"))},
 		WithLogger(jsonLogger(own)), WithQueue("orders"))
 	msg := orderMessage(t, 1)
 	got := handleOne(t, c, newRecorder(), nil, msg)
@@ -199,7 +199,7 @@ func TestWithLoggerReplacesSlogDefault(t *testing.T) {
 	}, l)
 
 	// Success is a debug line, to the logger only.
-	ok := NewConsumer(Handlers{urnCreated: succeeding}, WithLogger(jsonLogger(own)))
+	ok := mustConsumer(t, Handlers{urnCreated: succeeding}, WithLogger(jsonLogger(own)))
 	handleOne(t, ok, newRecorder(), nil, orderMessage(t, 0))
 	lines = own.lines(t)
 	require.Len(t, lines, 2)
@@ -211,7 +211,7 @@ func TestWithLoggerReplacesSlogDefault(t *testing.T) {
 
 func TestFailedAttemptAndFailedSettlementAreBothLogged(t *testing.T) {
 	logs := captureDefaultLog(t)
-	c := NewConsumer(Handlers{urnCreated: failing(errors.New("boom"))})
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))})
 	r := fakelink.NewReceiver(t, "orders")
 	r.SettleErr = fakelink.ErrLinkClosed
 	msg := r.Track(orderMessage(t, 0))
@@ -227,7 +227,7 @@ func TestFailedAttemptAndFailedSettlementAreBothLogged(t *testing.T) {
 
 func TestGiveBackFailureIsLogged(t *testing.T) {
 	logs := captureDefaultLog(t)
-	c := NewConsumer(Handlers{urnCreated: succeeding})
+	c := mustConsumer(t, Handlers{urnCreated: succeeding})
 	r := fakelink.NewReceiver(t, "orders")
 	r.SettleErr = fakelink.ErrLinkClosed
 	msg := r.Track(orderMessage(t, 0))

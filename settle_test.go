@@ -75,7 +75,7 @@ func TestSettlementTable(t *testing.T) {
 			if tt.strategy != "" {
 				opts = append(opts, WithUnknownURN(tt.strategy))
 			}
-			c := NewConsumer(tt.handlers, opts...)
+			c := mustConsumer(t, tt.handlers, opts...)
 			var msg *amqp.Message
 			if tt.msg != nil {
 				msg = tt.msg(t, tt.delivery)
@@ -140,7 +140,7 @@ func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := newRecorder()
 			dlq := &fakelink.Sender{}
-			c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 				panic(tc.value)
 			}}, WithOnError(rec.onError), WithDeadLetterSender(dlq))
 
@@ -153,7 +153,7 @@ func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
 
 			// At the limit the panic dead-letters like an error.
 			rec2 := newRecorder()
-			c2 := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+			c2 := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 				panic(tc.value)
 			}}, WithOnError(rec2.onError), WithDeadLetterSender(dlq))
 			got = handleOne(t, c2, rec2, dlq, orderMessage(t, 2))
@@ -175,7 +175,7 @@ func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			rec := newRecorder()
 			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
-			c := NewConsumer(Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+			c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
 				WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
 			holds := make(chan time.Duration, 1)
 			fire := make(chan time.Time)
@@ -219,7 +219,7 @@ func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
 
 func TestSettlementFailureIsReported(t *testing.T) {
 	rec := newRecorder()
-	c := NewConsumer(Handlers{urnCreated: succeeding}, WithOnError(rec.onError))
+	c := mustConsumer(t, Handlers{urnCreated: succeeding}, WithOnError(rec.onError))
 	r := fakelink.NewReceiver(t, "orders")
 	r.SettleErr = &amqp.LinkError{}
 	msg := r.Track(orderMessage(t, 0))
@@ -232,7 +232,7 @@ func TestSettlementFailureIsReported(t *testing.T) {
 
 	// A failed attempt whose modify cannot be sent: both are reported.
 	rec2 := newRecorder()
-	c2 := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithOnError(rec2.onError))
+	c2 := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithOnError(rec2.onError))
 	msg2 := r.Track(orderMessage(t, 0))
 	err = c2.Handle(context.Background(), r, msg2)
 	assert.ErrorIs(t, err, ErrHandlerFailed)
@@ -244,7 +244,7 @@ func TestSettlementFailureIsReported(t *testing.T) {
 }
 
 func TestErrorCallbackPanicIsContained(t *testing.T) {
-	c := NewConsumer(Handlers{}, WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { panic("callback bug") }))
+	c := mustConsumer(t, Handlers{}, WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { panic("callback bug") }))
 	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
 	assert.Equal(t, fakelink.Failed, got.disp)
 }

@@ -203,8 +203,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		return nil
 	}
-	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs)))
+	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNCreated: handle},
+		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
+	if err != nil {
+		return err
+	}
 	// No WithOnError and no WithLogger: the failures are also logged, at
 	// warn, to slog.Default() (standard error).
 

@@ -222,8 +222,11 @@ func work(ctx context.Context, cfg config, metrics *Metrics, out io.Writer) erro
 	}
 	// No WithOnError and no WithLogger: the failures are also logged, at
 	// warn, to slog.Default() (standard error).
-	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs)))
+	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNCreated: handle},
+		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
+	if err != nil {
+		return err
+	}
 	for i := range Orders {
 		if _, err := pub.Publish(ctx, URNCreated, map[string]int{"order_id": 1001 + i}); err != nil {
 			_ = cons.Stop()
