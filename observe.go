@@ -216,20 +216,21 @@ func (d *delivery) run(ctx context.Context, h HandlerFunc) error {
 // handler succeeded, else "handler_failed", "unknown_urn", "poison",
 // "version_gated", "dead_letter_failed" or "settlement_failed".
 func (e SettleEvent) KindName() string {
-	switch e.Kind {
-	case nil:
+	k := e.Kind
+	switch {
+	case k == nil:
 		return ""
-	case ErrHandlerFailed:
+	case errors.Is(k, ErrHandlerFailed):
 		return "handler_failed"
-	case ErrUnknownURN:
+	case errors.Is(k, ErrUnknownURN):
 		return "unknown_urn"
-	case ErrPoison:
+	case errors.Is(k, ErrPoison):
 		return "poison"
-	case ErrVersionGated:
+	case errors.Is(k, ErrVersionGated):
 		return "version_gated"
-	case ErrDeadLetterFailed:
+	case errors.Is(k, ErrDeadLetterFailed):
 		return "dead_letter_failed"
-	case ErrSettlement:
+	case errors.Is(k, ErrSettlement):
 		return "settlement_failed"
 	}
 	return "error"

@@ -171,16 +171,16 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 			assert.Equal(t, "orders-q", ev.Queue)
 			assert.Equal(t, tc.disp, ev.Disposition)
 			assert.Equal(t, tc.kind, ev.Kind, "Kind is the sentinel itself")
-			switch tc.cause {
-			case nil:
+			switch {
+			case tc.cause == nil:
 				assert.NoError(t, ev.Err)
-			case errAny:
+			case errors.Is(tc.cause, errAny):
 				assert.Error(t, ev.Err)
 			default:
 				assert.ErrorIs(t, ev.Err, tc.cause)
 			}
 			assert.Equal(t, int(tc.delivery), ev.Attempts)
-			if tc.msg == nil || tc.kind == ErrVersionGated {
+			if tc.msg == nil || errors.Is(tc.kind, ErrVersionGated) {
 				assert.Equal(t, urnCreated, ev.URN)
 			}
 			if tc.decoded {
@@ -193,7 +193,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 				want = handlerTime
 			}
 			assert.Equal(t, want, ev.Handler, "handler time")
-			if tc.dlq != nil && (tc.kind != ErrUnknownURN || tc.disp == DeadLettered) && tc.kind != ErrSettlement {
+			if tc.dlq != nil && (!errors.Is(tc.kind, ErrUnknownURN) || tc.disp == DeadLettered) && !errors.Is(tc.kind, ErrSettlement) {
 				want += dlqTime
 			}
 			assert.Equal(t, want, ev.Latency, "latency: the handler and the dead-letter write")

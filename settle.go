@@ -197,7 +197,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 // level is the log level of a reported error: error for a loss (dropped)
 // or a failure to settle, warn for the rest (a retry, a dead-letter copy).
 func level(e *DeliveryError) slog.Level {
-	if e.Disposition == Dropped || e.Disposition == Pending || e.Kind == ErrSettlement {
+	if e.Disposition == Dropped || e.Disposition == Pending || errors.Is(e.Kind, ErrSettlement) {
 		return slog.LevelError
 	}
 	return slog.LevelWarn
@@ -259,20 +259,20 @@ func (c *Consumer) logError(ctx context.Context, level slog.Level, err *Delivery
 
 // logMessage is the fixed message of a reported error.
 func logMessage(kind error, disp Disposition) string {
-	if kind == ErrSettlement {
+	if errors.Is(kind, ErrSettlement) {
 		return "settlement failed"
 	}
 	var what string
-	switch kind {
-	case ErrHandlerFailed:
+	switch {
+	case errors.Is(kind, ErrHandlerFailed):
 		what = "handler failed"
-	case ErrUnknownURN:
+	case errors.Is(kind, ErrUnknownURN):
 		what = "no handler for the URN"
-	case ErrPoison:
+	case errors.Is(kind, ErrPoison):
 		what = "poison message"
-	case ErrVersionGated:
+	case errors.Is(kind, ErrVersionGated):
 		what = "unsupported schema version"
-	case ErrDeadLetterFailed:
+	case errors.Is(kind, ErrDeadLetterFailed):
 		what = "dead-letter write failed"
 	default:
 		what = "delivery failed"

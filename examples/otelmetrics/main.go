@@ -135,7 +135,7 @@ func (m *Metrics) Settled(ev artemis.SettleEvent) {
 	system, dest := semconv.MessagingSystemActiveMQ, semconv.MessagingDestinationName(ev.Queue)
 	if ev.Handler > 0 {
 		attrs := []attribute.KeyValue{system, dest, semconv.MessagingOperationName("process")}
-		if ev.Kind == artemis.ErrHandlerFailed {
+		if errors.Is(ev.Kind, artemis.ErrHandlerFailed) {
 			attrs = append(attrs, semconv.ErrorTypeKey.String(ev.KindName()))
 		}
 		m.processTime.Record(ctx, ev.Handler.Seconds(), metric.WithAttributes(attrs...))
