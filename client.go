@@ -61,7 +61,8 @@ type ClientOptions struct {
 	// OnEvent is nil too, the warn lines (losses and failures) go to
 	// slog.Default(), so an outage is never silent; with OnEvent set and
 	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
-	// to slog.Default() when Logger is nil.
+	// to slog.Default() when Logger is nil. To log nothing at all, set
+	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 
 	// Observer, when set, hears every publish of the Client's publishers

@@ -155,7 +155,8 @@ func WithConcurrency(n int) ConsumerOption {
 // dead-lettered or left unsettled silently. With WithOnError and no
 // WithLogger nothing is logged: the callback is the report. A panic in the
 // callback or in the Observer is always logged at error, to slog.Default()
-// when there is no logger.
+// when there is no logger. WithLogger(nil) is the default; to log nothing
+// at all, pass slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) ConsumerOption {
 	return func(c *Consumer) { c.logger = l }
 }
