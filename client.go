@@ -82,10 +82,11 @@ type Client struct {
 	dialTimeout time.Duration
 	backoff     Backoff
 	onEvent     func(ConnectionEvent)
-	logger      *slog.Logger // nil: see logTo
-	observer    Observer
-	health      health // what Status reports
+	logger      *slog.Logger
 	red         redactor
+
+	observer Observer // every Client.Publisher's, unless it has its own
+	health   health   // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
 	dial   dialFunc
@@ -132,13 +133,13 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		backoff:     DefaultBackoff(),
 		onEvent:     o.OnEvent,
 		logger:      o.Logger,
-		observer:    o.Observer,
 		dial:        dial,
 		random:      rand.Float64,
 		after:       time.After,
 		now:         time.Now,
 		done:        make(chan struct{}),
 	}
+	c.observer = o.Observer
 	c.red.add(o.Password)
 	for _, raw := range urls {
 		c.red.addURLPassword(raw)
