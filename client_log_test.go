@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/Azure/go-amqp"
@@ -13,23 +14,20 @@ import (
 func TestClientWithoutLoggerOrCallbackLogsFailuresToSlogDefault(t *testing.T) {
 	logs := captureDefaultLog(t)
 	fb := newFakeBroker(t)
-	fb.dialErr = func(n int, _ *broker) error {
-		if n == 1 {
+	fb.dialErr = func(_ int, b *broker) error {
+		if strings.Contains(b.addr, "live") {
 			return refused
 		}
 		return nil
 	}
-	c, err := newClient([]string{"amqp://babel:" + secret + "@live.example:5672"}, nil, fb.dial)
+	c, err := newClient([]string{"amqp://babel:" + secret + "@live.example:5672", "amqp://babel:" + secret + "@backup.example:5672"}, nil, fb.dial)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	c.after = newFakeTimers().after
 	_, err = c.connection(context.Background())
-	require.Error(t, err, "the first dial is refused")
-	_, err = c.connection(context.Background())
-	require.NoError(t, err)
+	require.NoError(t, err, "the live URL is refused, the backup answers")
 	fb.conn(0).kill(&amqp.ConnError{})
 	_, err = c.connection(context.Background())
-	require.NoError(t, err)
+	require.NoError(t, err, "re-dialled: the live URL is refused again, the backup answers")
 
 	lines := logs.lines(t)
 	var msgs []string
@@ -39,8 +37,8 @@ func TestClientWithoutLoggerOrCallbackLogsFailuresToSlogDefault(t *testing.T) {
 		assert.NotContains(t, l["error"], secret)
 		assert.NotContains(t, l["url"], secret)
 	}
-	assert.Equal(t, []string{"dial failed", "connection lost"}, msgs)
-	require.Len(t, lines, 2)
+	assert.Equal(t, []string{"dial failed", "connection lost", "dial failed"}, msgs)
+	require.Len(t, lines, 3)
 	assert.Equal(t, "dial_failed", lines[0]["event"])
 	assert.Equal(t, "amqp://babel:xxxxx@live.example:5672", lines[0]["url"])
 	assert.NotContains(t, lines[0]["msg"], "babelqueue")
