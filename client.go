@@ -100,9 +100,21 @@ type ClientOptions struct {
 	OnEvent func(ConnectionEvent)
 
 	// Logger receives the same events: losses and failures at warn,
-	// recoveries at info, backoff waits at debug. No password is ever
-	// logged. The default logs nothing.
+	// recoveries at info, backoff waits at debug, each with a short fixed
+	// message ("connection lost") and the event, url, address and error as
+	// attributes. No password is ever logged. When Logger is nil and
+	// OnEvent is nil too, the warn lines (losses and failures) go to
+	// slog.Default(), so an outage is never silent; with OnEvent set and
+	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
+	// to slog.Default() when Logger is nil. To log nothing at all, set
+	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
+
+	// Observer, when set, hears every publish of the Client's publishers
+	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
+	// per-call WithPublishObserver replaces it. The consumers given to
+	// Consume take theirs with WithObserver.
+	Observer Observer
 }
 
 // Client owns one AMQP connection and session to Artemis, re-dialing them
@@ -119,6 +131,9 @@ type Client struct {
 	onEvent         func(ConnectionEvent)
 	logger          *slog.Logger
 	red             redactor
+
+	observer Observer // every Client.Publisher's, unless it has its own
+	health   health   // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
 	dial           dialFunc
@@ -188,6 +203,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 	if c.outcomeTimeouts == 0 {
 		c.outcomeTimeouts = DefaultOutcomeTimeouts
 	}
+	c.observer = o.Observer
 	c.red.add(o.Password)
 	for _, raw := range urls {
 		c.red.addURLPassword(raw)
@@ -214,9 +230,6 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 			return nil, err
 		}
 		c.backoff = *o.Backoff
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
 	}
 	base := amqp.ConnOptions{}
 	if o.ConnOptions != nil {

@@ -127,14 +127,14 @@ func TestPublishRidesOutAnOutage(t *testing.T) {
 	assert.Equal(t, 1, countKind(evs, EventDisconnected))
 	assert.Equal(t, 1, countKind(evs, EventReconnected))
 	log := h.log.String()
-	assert.Equal(t, failedRounds, countLines(log, "babelqueue: dial failed"), "a warn line per step, not per call")
-	assert.Equal(t, failedRounds, countLines(log, "babelqueue: backoff"))
-	assert.Equal(t, 1, countLines(log, "babelqueue: reconnected"))
+	assert.Equal(t, failedRounds, countLines(log, "dial failed"), "a warn line per step, not per call")
+	assert.Equal(t, failedRounds, countLines(log, "backing off"))
+	assert.Equal(t, 1, countLines(log, "reconnected"))
 	for i, d := range clock.waits() {
 		assert.Equal(t, h.c.backoff.Delay(i, 0.5), d, "step %d", i+1)
 	}
 	t.Logf("outage %v: %d publishes by %d goroutines, %d dials, %d dial_failed lines, %d backoff lines",
-		outage, publishers*each, publishers, dials, countLines(log, "babelqueue: dial failed"), countLines(log, "babelqueue: backoff"))
+		outage, publishers*each, publishers, dials, countLines(log, "dial failed"), countLines(log, "backing off"))
 }
 
 func TestPublishDuringAnOutageEndsWithItsContext(t *testing.T) {

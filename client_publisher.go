@@ -55,6 +55,9 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 	if _, err := s.link(ctx, !c.failFast); err != nil {
 		return nil, err
 	}
+	if c.observer != nil {
+		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
+	}
 	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), sender: s}, nil
 }
 

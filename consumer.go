@@ -78,7 +78,8 @@ type Consumer struct {
 	dlqTimeout  time.Duration
 	retryDelay  time.Duration
 	concurrency int
-	logger      *slog.Logger
+	logger      *slog.Logger // nil: see logTo
+	observer    Observer
 	now         func() time.Time
 	// after is the clock the dead-letter retry hold waits on (time.After; a
 	// test gives a channel it controls).
@@ -110,7 +111,9 @@ func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
 }
 
 // WithOnError sets the callback that receives every reported error. It is
-// called from the goroutine handling the delivery; a panic in it is recovered.
+// called from the goroutine handling the delivery; a panic in it is
+// recovered and logged. With a callback and no WithLogger, the callback is
+// the report: nothing is logged.
 func WithOnError(fn ErrorHandler) ConsumerOption {
 	return func(c *Consumer) { c.onError = fn }
 }
@@ -142,9 +145,20 @@ func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) { c.concurrency = n }
 }
 
-// WithLogger sets a structured logger: settlement decisions at debug, errors
-// at warn and error, with the URN, meta.id, trace_id, attempts and the
-// disposition as attributes; never a payload. The default logs nothing.
+// WithLogger sets a structured logger: settlements at debug, reported errors
+// at warn (a retry, a dead-letter copy) and error (a drop, a failed
+// dead-letter write, a failed settlement), each with a short fixed message
+// ("handler failed, retrying") and the queue, urn, message_id, trace_id,
+// attempts, disposition and error (the cause) as attributes; never a
+// payload.
+//
+// Without WithLogger and without WithOnError, the warn and error lines go
+// to slog.Default() (the debug lines do not), so nothing is dropped,
+// dead-lettered or left unsettled silently. With WithOnError and no
+// WithLogger nothing is logged: the callback is the report. A panic in the
+// callback or in the Observer is always logged at error, to slog.Default()
+// when there is no logger. WithLogger(nil) is the default; to log nothing
+// at all, pass slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) ConsumerOption {
 	return func(c *Consumer) { c.logger = l }
 }
@@ -179,7 +193,6 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		dlqTimeout:  DefaultDeadLetterTimeout,
 		retryDelay:  DefaultDeadLetterRetryDelay,
 		concurrency: DefaultConcurrency,
-		logger:      slog.New(slog.DiscardHandler),
 		now:         time.Now,
 		after:       time.After,
 	}
@@ -205,9 +218,6 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 	case c.unknown != UnknownURNFail && c.unknown != UnknownURNRelease &&
 		c.unknown != UnknownURNDelete && c.unknown != UnknownURNDeadLetter:
 		c.err = fmt.Errorf("%w: unknown-URN strategy %q", ErrInvalidConfig, string(c.unknown))
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
@@ -276,14 +286,23 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 		if returned {
 			return // a panic in the settlement itself is not the handler's
 		}
+		if d.c.observer != nil {
+			d.handler = d.c.now().Sub(d.start)
+		}
 		if p := recover(); p != nil {
 			err = d.handlerFailed(&PanicError{Value: p, Stack: debug.Stack()})
 			return
 		}
 		_ = d.handlerFailed(ErrHandlerExited)
 	}()
+	if d.c.observer != nil {
+		d.start = d.c.now()
+	}
 	herr := h(ctx, d.env, d.msg)
 	returned = true
+	if d.c.observer != nil {
+		d.handler = d.c.now().Sub(d.start)
+	}
 	if herr == nil {
 		return d.finish(nil, nil, Accepted, d.accept)
 	}
@@ -317,10 +336,6 @@ func (c *Consumer) report(ctx context.Context, err error, env *Envelope, msg *am
 	if c.onError == nil {
 		return
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			c.logger.LogAttrs(ctx, slog.LevelError, "babelqueue: error callback panicked", slog.Any("panic", p))
-		}
-	}()
+	defer recoverHook(c.logger, "error callback panicked")
 	c.onError(ctx, err, env, msg)
 }

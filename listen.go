@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -431,6 +432,8 @@ func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) 
 		return
 	}
 	if err := r.ReleaseMessage(ctx, msg); err != nil {
-		c.report(ctx, &DeliveryError{Kind: ErrSettlement, Disposition: Pending, Err: err}, nil, msg)
+		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: Pending, Err: err}
+		c.report(ctx, e, nil, msg)
+		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
 	}
 }
