@@ -99,6 +99,7 @@ func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue 
 	cp.DeadLetter = dl
 	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
 	msg := projection(&cp, string(body), stringProperties(src))
+	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	return msg
 }
@@ -160,6 +161,7 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 			msg.Annotations[k] = v
 		}
 	}
+	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	return msg
 }
