@@ -211,9 +211,9 @@ func parseInts(s string) ([]int, error) {
 
 // scenario is one line of the table.
 type scenario struct {
-	kind   string // publish, pipelined, consume, client-consume or grouped
-	conc   int    // goroutines, workers, or the window of a pipelined publish
-	credit int    // receiver credit of the consume kinds
+	kind   string   // publish, pipelined, consume, client-consume or grouped
+	conc   int      // goroutines, workers, or the window of a pipelined publish
+	credit int      // receiver credit of the consume kinds
 	raw    []result // one per round
 	lib    []result
 	pairs  []float64 // library / raw msg/s of each pair of segments, all rounds

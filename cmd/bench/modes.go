@@ -54,7 +54,9 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 	cons := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, artemis.WithConcurrency(conc))
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cs.cancel = cancel
-	go func() { cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true}) }()
+	go func() {
+		cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true})
+	}()
 	return cs, nil
 }
 
