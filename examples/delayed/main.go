@@ -60,31 +60,23 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer cancel()
 	fmt.Fprintf(out, "delayed example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
 
-	client, err := artemis.Dial(ctx, []string{cfg.URL}, nil)
+	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	pub, err := client.Publisher(ctx, cfg.Queue)
-	if err != nil {
-		return err
-	}
 
 	// The consumer is listening before anything is published, so the
 	// arrival times are the broker's doing, not ours.
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
 	arrivals := make(chan arrival, 2)
-	handle := func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		select {
 		case arrivals <- arrival{urn: env.Job, id: env.Meta.ID, at: time.Now()}:
-		case <-cctx.Done():
+		case <-ctx.Done():
 		}
 		return nil
 	}
-	cons := artemis.NewConsumer(artemis.Handlers{URNReminder: handle, URNNow: handle})
-	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, cfg.Queue, cons, nil) }()
+	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNReminder: handle, URNNow: handle}))
 
 	// Each publish is timed from just before the call: the library reads
 	// the clock for x-opt-delivery-time inside it.
@@ -113,16 +105,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			if a.id == delayedID {
 				fmt.Fprintf(out, "measured delay: %v (asked for %v)\n", took, cfg.Delay)
 			}
-		case err := <-done:
-			return fmt.Errorf("the consumer stopped early: %v", err)
+		case err := <-cons.Done():
+			return broker.Early(err)
 		case <-ctx.Done():
-			stop()
-			<-done
+			_ = cons.Stop()
 			return fmt.Errorf("gave up waiting for the messages: %w", ctx.Err())
 		}
 	}
-	stop()
-	return <-done
+	return cons.Stop()
 }
 
 func clock(t time.Time) string { return t.Format("15:04:05.000") }

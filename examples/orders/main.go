@@ -11,8 +11,9 @@
 //	cd examples && go run ./orders [-queue orders] [-timeout 60s]
 //
 // The broker is ARTEMIS_URL (default amqp://babel:babel@127.0.0.1:5672).
-// The dead-letter records stay on <queue>.dlq for ./dlq-inspect and
-// ./redrive.
+// The dead-letter records stay on <queue>.dlq for the bqartemis tool
+// (cmd/bqartemis in the library's module): bqartemis inspect <queue>.dlq,
+// then bqartemis redrive <queue>.dlq.
 package main
 
 import (
@@ -141,7 +142,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if tr.earlier {
 		fmt.Fprintln(out, "(earlier): a message an earlier run left on the queue (a redriven one, for instance)")
 	}
-	fmt.Fprintf(out, "the dead-letter records stay on %s: go run ./dlq-inspect -queue %s, then go run ./redrive -queue %s\n", dlq, cfg.Queue, cfg.Queue)
+	fmt.Fprintf(out, "the dead-letter records stay on %s: bqartemis inspect %s, then bqartemis redrive %s\n", dlq, dlq, dlq)
 	return nil
 }
 
@@ -194,22 +195,19 @@ func consume(ctx context.Context, client *artemis.Client, queue, dlq, poisonID s
 
 	// Consume attaches a receiver to the queue and a dead-letter sender to
 	// <queue>.dlq, and runs until its context ends.
-	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, queue, cons, nil) }()
+	bg := broker.Consume(cctx, client, queue, cons)
 	for !tr.finished() {
 		select {
 		case ev := <-events:
 			fmt.Fprintln(out, "  "+tr.record(ev, dlq))
-		case err := <-done:
-			return fmt.Errorf("the consumer stopped early: %v", err)
+		case err := <-bg.Done():
+			return broker.Early(err)
 		case <-ctx.Done():
-			stop()
-			<-done
+			_ = bg.Stop()
 			return fmt.Errorf("gave up waiting for %s: %w", strings.Join(tr.pending(), ", "), ctx.Err())
 		}
 	}
-	stop()
-	return <-done
+	return bg.Stop()
 }
 
 // tracker remembers the messages this run put on the queue and what

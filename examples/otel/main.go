@@ -100,20 +100,14 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	common = append(common, serverAttributes(cfg.URL)...)
 	fmt.Fprintf(out, "otel example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
 
-	client, err := artemis.Dial(ctx, []string{cfg.URL}, nil)
+	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	pub, err := client.Publisher(ctx, cfg.Queue)
-	if err != nil {
-		return err
-	}
 
 	// The consumer. Its context carries no span: the parent of the process
 	// span can only come from the message.
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
 	got := make(chan handled, 1)
 	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		headers := artemis.HeadersFromContext(ctx)
@@ -136,14 +130,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		span.End()
 		select {
 		case got <- handled{headers.Get("traceparent"), span.SpanContext(), trace.SpanContextFromContext(parent)}:
-		case <-cctx.Done():
+		case <-ctx.Done():
 		}
 		return err
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- client.Consume(cctx, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNShipped: handle}), nil)
-	}()
+	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNShipped: handle}))
 
 	// The producer: the send span is the message's creation context.
 	env, err := artemis.NewEnvelope(URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"}, artemis.EnvelopeQueue(cfg.Queue))
@@ -176,15 +167,13 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	var h handled
 	select {
 	case h = <-got:
-	case err := <-done:
-		return fmt.Errorf("the consumer stopped early: %v", err)
+	case err := <-cons.Done():
+		return broker.Early(err)
 	case <-ctx.Done():
-		stop()
-		<-done
+		_ = cons.Stop()
 		return fmt.Errorf("gave up waiting for the message: %w", ctx.Err())
 	}
-	stop()
-	if err := <-done; err != nil {
+	if err := cons.Stop(); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "the handler got traceparent %s\n", h.traceparent)

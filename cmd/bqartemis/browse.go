@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// filter selects records by reason, URN and age.
+type filter struct {
+	reason string        // "" any
+	urn    string        // "" any
+	since  time.Duration // 0 any: else failed_at within this long before now
+	now    func() time.Time
+}
+
+func (f *filter) match(r *record) bool {
+	if f.reason != "" && (r.Reason == nil || *r.Reason != f.reason) {
+		return false
+	}
+	if f.urn != "" && r.URN != f.urn {
+		return false
+	}
+	if f.since > 0 {
+		if r.FailedAt == nil {
+			return false
+		}
+		if time.UnixMilli(*r.FailedAt).Before(f.now().Add(-f.since)) {
+			return false
+		}
+	}
+	return true
+}
+
+// browseFlags are the flags of the commands that read a queue.
+type browseFlags struct {
+	json bool
+	max  int
+	idle time.Duration
+}
+
+func (b *browseFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&b.json, "json", false, "print one JSON object per line")
+	fs.IntVar(&b.max, "max", 0, "stop after `N` records (0: all)")
+	fs.DurationVar(&b.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
+}
+
+func (b *browseFlags) check() error {
+	if b.max < 0 {
+		return usagef("-max %d: want 0 (all) or more", b.max)
+	}
+	if b.idle <= 0 {
+		return usagef("-idle %v: want > 0", b.idle)
+	}
+	return nil
+}
+
+// oneQueue checks the positional arguments of a one-queue command.
+func oneQueue(args []string, what string) (string, error) {
+	if len(args) != 1 {
+		return "", usagef("want one %s, got %d arguments", what, len(args))
+	}
+	q := strings.TrimSpace(args[0])
+	if q == "" {
+		return "", usagef("the %s is blank", what)
+	}
+	return q, nil
+}
+
+// browse reads copies of the messages on queue, leaving them in place, and
+// hands each to fn until fn says stop or the queue is read.
+func browse(ctx context.Context, s *session, queue string, idle time.Duration, fn func(*amqp.Message) (more bool, err error)) error {
+	r, err := s.browser(ctx, queue)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = r.Close(cctx)
+	}()
+	for {
+		msg, err := receiveOrIdle(ctx, r, idle)
+		if err != nil {
+			return fmt.Errorf("browse %s: %w", queue, err)
+		}
+		if msg == nil {
+			return nil
+		}
+		more, err := fn(msg)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// printRecord writes one record as a JSON line or a text line.
+func printRecord(w io.Writer, r *record, asJSON bool) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(w, r.textLine())
+		return err
+	}
+	b, err := marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
+	var bf browseFlags
+	bf.register(fs)
+	f := filter{now: time.Now}
+	fs.StringVar(&f.reason, "reason", "", "only records of this `reason` (failed, unknown_urn, poison, gated)")
+	fs.StringVar(&f.urn, "urn", "", "only records of this `URN`")
+	fs.DurationVar(&f.since, "since", 0, "only records dead-lettered within this `duration` (e.g. 1h)")
+	return func(ctx context.Context, args []string) error {
+		queue, err := oneQueue(args, "dead-letter queue")
+		if err != nil {
+			return err
+		}
+		if err := bf.check(); err != nil {
+			return err
+		}
+		if f.since < 0 {
+			return usagef("-since %v: want > 0", f.since)
+		}
+		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
+		defer cancel()
+		s, err := env.conn.dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		shown, seen := 0, 0
+		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+			seen++
+			r := readRecord(msg)
+			if !f.match(r) {
+				return true, nil
+			}
+			shown++
+			if err := printRecord(env.stdout, r, bf.json); err != nil {
+				return false, err
+			}
+			return bf.max == 0 || shown < bf.max, nil
+		})
+		if err != nil {
+			return err
+		}
+		if !bf.json {
+			fmt.Fprintf(env.stderr, "%d of %s on %s shown (browsed, nothing consumed)\n", shown, plural(seen, "record"), queue)
+		}
+		return nil
+	}
+}
+
+func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
+	var bf browseFlags
+	bf.register(fs)
+	return func(ctx context.Context, args []string) error {
+		queue, err := oneQueue(args, "queue")
+		if err != nil {
+			return err
+		}
+		if err := bf.check(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
+		defer cancel()
+		s, err := env.conn.dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		n := 0
+		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+			n++
+			if err := printRecord(env.stdout, readRecord(msg).withDelivery(msg), bf.json); err != nil {
+				return false, err
+			}
+			return bf.max == 0 || n < bf.max, nil
+		})
+		if err != nil {
+			return err
+		}
+		if !bf.json {
+			fmt.Fprintf(env.stderr, "%s on %s shown (browsed, nothing consumed)\n", plural(n, "message"), queue)
+		}
+		return nil
+	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

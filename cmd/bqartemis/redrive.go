@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+)
+
+// redriveFlags select what redrive moves and where.
+type redriveFlags struct {
+	to     string
+	reason string
+	all    bool
+	urn    string
+	max    int
+	dryRun bool
+	idle   time.Duration
+}
+
+func (f *redriveFlags) check() error {
+	switch {
+	case f.all && f.reason != "":
+		return usagef("-reason and -all exclude each other")
+	case f.max < 0:
+		return usagef("-max %d: want 0 (all) or more", f.max)
+	case f.idle <= 0:
+		return usagef("-idle %v: want > 0", f.idle)
+	}
+	return nil
+}
+
+// reasonFilter is the reason a record must have: -reason, else failed
+// (the handler may work now), else any with -all.
+func (f *redriveFlags) reasonFilter() string {
+	switch {
+	case f.all:
+		return ""
+	case f.reason != "":
+		return f.reason
+	}
+	return artemis.ReasonFailed
+}
+
+// move is what redrive does with one record.
+type move struct {
+	ok     bool
+	rec    *record
+	target string
+	msg    *amqp.Message // the message to publish
+	why    string        // why it stays
+}
+
+// plan decides about one DLQ record.
+func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
+	r := readRecord(msg)
+	m := move{rec: r}
+	switch r.Kind {
+	case kindPoison:
+		m.why = "a poison record is not an envelope: it cannot be redriven"
+		return m
+	case kindGated:
+		m.why = fmt.Sprintf("a gated forward (bq_schema_version %q) is not a version 1 envelope: it cannot be redriven", *r.SchemaVersion)
+		return m
+	case kindEnvelope:
+		m.why = "no dead_letter block: not a dead-letter record"
+		return m
+	}
+	flt := filter{reason: f.reasonFilter(), urn: f.urn}
+	if !flt.match(r) {
+		switch {
+		case flt.reason != "" && *r.Reason != flt.reason:
+			m.why = "reason " + *r.Reason + " (-reason " + *r.Reason + " or -all moves it)"
+		default:
+			m.why = "urn " + r.URN + " does not match -urn"
+		}
+		return m
+	}
+	m.target = f.to
+	if m.target == "" {
+		m.target = *r.OriginalQueue
+	}
+	if m.target == "" {
+		m.target = strings.TrimSuffix(dlq, ".dlq")
+	}
+	if m.target == dlq {
+		m.why = "its original queue is the dead-letter queue itself (use -to)"
+		return m
+	}
+	out, err := redriveMessage(r, msg, dlq)
+	if err != nil {
+		m.why = err.Error()
+		return m
+	}
+	m.ok, m.msg = true, out
+	return m
+}
+
+// redriveMessage is the record as a fresh delivery: attempts 0, no
+// dead_letter block, the envelope re-encoded canonically by the library's
+// projection, the record's out-of-band headers and group kept, and a
+// duplicate id of its own (redriveID).
+func redriveMessage(r *record, src *amqp.Message, dlq string) (*amqp.Message, error) {
+	env := *r.env
+	env.Attempts, env.DeadLetter = 0, nil
+	hdrs := outOfBandHeaders(src)
+	hdrs[artemis.PropDuplicateID] = redriveID(dlq, r)
+	msg, err := artemis.NewMessage(&env, artemis.WithHeaders(hdrs))
+	if err != nil {
+		return nil, err
+	}
+	group := ""
+	if p := src.Properties; p != nil && p.GroupID != nil {
+		group = *p.GroupID
+	}
+	applyDeliveryFields(msg, group, 0, -1)
+	return msg, nil
+}
+
+// redriveID is the duplicate id of a redriven copy. It is the same for the
+// same record in every run, so a redrive re-run after it stopped between
+// the publish and the accept is stored once (Artemis drops the repeat and
+// still answers accepted). It is not meta.id: an original publish with
+// duplicate detection, or an earlier redrive of the same message, would
+// make Artemis drop the copy while the record is accepted off the DLQ, a
+// loss. failed_at differs each time the message is dead-lettered, so a
+// message that fails again and is redriven again gets a new id. DLQ copies
+// never carry a duplicate id, so the id never stops the message from
+// reaching the dead-letter queue again.
+func redriveID(dlq string, r *record) string {
+	h := sha256.New()
+	for _, part := range []string{dlq, r.MessageID, strconv.FormatInt(*r.FailedAt, 10), *r.Reason} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "bqartemis-redrive-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// outOfBandHeaders are the record's string application properties less
+// the contract's bq_ ones (the projection writes them anew) and Artemis's
+// own _AMQ_ ones.
+func outOfBandHeaders(msg *amqp.Message) map[string]string {
+	h := map[string]string{}
+	for k, v := range msg.ApplicationProperties {
+		s, ok := v.(string)
+		if !ok || strings.HasPrefix(k, "bq_") || strings.HasPrefix(k, "_AMQ_") {
+			continue
+		}
+		h[k] = s
+	}
+	return h
+}
+
+func (m *move) label() string {
+	return fmt.Sprintf("%s %s id=%s", m.rec.Kind, orDash(m.rec.URN), orDash(m.rec.MessageID))
+}
+
+// window is the redrive receiver's credit: how many records the broker
+// may send ahead.
+const window = 10
+
+func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
+	var f redriveFlags
+	fs.StringVar(&f.to, "to", "", "move to this `queue` instead of each record's original_queue")
+	fs.StringVar(&f.reason, "reason", "", "move records of this `reason` (default failed)")
+	fs.BoolVar(&f.all, "all", false, "move records of every reason")
+	fs.StringVar(&f.urn, "urn", "", "move only records of this `URN`")
+	fs.IntVar(&f.max, "max", 0, "move at most `N` records (0: all)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "browse and say what would move; change nothing")
+	fs.DurationVar(&f.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
+	return func(ctx context.Context, args []string) error {
+		dlq, err := oneQueue(args, "dead-letter queue")
+		if err != nil {
+			return err
+		}
+		if err := f.check(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
+		defer cancel()
+		s, err := env.conn.dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if f.dryRun {
+			return f.dryRunOn(ctx, s, dlq, env)
+		}
+		return f.redrive(ctx, s, dlq, env)
+	}
+}
+
+func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, dlq string, env *environment) error {
+	moves, stays := 0, 0
+	err := browse(ctx, s, dlq, f.idle, func(msg *amqp.Message) (bool, error) {
+		m := f.plan(msg, dlq)
+		if !m.ok || f.max > 0 && moves >= f.max {
+			stays++
+			why := m.why
+			if m.ok {
+				why = "-max reached"
+			}
+			fmt.Fprintf(env.stdout, "would keep  %s: %s\n", m.label(), why)
+			return true, nil
+		}
+		moves++
+		fmt.Fprintf(env.stdout, "would move  %s -> %s (attempts %d -> 0)\n", m.label(), m.target, m.rec.Attempts)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "dry run, nothing changed: %d would move, %d would stay on %s\n", moves, stays, dlq)
+	return nil
+}
+
+// redrive consumes the DLQ. Each record stays unsettled until its fate is
+// sure: a moving one is accepted only after its copy was published and
+// the broker accepted it; one that stays is held, and released (plain
+// release: no delivery-failed, its delivery count untouched) once the
+// queue is read, because a record released at once would be handed
+// straight back. If redrive stops between the publish and the accept, the
+// record is still on the DLQ and the next run publishes it again under the
+// same duplicate id, which Artemis stores once.
+func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env *environment) (err error) {
+	r, err := s.taker(ctx, dlq)
+	if err != nil {
+		return err
+	}
+	var held []*amqp.Message
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, m := range held {
+			if rerr := r.ReleaseMessage(sctx, m); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("release a record on %s: %w (it returns to the queue when the link closes)", dlq, rerr))
+				break
+			}
+		}
+		_ = r.Close(sctx)
+	}()
+	if err := r.IssueCredit(window); err != nil {
+		return err
+	}
+	senders := map[string]*amqp.Sender{}
+	moved := 0
+	for {
+		var msg *amqp.Message
+		if f.max > 0 && moved >= f.max {
+			// Done: take back what the broker sent ahead, without asking
+			// for more, and keep it.
+			msg, err = receiveOrIdle(ctx, r, f.idle)
+			if err != nil || msg == nil {
+				break
+			}
+			held = append(held, msg)
+			continue
+		}
+		msg, err = receiveOrIdle(ctx, r, f.idle)
+		if err != nil {
+			return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
+		}
+		if msg == nil {
+			break
+		}
+		if err := r.IssueCredit(1); err != nil {
+			held = append(held, msg)
+			return err
+		}
+		m := f.plan(msg, dlq)
+		if !m.ok {
+			held = append(held, msg)
+			fmt.Fprintf(env.stdout, "kept   %s: %s\n", m.label(), m.why)
+			continue
+		}
+		snd := senders[m.target]
+		if snd == nil {
+			if snd, err = s.sender(ctx, m.target); err != nil {
+				held = append(held, msg)
+				return err
+			}
+			senders[m.target] = snd
+		}
+		// 1. The copy, confirmed: the broker accepted it (or dropped it as
+		// a duplicate of an earlier run's copy, which it also accepts).
+		if err := sendAccepted(ctx, snd, m.msg); err != nil {
+			held = append(held, msg)
+			return fmt.Errorf("%s stays on %s: publish to %s: %w", m.label(), dlq, m.target, err)
+		}
+		// 2. Only now the record leaves the DLQ.
+		if err := r.AcceptMessage(ctx, msg); err != nil {
+			return fmt.Errorf("%s was published to %s but not taken off %s (%w): a re-run publishes it again under the same duplicate id, which Artemis drops", m.label(), m.target, dlq, err)
+		}
+		moved++
+		fmt.Fprintf(env.stdout, "moved  %s -> %s (attempts %d -> 0)\n", m.label(), m.target, m.rec.Attempts)
+	}
+	if err != nil {
+		return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
+	}
+	for _, snd := range senders {
+		_ = snd.Close(ctx)
+	}
+	fmt.Fprintf(env.stdout, "done: %d moved, %d kept on %s\n", moved, len(held), dlq)
+	return nil
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Artemis's management over AMQP: a request is a message to the
+// management address whose application properties name the resource
+// (_AMQ_ResourceName: "broker", "queue.<name>") and an attribute
+// (_AMQ_Attribute) or an operation (_AMQ_OperationName, its parameters a
+// JSON array in the body). The reply goes to the request's reply-to, here
+// a dynamic (temporary) queue; its correlation-id is the request's
+// message-id, _AMQ_OperationSucceeded says whether it worked, and the body
+// is a JSON array holding the result (or the error text).
+const (
+	managementAddress = "activemq.management"
+	propResource      = "_AMQ_ResourceName"
+	propAttribute     = "_AMQ_Attribute"
+	propOperation     = "_AMQ_OperationName"
+	propSucceeded     = "_AMQ_OperationSucceeded"
+)
+
+// queueStat is one row of stats.
+type queueStat struct {
+	Queue      string `json:"queue"`
+	Messages   int64  `json:"messages"`
+	Consumers  int64  `json:"consumers"`
+	Delivering int64  `json:"delivering"`
+	Scheduled  int64  `json:"scheduled"`
+	Added      int64  `json:"added"`
+	temporary  bool
+}
+
+// The queue attributes stats reads, and where each goes.
+var statAttributes = []struct {
+	name string
+	dst  func(*queueStat) *int64
+}{
+	{"MessageCount", func(s *queueStat) *int64 { return &s.Messages }},
+	{"ConsumerCount", func(s *queueStat) *int64 { return &s.Consumers }},
+	{"DeliveringCount", func(s *queueStat) *int64 { return &s.Delivering }},
+	{"ScheduledCount", func(s *queueStat) *int64 { return &s.Scheduled }},
+	{"MessagesAdded", func(s *queueStat) *int64 { return &s.Added }},
+}
+
+// manager does request/reply on the management address.
+type manager struct {
+	snd   *amqp.Sender
+	rcv   *amqp.Receiver
+	reply string
+	seq   int
+}
+
+func newManager(ctx context.Context, s *session) (*manager, error) {
+	rcv, err := s.sess.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true, Credit: 50})
+	if err != nil {
+		return nil, fmt.Errorf("attach a reply receiver: %w", err)
+	}
+	snd, err := s.sess.NewSender(ctx, managementAddress, nil)
+	if err != nil {
+		_ = rcv.Close(ctx)
+		return nil, fmt.Errorf("attach a sender to %s: %w", managementAddress, err)
+	}
+	return &manager{snd: snd, rcv: rcv, reply: rcv.Address()}, nil
+}
+
+func (m *manager) close(ctx context.Context) {
+	_ = m.snd.Close(ctx)
+	_ = m.rcv.Close(ctx)
+}
+
+// request is one management call: an attribute read, or an operation with
+// its parameters.
+type request struct {
+	resource  string
+	attribute string
+	operation string
+	params    []any
+}
+
+// call sends every request, then collects the replies by correlation-id,
+// so a queue's attributes take one round trip. results[i] is the JSON of
+// the first element of reply i's array.
+func (m *manager) call(ctx context.Context, reqs []request) ([]json.RawMessage, error) {
+	ids := make(map[string]int, len(reqs))
+	for i, rq := range reqs {
+		m.seq++
+		id := "bqartemis-" + strconv.Itoa(m.seq)
+		ids[id] = i
+		props := map[string]any{propResource: rq.resource}
+		if rq.attribute != "" {
+			props[propAttribute] = rq.attribute
+		} else {
+			props[propOperation] = rq.operation
+		}
+		params := rq.params
+		if params == nil {
+			params = []any{}
+		}
+		body, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		reply := m.reply
+		msg := &amqp.Message{
+			Properties:            &amqp.MessageProperties{MessageID: id, ReplyTo: &reply},
+			ApplicationProperties: props,
+			Value:                 string(body),
+		}
+		if err := m.snd.Send(ctx, msg, nil); err != nil {
+			return nil, fmt.Errorf("send a management request: %w", err)
+		}
+	}
+	results := make([]json.RawMessage, len(reqs))
+	var first error
+	for left := len(reqs); left > 0; {
+		msg, err := m.rcv.Receive(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("wait for a management reply: %w", err)
+		}
+		_ = m.rcv.AcceptMessage(ctx, msg)
+		var corr string
+		if msg.Properties != nil && msg.Properties.CorrelationID != nil {
+			corr = fmt.Sprint(msg.Properties.CorrelationID)
+		}
+		i, ok := ids[corr]
+		if !ok {
+			continue // a late reply to an earlier call
+		}
+		delete(ids, corr)
+		left--
+		val, err := parseReply(msg)
+		if err != nil {
+			if first == nil {
+				rq := reqs[i]
+				first = fmt.Errorf("%s %s%s: %w", rq.resource, rq.attribute, rq.operation, err)
+			}
+			continue
+		}
+		results[i] = val
+	}
+	return results, first
+}
+
+// parseReply reads a reply's result: the first element of its JSON array.
+func parseReply(msg *amqp.Message) (json.RawMessage, error) {
+	var text string
+	switch v := msg.Value.(type) {
+	case string:
+		text = v
+	case []byte:
+		text = string(v)
+	default:
+		for _, d := range msg.Data {
+			text += string(d)
+		}
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal([]byte(text), &arr); err != nil || len(arr) == 0 {
+		return nil, fmt.Errorf("a reply that is no JSON array: %s", short(text, 120))
+	}
+	if ok, _ := msg.ApplicationProperties[propSucceeded].(bool); !ok {
+		var why string
+		if json.Unmarshal(arr[0], &why) != nil {
+			why = string(arr[0])
+		}
+		return nil, errors.New(why)
+	}
+	return arr[0], nil
+}
+
+// queueNames lists the broker's queues.
+func (m *manager) queueNames(ctx context.Context) ([]string, error) {
+	res, err := m.call(ctx, []request{{resource: "broker", attribute: "QueueNames"}})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if err := json.Unmarshal(res[0], &names); err != nil {
+		return nil, fmt.Errorf("broker QueueNames: %w", err)
+	}
+	return names, nil
+}
+
+// queueStat reads one queue's counters.
+func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error) {
+	st := queueStat{Queue: queue}
+	reqs := make([]request, 0, len(statAttributes)+1)
+	for _, a := range statAttributes {
+		reqs = append(reqs, request{resource: "queue." + queue, attribute: a.name})
+	}
+	reqs = append(reqs, request{resource: "queue." + queue, attribute: "Temporary"})
+	res, err := m.call(ctx, reqs)
+	if err != nil {
+		return st, fmt.Errorf("queue %s (no such queue?): %w", queue, err)
+	}
+	for i, a := range statAttributes {
+		n, err := strconv.ParseInt(string(res[i]), 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("queue %s %s: %s is not a count", queue, a.name, res[i])
+		}
+		*a.dst(&st) = n
+	}
+	st.temporary = string(res[len(statAttributes)]) == "true"
+	return st, nil
+}
+
+// internalQueue is a queue the broker keeps for itself: stats without
+// arguments leaves it out.
+func internalQueue(name string) bool {
+	return strings.HasPrefix(name, "$") || strings.HasPrefix(name, "activemq.") || strings.HasPrefix(name, "notif.")
+}
+
+func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
+	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	return func(ctx context.Context, args []string) error {
+		for _, a := range args {
+			if strings.TrimSpace(a) == "" {
+				return usagef("a blank queue name")
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
+		defer cancel()
+		s, err := env.conn.dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		m, err := newManager(ctx, s)
+		if err != nil {
+			return err
+		}
+		defer m.close(context.WithoutCancel(ctx))
+		all := len(args) == 0
+		names := args
+		if all {
+			if names, err = m.queueNames(ctx); err != nil {
+				return err
+			}
+			sort.Strings(names)
+		}
+		var rows []queueStat
+		var errs []error
+		for _, q := range names {
+			if all && (internalQueue(q) || q == m.reply) {
+				continue
+			}
+			st, err := m.queueStat(ctx, q)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if all && st.temporary {
+				continue
+			}
+			rows = append(rows, st)
+		}
+		if len(rows) > 0 || len(errs) == 0 {
+			if err := printStats(env.stdout, rows, *asJSON); err != nil {
+				return err
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func printStats(w io.Writer, rows []queueStat, asJSON bool) error {
+	if asJSON {
+		for _, r := range rows {
+			b, err := marshal(r)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added)
+	}
+	return tw.Flush()
+}
