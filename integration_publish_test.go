@@ -266,3 +266,36 @@ func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
 	assert.Equal(t, artemis.ReasonFailed, env.DeadLetter.Reason)
 	assertEmpty(t, conn, q)
 }
+
+// TestIntegrationClientPublisherReceipts pipelines through Client.Publisher:
+// the receipts of 500 transfers, written before any is waited on, are all
+// accepted, and the queue holds each once.
+func TestIntegrationClientPublisherReceipts(t *testing.T) {
+	b, conn, q := onBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), arrival)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+	const n = 500
+	rs := make([]*artemis.Receipt, 0, n)
+	for i := range n {
+		r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:client-receipts", map[string]int{"i": i})
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	ids := map[string]bool{}
+	for _, r := range rs {
+		require.NoError(t, r.Wait(ctx))
+		ids[r.ID()] = true
+	}
+	got := conn.Drain(q, "")
+	require.Len(t, got, n)
+	for _, m := range got {
+		assert.True(t, ids[m.Properties.MessageID.(string)])
+		delete(ids, m.Properties.MessageID.(string))
+	}
+	assert.Empty(t, ids)
+}

@@ -38,6 +38,10 @@ func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
 // OutcomeSender, or from the receipt of an *amqp.Sender. A Sender that is
 // neither is trusted when Send returns nil (reported as accepted).
 func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
+	if os, ok := s.(OutcomeSender); ok {
+		// Before pendingSender: the Client's sender waits its own way.
+		return os.SendOutcome(ctx, msg)
+	}
 	p, err := startTransfer(ctx, s, msg)
 	if err != nil {
 		return nil, err
