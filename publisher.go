@@ -314,7 +314,9 @@ func WithGroupID(key string) PublishOption {
 // not the receipt is waited on, from the goroutine that resolves the
 // Publisher's receipts (in the order they were written): it must not block
 // for long, or it holds up the receipts behind it. For Publish and
-// PublishEnvelope it is called on the calling goroutine before they return.
+// PublishEnvelope, for a publish refused or not written, and for a Sender
+// that answers synchronously, it is called on the calling goroutine before
+// the call returns.
 // Given to NewPublisher, it sees every publish: a place to count outcomes or
 // log the failures of receipts nobody waits on.
 func WithOnOutcome(f func(id string, err error)) PublishOption {
