@@ -48,13 +48,12 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 // on the calling goroutine. To have many transfers in flight from one
 // goroutine, use PublishWithReceipt.
 func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...PublishOption) (string, error) {
-	var cfg publishConfig
-	p.configure(&cfg, opts)
+	cfg := p.config(opts)
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
 		return "", err
 	}
-	return p.publish(ctx, env, &cfg)
+	return p.publish(ctx, env, cfg)
 }
 
 // PublishEnvelope sends an envelope that is already built (for example one
@@ -62,19 +61,27 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 // its meta.id once the broker accepted it. The envelope keeps its trace id:
 // WithTraceID with another id is refused with ErrInvalidConfig.
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...PublishOption) (string, error) {
-	var cfg publishConfig
-	p.configure(&cfg, opts)
-	return p.publish(ctx, env, &cfg)
+	return p.publish(ctx, env, p.config(opts))
 }
 
-func (p *Publisher) configure(cfg *publishConfig, opts []PublishOption) {
+// config applies the Publisher's options, then opts. With none, it is the
+// shared zero configuration (never written): a config handed to the
+// options' closures escapes to the heap, one allocation per publish.
+func (p *Publisher) config(opts []PublishOption) *publishConfig {
+	if len(p.opts) == 0 && len(opts) == 0 {
+		return &noOptions
+	}
+	cfg := new(publishConfig)
 	for _, o := range p.opts {
 		o(cfg)
 	}
 	for _, o := range opts {
 		o(cfg)
 	}
+	return cfg
 }
+
+var noOptions publishConfig
 
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (string, error) {
 	var err error

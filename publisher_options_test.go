@@ -176,3 +176,21 @@ func TestDeadLetterCopiesDoNotExpireAndKeepGroupAndPriority(t *testing.T) {
 		assert.Nil(t, m.Properties.GroupID)
 	})
 }
+
+// A publish without options shares one zero configuration instead of
+// allocating one; options never write to it.
+func TestPublishWithoutOptionsAllocatesNoConfig(t *testing.T) {
+	plain := NewPublisher(&fakelink.Sender{}, "orders")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = plain.config(nil) }))
+	assert.Same(t, &noOptions, plain.config(nil))
+
+	withOpts := NewPublisher(&fakelink.Sender{}, "orders", WithPriority(9), WithGroupID("g"))
+	cfg := withOpts.config([]PublishOption{WithTTL(time.Second), WithHeaders(map[string]string{"k": "v"})})
+	assert.NotSame(t, &noOptions, cfg)
+	assert.Equal(t, 9, cfg.priority)
+	assert.Equal(t, "g", cfg.groupID)
+	assert.Equal(t, time.Second, cfg.ttl)
+	_, err := plain.Publish(context.Background(), urnCreated, nil, WithPriority(3))
+	require.NoError(t, err)
+	assert.Equal(t, publishConfig{}, noOptions, "the shared configuration is never written")
+}

@@ -38,22 +38,19 @@ import (
 //
 // Safe for concurrent use when the Sender is (*amqp.Sender is).
 func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
-	var cfg publishConfig
-	p.configure(&cfg, opts)
+	cfg := p.config(opts)
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
 		return nil, err
 	}
-	return p.publishWithReceipt(ctx, env, &cfg)
+	return p.publishWithReceipt(ctx, env, cfg)
 }
 
 // PublishEnvelopeWithReceipt is PublishEnvelope with a receipt: it sends an
 // envelope that is already built and returns once the transfer is written.
 // See PublishWithReceipt.
 func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *Envelope, opts ...PublishOption) (*Receipt, error) {
-	var cfg publishConfig
-	p.configure(&cfg, opts)
-	return p.publishWithReceipt(ctx, env, &cfg)
+	return p.publishWithReceipt(ctx, env, p.config(opts))
 }
 
 func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *publishConfig) (*Receipt, error) {
