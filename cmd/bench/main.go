@@ -469,7 +469,7 @@ type side struct {
 
 func (sd *side) close() {
 	if sd.client != nil {
-		sd.client.stop()
+		_, _ = sd.client.stop()
 	}
 	if sd.conn != nil {
 		_ = sd.conn.Close()
@@ -552,7 +552,11 @@ func (r *runner) measure(s *scenario, n, seg int) (raw, lib result, pairs []floa
 		if sd.client != nil {
 			// Handlers held at the end of the last segment accept their
 			// messages, untimed.
-			r.queued[sd.queue] -= sd.client.stop()
+			extra, err := sd.client.stop()
+			r.queued[sd.queue] -= extra
+			if err != nil {
+				return raw, lib, pairs, fmt.Errorf("Client.Consume: %w", err)
+			}
 		}
 	}
 	return raw, lib, pairs, nil

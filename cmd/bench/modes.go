@@ -90,24 +90,25 @@ func (cs *clientSide) segment(ctx context.Context, k int) (result, error) {
 	case <-g.full:
 		return sw.result(k), nil
 	case err := <-cs.done:
-		return sw.result(int(g.count.Load())), fmt.Errorf("Client.Consume returned: %v", err)
+		return sw.result(int(g.count.Load())), fmt.Errorf("Client.Consume returned: %w", err)
 	case <-ctx.Done():
 		return sw.result(int(g.count.Load())), ctx.Err()
 	}
 }
 
 // stop ends Consume and returns how many messages the handlers accepted
-// beyond the segments' (held at the end of the last one).
-func (cs *clientSide) stop() int {
+// beyond the segments' (held at the end of the last one), and what Consume
+// returned.
+func (cs *clientSide) stop() (int, error) {
 	if cs.stopped {
-		return 0
+		return 0, nil
 	}
 	cs.stopped = true
 	close(cs.quit)
 	cs.cancel()
-	<-cs.done
+	err := <-cs.done
 	_ = cs.client.Close()
-	return int(cs.handled.Load()) - cs.timed
+	return int(cs.handled.Load()) - cs.timed, err
 }
 
 // latency publishes at a fixed rate and measures, per message, the time
@@ -423,7 +424,7 @@ func (r *runner) memory() error {
 		case <-sample:
 			conSamples = append(conSamples, liveHeap())
 		case err := <-consumed:
-			return fmt.Errorf("Consume returned after %d messages: %v", count.Load(), err)
+			return fmt.Errorf("Client.Consume returned after %d messages: %w", count.Load(), err)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
