@@ -79,7 +79,31 @@ func (h *handled) next(t *testing.T) string {
 func messageID(m *amqp.Message) string { return m.Properties.MessageID.(string) }
 
 // attachedReceiver waits for the next receiver attached on any connection.
-func attachedReceiver(t *testing.T, ch chan *fakeReceiver) *fakeReceiver {
+// refuseReceivers prepares a broker that refuses every receiver attach (the
+// queue's link fails) and lets senders attach.
+func refuseReceivers(fb *fakeBroker) {
+	fb.setup = func(c *fakeConn) {
+		c.attachErr = func(_ string, receiver bool) error {
+			if receiver {
+				return &amqp.LinkError{}
+			}
+			return nil
+		}
+	}
+}
+
+// liveHarness is a harness on one live broker whose every connection
+// reports each receiver attached on the returned channel.
+func liveHarness(t *testing.T) (*harness, chan *fakelink.Receiver) {
+	t.Helper()
+	attached := make(chan *fakelink.Receiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	return h, attached
+}
+
+func attachedReceiver(t *testing.T, ch chan *fakelink.Receiver) *fakelink.Receiver {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -103,25 +127,22 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			attached := make(chan *fakeReceiver, 8)
-			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-				fb.setup = func(c *fakeConn) { c.attached = attached }
-			})
+			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			seen := newHandled()
-			cons := NewConsumer(Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
+			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
 			run := startConsume(h, "orders", cons, &ConsumeOptions{Credit: tc.credit})
 
 			r := attachedReceiver(t, attached)
-			assert.Equal(t, "orders", r.source)
-			assert.Equal(t, []string{"queue"}, r.opts.SourceCapabilities)
-			assert.Equal(t, tc.wantCredit, r.opts.Credit)
-			require.NotNil(t, r.opts.RequestedSenderSettleMode)
-			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.opts.RequestedSenderSettleMode, "the consumer settles every delivery itself")
+			assert.Equal(t, "orders", r.Address())
+			assert.Equal(t, []string{"queue"}, r.Options.SourceCapabilities)
+			assert.Equal(t, tc.wantCredit, r.Options.Credit)
+			require.NotNil(t, r.Options.RequestedSenderSettleMode)
+			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.Options.RequestedSenderSettleMode, "the consumer settles every delivery itself")
 
 			dlqs := h.fb.conn(0).sendersTo("orders.dlq")
 			require.Len(t, dlqs, 1, "the dead-letter sender is attached with the receiver")
-			assert.Equal(t, []string{"queue"}, dlqs[0].opts.TargetCapabilities)
+			assert.Equal(t, []string{"queue"}, dlqs[0].Options.TargetCapabilities)
 
 			// A failure at the limit is dead-lettered through the Client's sender.
 			msg := orderMessage(t, 0)
@@ -136,8 +157,8 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 
 			run.cancel()
 			require.NoError(t, run.wait(t))
-			assert.True(t, r.closed.Load(), "the receiver is closed when Consume returns")
-			assert.True(t, dlqs[0].closed.Load(), "and so is the dead-letter sender")
+			assert.True(t, r.Closed(), "the receiver is closed when Consume returns")
+			assert.True(t, dlqs[0].Closed(), "and so is the dead-letter sender")
 			assert.Nil(t, cons.dlq, "the caller's Consumer is not modified")
 			assert.Equal(t, []ConnectionEventKind{EventConnected, EventSenderAttached, EventConsumerAttached}, h.ev.kinds())
 		})
@@ -146,7 +167,7 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 
 func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 	first, second := orderMessage(t, 0), orderMessage(t, 0)
-	attached := make(chan *fakeReceiver, 8)
+	attached := make(chan *fakelink.Receiver, 8)
 	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, nil, func(fb *fakeBroker) {
 		fb.setup = func(c *fakeConn) {
 			c.attached = attached
@@ -159,7 +180,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 	})
 	require.NoError(t, h.dial())
 	seen := newHandled()
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: seen.handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}), nil)
 
 	r1 := attachedReceiver(t, attached)
 	assert.Equal(t, messageID(first), seen.next(t))
@@ -197,18 +218,15 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 }
 
 func TestConsumeReattachesALostLinkWithoutRedialing(t *testing.T) {
-	attached := make(chan *fakeReceiver, 8)
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) { c.attached = attached }
-	})
+	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	r1 := attachedReceiver(t, attached)
 	r1.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
 	r2 := attachedReceiver(t, attached)
 	assert.NotSame(t, r1, r2)
-	assert.True(t, r1.closed.Load())
+	assert.True(t, r1.Closed())
 	assert.Equal(t, 1, h.fb.connCount(), "the connection survived the link")
 	assert.Len(t, h.fb.conn(0).sendersTo("orders.dlq"), 1, "the dead-letter link is still good")
 
@@ -230,7 +248,7 @@ func TestConsumeBackoffGrowsAndCaps(t *testing.T) {
 			}
 		})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
@@ -258,7 +276,7 @@ func TestConsumeBackoffWhileTheBrokerIsDown(t *testing.T) {
 	require.NoError(t, h.dial())
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 
 	// random 0.5, jitter 0.5: three quarters of 1s, 3s, then the 4s cap.
 	for i, w := range []time.Duration{750 * time.Millisecond, 2250 * time.Millisecond, 3 * time.Second, 3 * time.Second} {
@@ -286,7 +304,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 				&ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}},
 				func(fb *fakeBroker) {
 					fb.setup = func(c *fakeConn) {
-						c.attached = make(chan *fakeReceiver, 64)
+						c.attached = make(chan *fakelink.Receiver, 64)
 						go func() {
 							for r := range c.attached {
 								r.Fail(&amqp.LinkError{}) // every attachment dies at once
@@ -304,7 +322,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 				return clock
 			}
 			require.NoError(t, h.dial())
-			run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+			run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 			for i, w := range tc.want {
 				assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
 			}
@@ -316,19 +334,10 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 }
 
 func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) {
-			c.attachErr = func(_ string, receiver bool) error {
-				if receiver {
-					return &amqp.LinkError{}
-				}
-				return nil
-			}
-		}
-	})
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 	h.timers.hold = true // the backoff never ends by itself
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
 	run.cancel()
 	assert.NoError(t, run.wait(t), "a cancelled context is a normal end")
@@ -336,30 +345,18 @@ func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
 
 func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 	t.Run("during backoff", func(t *testing.T) {
-		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-			fb.setup = func(c *fakeConn) {
-				c.attachErr = func(_ string, receiver bool) error {
-					if receiver {
-						return &amqp.LinkError{}
-					}
-					return nil
-				}
-			}
-		})
+		h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 		h.timers.hold = true
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 		h.timers.next(t)
 		require.NoError(t, h.c.Close())
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
 	})
 	t.Run("while listening", func(t *testing.T) {
-		attached := make(chan *fakeReceiver, 8)
-		h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-			fb.setup = func(c *fakeConn) { c.attached = attached }
-		})
+		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 		attachedReceiver(t, attached)
 		require.NoError(t, h.c.Close())
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
@@ -370,14 +367,14 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 func TestConsumeRejectsInvalidArguments(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	ok := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)})
+	ok := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
 	cases := map[string]struct {
 		queue string
 		cons  *Consumer
 		opts  *ConsumeOptions
 	}{
 		"nil consumer":     {"orders", nil, nil},
-		"invalid consumer": {"orders", NewConsumer(Handlers{urnCreated: nil}), nil},
+		"invalid consumer": {"orders", NewConsumerUnchecked(Handlers{urnCreated: nil}), nil},
 		"blank queue":      {" ", ok, nil},
 		"negative credit":  {"orders", ok, &ConsumeOptions{Credit: -1}},
 	}
@@ -395,15 +392,12 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 		cons *Consumer
 		opts *ConsumeOptions
 	}{
-		"own sender":     {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
-		"no dead letter": {NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
+		"own sender":     {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
+		"no dead letter": {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			attached := make(chan *fakeReceiver, 8)
-			h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-				fb.setup = func(c *fakeConn) { c.attached = attached }
-			})
+			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			run := startConsume(h, "orders", tc.cons, tc.opts)
 			attachedReceiver(t, attached)
@@ -415,15 +409,12 @@ func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 }
 
 func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
-	attached := make(chan *fakeReceiver, 8)
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) { c.attached = attached }
-	})
+	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
-	cons := NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
 	run := startConsume(h, "billing.v2", cons, nil)
 	r := attachedReceiver(t, attached)
-	assert.Equal(t, "billing.v2", r.source)
+	assert.Equal(t, "billing.v2", r.Address())
 	// The dead-letter sender attaches after the receiver, before the event.
 	h.ev.wait(t, EventConsumerAttached)
 	assert.Len(t, h.fb.conn(0).sendersTo("billing.dlq"), 1, "<queue>.dlq of the Consumer's WithQueue name")
@@ -432,7 +423,7 @@ func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
 }
 
 func TestConsumeRetriesARefusedDeadLetterAddress(t *testing.T) {
-	attached := make(chan *fakeReceiver, 8)
+	attached := make(chan *fakelink.Receiver, 8)
 	refusals := 2
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
 		fb.setup = func(c *fakeConn) {
@@ -447,22 +438,22 @@ func TestConsumeRetriesARefusedDeadLetterAddress(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", NewConsumer(Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	r1 := attachedReceiver(t, attached)
 	r2 := attachedReceiver(t, attached)
 	r3 := attachedReceiver(t, attached)
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
 	assert.Equal(t, 180*time.Millisecond, h.timers.next(t))
 	h.ev.wait(t, EventConsumerAttached)
-	assert.True(t, r1.closed.Load(), "a receiver whose dead-letter sender was refused is closed")
-	assert.True(t, r2.closed.Load())
-	assert.False(t, r3.closed.Load())
+	assert.True(t, r1.Closed(), "a receiver whose dead-letter sender was refused is closed")
+	assert.True(t, r2.Closed())
+	assert.False(t, r3.Closed())
 	run.cancel()
 	require.NoError(t, run.wait(t))
 }
 
 func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
-	attached := make(chan *fakeReceiver, 8)
+	attached := make(chan *fakelink.Receiver, 8)
 	msg := orderMessage(t, 0)
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
 		fb.setup = func(c *fakeConn) {
@@ -472,7 +463,7 @@ func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
 	})
 	require.NoError(t, h.dial())
 	inHandler, release := make(chan struct{}), make(chan struct{})
-	cons := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+	cons := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 		close(inHandler)
 		<-release
 		return nil
@@ -486,5 +477,5 @@ func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
 	d, ok := r.Disposition(msg)
 	require.True(t, ok)
 	assert.Equal(t, fakelink.Accepted, d, "the handler in flight settled before Consume returned")
-	assert.True(t, r.closed.Load())
+	assert.True(t, r.Closed())
 }

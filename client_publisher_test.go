@@ -71,7 +71,7 @@ func TestPublisherAttachesWithTheQueueCapability(t *testing.T) {
 	h, p := newPublisherHarness(t, nil)
 	senders := h.fb.conn(0).sendersTo("orders")
 	require.Len(t, senders, 1)
-	opts := senders[0].opts
+	opts := senders[0].Options
 	assert.Equal(t, []string{"queue"}, opts.TargetCapabilities)
 	require.NotNil(t, opts.SettlementMode)
 	assert.Equal(t, amqp.SenderSettleModeUnsettled, *opts.SettlementMode, "unsettled, so every transfer has an outcome")
@@ -254,7 +254,7 @@ func TestPublisherReattachesALostLinkOnTheSameConnection(t *testing.T) {
 	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
 	senders := h.fb.conn(0).sendersTo("orders")
 	require.Len(t, senders, 2)
-	assert.True(t, senders[0].closed.Load(), "the dead link is closed")
+	assert.True(t, senders[0].Closed(), "the dead link is closed")
 	assert.Len(t, h.keptOn("orders"), 1)
 }
 
@@ -280,7 +280,7 @@ func TestPublisherAttachRefused(t *testing.T) {
 func TestPublisherClose(t *testing.T) {
 	h, p := newPublisherHarness(t, nil)
 	require.NoError(t, p.Close(context.Background()))
-	assert.True(t, h.fb.conn(0).sendersTo("orders")[0].closed.Load())
+	assert.True(t, h.fb.conn(0).sendersTo("orders")[0].Closed())
 	_, err := p.Publish(context.Background(), urnCreated, orderData)
 	assert.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, p.Close(context.Background()))

@@ -147,9 +147,29 @@ func WithLogger(l *slog.Logger) ConsumerOption {
 	return func(c *Consumer) { c.logger = l }
 }
 
-// NewConsumer returns a Consumer that routes to h. An invalid option is
-// reported by Listen and Handle as an error matching ErrInvalidConfig.
-func NewConsumer(h Handlers, opts ...ConsumerOption) *Consumer {
+// NewConsumer returns a Consumer that routes to h, configured by opts. The
+// configuration is checked here, once: a nil handler or an invalid option
+// value is an error matching ErrInvalidConfig, and no Consumer.
+func NewConsumer(h Handlers, opts ...ConsumerOption) (*Consumer, error) {
+	c := newConsumer(h, opts)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+// NewConsumerUnchecked is NewConsumer with the signature it had before it
+// reported an invalid configuration: it always returns a Consumer, and an
+// invalid option makes Listen return an error matching ErrInvalidConfig
+// and Handle give each message back with a plain release.
+//
+// Deprecated: use NewConsumer, which reports the error where the Consumer
+// is built.
+func NewConsumerUnchecked(h Handlers, opts ...ConsumerOption) *Consumer {
+	return newConsumer(h, opts)
+}
+
+func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 	c := &Consumer{
 		handlers:    make(Handlers, len(h)),
 		maxTries:    DefaultMaxTries,

@@ -3,6 +3,7 @@ package artemis
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -60,7 +61,7 @@ func appendOptString(b []byte, s *string) []byte {
 }
 
 // newDeadLetter fills the block for a failure. cause may be nil; exception
-// names the Go type of the error (or of a panic's value).
+// names its Go type as exceptionName does.
 func newDeadLetter(reason string, cause error, queue string, attempts int, now time.Time) *DeadLetter {
 	dl := &DeadLetter{
 		Reason:        reason,
@@ -72,14 +73,77 @@ func newDeadLetter(reason string, cause error, queue string, attempts int, now t
 	if cause != nil {
 		text := cause.Error()
 		dl.Error = &text
-		typ := fmt.Sprintf("%T", cause)
-		var p *PanicError
-		if errors.As(cause, &p) {
-			typ = fmt.Sprintf("%T", p.Value)
-		}
+		typ := exceptionName(cause)
 		dl.Exception = &typ
 	}
 	return dl
+}
+
+// The types that tell an operator nothing about a failure: errors.New's,
+// fmt.Errorf's (with one %w, with several) and errors.Join's.
+var anonymousErrors = [...]reflect.Type{
+	reflect.TypeOf(errors.New("")),
+	reflect.TypeOf(fmt.Errorf("%w", errors.ErrUnsupported)),
+	reflect.TypeOf(fmt.Errorf("%w%w", errors.ErrUnsupported, errors.ErrUnsupported)),
+	reflect.TypeOf(errors.Join(errors.ErrUnsupported)),
+}
+
+// exceptionName is dead_letter.exception for a failure (CONTRACT.md section
+// 5): the Go type of the first error in cause's chain, depth first through
+// Unwrap() error and Unwrap() []error, that has a type of its own, else
+// "error". Looked through on the way: the anonymous types above and the
+// library's own envelopes around a handler's failure, *DeliveryError and
+// *PanicError, so the name is the handler's error type, not the library's.
+// A panic is "panic: " and its value's type, an error value named the same
+// way (panic(errors.New("x")) is "panic: error"). An *OutcomeError, a
+// broker outcome of its own, is named as it is.
+func exceptionName(cause error) string {
+	if name, ok := ownType(cause); ok {
+		return name
+	}
+	return "error"
+}
+
+func ownType(err error) (string, bool) {
+	switch e := err.(type) {
+	case nil:
+		return "", false
+	case *PanicError:
+		if v, ok := e.Value.(error); ok {
+			return "panic: " + exceptionName(v), true
+		}
+		return fmt.Sprintf("panic: %T", e.Value), true
+	case *DeliveryError:
+		return ownType(e.Err)
+	case interface{ Unwrap() []error }:
+		if isAnonymous(err) {
+			for _, inner := range e.Unwrap() {
+				if name, ok := ownType(inner); ok {
+					return name, true
+				}
+			}
+			return "", false
+		}
+	case interface{ Unwrap() error }:
+		if isAnonymous(err) {
+			return ownType(e.Unwrap())
+		}
+	default:
+		if isAnonymous(err) {
+			return "", false
+		}
+	}
+	return fmt.Sprintf("%T", err), true
+}
+
+func isAnonymous(err error) bool {
+	t := reflect.TypeOf(err)
+	for _, a := range anonymousErrors {
+		if t == a {
+			return true
+		}
+	}
+	return false
 }
 
 // dlqAddress is where dead-letter copies of a queue's messages go.

@@ -83,7 +83,7 @@ func ExampleConsumer_Listen() {
 		return
 	}
 
-	consumer := artemis.NewConsumer(artemis.Handlers{
+	consumer, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			var order OrderCreated
 			if err := env.Bind(&order); err != nil {
@@ -99,6 +99,10 @@ func ExampleConsumer_Listen() {
 			log.Println(err)
 		}),
 	)
+	if err != nil {
+		log.Print(err) // an invalid configuration, matching ErrInvalidConfig
+		return
+	}
 	if err := consumer.Listen(ctx, receiver); err != nil {
 		log.Print(err) // the link failed; reconnect (see Client.Consume) or exit
 	}
@@ -108,9 +112,12 @@ func ExampleConsumer_Listen() {
 func ExampleConsumer_Handle() {
 	ctx := context.Background()
 	var receiver *amqp.Receiver // attached with the queue capability
-	consumer := artemis.NewConsumer(artemis.Handlers{
+	consumer, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil },
 	})
+	if err != nil {
+		return // an invalid configuration: ErrInvalidConfig says what
+	}
 	for {
 		msg, err := receiver.Receive(ctx, nil)
 		if err != nil {

@@ -17,6 +17,9 @@ import (
 
 	"github.com/Azure/go-amqp"
 
+	"os"
+	"path/filepath"
+
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
@@ -24,8 +27,6 @@ import (
 // Run one with, for example:
 //
 //	go test -run '^$' -fuzz '^FuzzHandle$' -fuzztime 5m -parallel 1 .
-
-const fuzzEnvelope = `{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`
 
 // decodeSeeds are bodies every body-taking target starts from.
 var decodeSeeds = []string{
@@ -240,7 +241,7 @@ func FuzzGate(f *testing.F) {
 		dlq := &fakelink.Sender{}
 		rec := newRecorder()
 		var called atomic.Int32
-		c := NewConsumer(Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+		c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
 			called.Add(1)
 			return nil
 		}}, WithDeadLetterSender(dlq), WithOnError(rec.onError), WithDeadLetterRetryDelay(0))
@@ -448,7 +449,7 @@ func FuzzHandle(f *testing.F) {
 				opts = append(opts, WithDeadLetterSender(dlq))
 			}
 		}
-		c := NewConsumer(Handlers{urnCreated: h, "urn:x": h}, opts...)
+		c := mustConsumer(t, Handlers{urnCreated: h, "urn:x": h}, opts...)
 		r := fakelink.NewReceiver(t, "orders")
 		r.Track(msg)
 
@@ -673,4 +674,39 @@ func expectHandle(msg *amqp.Message, strategyName UnknownURNStrategy, handlers H
 	c := toDLQ("failed", ReasonFailed, attempts, ErrHandlerFailed)
 	c.calls = 1
 	return c
+}
+
+// FuzzCanonicalReencode: for any body that Decode takes, the re-encode is
+// canonical (an independent writer over encoding/json's tokens reproduces
+// it), idempotent (Encode(Decode(Encode(Decode(x)))) == Encode(Decode(x)))
+// and JSON-equivalent to the input where it carries the input's values
+// (data, the unknown members at the top level and in meta), with identical
+// number literals.
+func FuzzCanonicalReencode(f *testing.F) {
+	for _, tc := range reencodeCases {
+		if len(tc.body) < 4096 {
+			f.Add([]byte(tc.body))
+		}
+	}
+	for _, tc := range conformanceCases {
+		if b, err := os.ReadFile(filepath.Join("testdata", "conformance", tc.name+".json")); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(contractExample))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		env, err := Decode(body)
+		if err != nil {
+			return
+		}
+		out, err := env.Encode()
+		if err != nil {
+			// Decode does not validate: data may be an array, a string...
+			if !errors.Is(err, ErrInvalidEnvelope) || isJSONObject(env.Data) {
+				t.Fatalf("Encode after Decode: %v (data %s)", err, env.Data)
+			}
+			return
+		}
+		checkCanonicalReencode(t, body, out)
+	})
 }

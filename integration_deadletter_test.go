@@ -20,8 +20,8 @@ import (
 
 // failingConsumer always fails its one URN, with maxTries 1 so the first
 // failure dead-letters, and a short retry delay.
-func failingConsumer(urn string, dlq artemis.Sender, q string, calls chan<- call, errs *errorLog) *artemis.Consumer {
-	return artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+func failingConsumer(t testing.TB, urn string, dlq artemis.Sender, q string, calls chan<- call, errs *errorLog) *artemis.Consumer {
+	return mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		calls <- call{env.Attempts, msg.Header.DeliveryCount}
 		return &gatewayError{}
 	}}, artemis.WithMaxTries(1), artemis.WithDeadLetterSender(dlq), artemis.WithQueue(q),
@@ -44,7 +44,7 @@ type deadLetterRun struct {
 func startDeadLetterRun(t *testing.T, conn *brokertest.Conn, q, urn string, dlq *amqp.Sender) *deadLetterRun {
 	t.Helper()
 	ru := &deadLetterRun{calls: make(chan call, 1024), errs: newErrorLog()}
-	cons := failingConsumer(urn, dlq, q, ru.calls, ru.errs)
+	cons := failingConsumer(t, urn, dlq, q, ru.calls, ru.errs)
 	ru.env, ru.original = publishEnvelope(t, artemis.NewPublisher(conn.NewSender(q), q), q, urn)
 	ru.l = listen(t, conn, q, cons, 1)
 	return ru

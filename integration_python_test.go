@@ -464,7 +464,7 @@ func TestIntegrationPythonPublishedGoConsumes(t *testing.T) {
 	c := pyDial(t, b)
 	got := make(chan pyDelivery, 4)
 	other := make(chan string, 4)
-	cons := artemis.NewConsumer(artemis.Handlers{
+	cons := mustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			got <- pyDelivery{env, msg}
 			return nil
@@ -518,7 +518,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 
 	c := pyDial(t, b)
 	attempts := make(chan int, 8)
-	failing := artemis.NewConsumer(artemis.Handlers{
+	failing := mustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			attempts <- env.Attempts
 			return errors.New("go handler fails on purpose")
@@ -564,7 +564,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 	assert.Equal(t, artemis.ReasonFailed, rd[0].Items[0].Reason)
 
 	got := make(chan pyDelivery, 4)
-	ok := artemis.NewConsumer(artemis.Handlers{
+	ok := mustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			got <- pyDelivery{env, msg}
 			return nil
@@ -662,7 +662,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 	}
 
 	c := pyDial(t, b)
-	cons := artemis.NewConsumer(artemis.Handlers{
+	cons := mustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			record(env.Meta.ID, "go")
 			return nil

@@ -21,66 +21,6 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 )
 
-// gatewayError is a handler failure with a type name of its own, so the
-// dead_letter block's exception can be checked.
-type gatewayError struct{}
-
-func (*gatewayError) Error() string { return "payment gateway timeout" }
-
-// call is one handler invocation.
-type call struct {
-	attempts      int
-	deliveryCount uint32
-}
-
-func nextCall(t *testing.T, calls <-chan call) call {
-	t.Helper()
-	select {
-	case c := <-calls:
-		return c
-	case <-time.After(arrival):
-		t.Fatalf("the handler was not called within %v", arrival)
-		return call{}
-	}
-}
-
-// publishEnvelope publishes a fresh envelope for urn on q and returns it
-// with its encoded body.
-func publishEnvelope(t *testing.T, pub *artemis.Publisher, q, urn string) (*artemis.Envelope, string) {
-	t.Helper()
-	env, err := artemis.NewEnvelope(urn, json.RawMessage(`{"order_id":1042,"big":12345678901234567890}`), artemis.EnvelopeQueue(q))
-	require.NoError(t, err)
-	body, err := env.Encode()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), arrival)
-	defer cancel()
-	_, err = pub.PublishEnvelope(ctx, env)
-	require.NoError(t, err)
-	return env, string(body)
-}
-
-// wantDeadLetterBody is the exact DLQ body for an envelope published by
-// this library: the original bytes with the reconciled attempts and the
-// block. failed_at is taken from the copy (checked against the window).
-func wantDeadLetterBody(t *testing.T, original string, got *artemis.Envelope, errText, exception *string, reason, queue string, attempts int) string {
-	t.Helper()
-	require.NotNil(t, got.DeadLetter, "the copy has a dead_letter block")
-	const tail = `,"attempts":0}`
-	require.True(t, strings.HasSuffix(original, tail), "a fresh envelope ends with attempts 0: %s", original)
-	opt := func(s *string) string {
-		if s == nil {
-			return "null"
-		}
-		b, err := json.Marshal(*s)
-		require.NoError(t, err)
-		return string(b)
-	}
-	return fmt.Sprintf(`%s,"attempts":%d,"dead_letter":{"reason":%q,"error":%s,"exception":%s,"failed_at":%d,"original_queue":%q,"attempts":%d,"lang":"go"}}`,
-		strings.TrimSuffix(original, tail), attempts, reason, opt(errText), opt(exception), got.DeadLetter.FailedAt, queue, attempts)
-}
-
-func ptr(s string) *string { return &s }
-
 // TestIntegrationRedeliveryCountsAttempts fails twice and then succeeds:
 // Artemis's delivery-count gives the handler attempts 0, 1 and 2.
 func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
@@ -91,7 +31,7 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 	calls := make(chan call, 16)
 	errs := newErrorLog()
 	n := 0
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		calls <- call{env.Attempts, msg.Header.DeliveryCount}
 		n++
 		if n <= 2 {
@@ -132,7 +72,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 
 	calls := make(chan call, 16)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		calls <- call{env.Attempts, msg.Header.DeliveryCount}
 		return &gatewayError{}
 	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -241,7 +181,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 
 			calls := make(chan call, 4)
 			errs := newErrorLog()
-			cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, m *amqp.Message) error {
+			cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, m *amqp.Message) error {
 				calls <- call{env.Attempts, m.Header.DeliveryCount}
 				return nil
 			}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -298,7 +238,7 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 
 	calls := make(chan call, 4)
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		calls <- call{}
 		return nil
 	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -378,7 +318,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		pub := artemis.NewPublisher(ru.conn.NewSender(ru.q), ru.q)
 		ru.env, ru.original = publishEnvelope(t, pub, ru.q, unknown)
 		publishEnvelope(t, pub, ru.q, known)
-		cons := artemis.NewConsumer(artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 			ru.handled <- struct{}{}
 			return nil
 		}}, artemis.WithUnknownURN(s), artemis.WithDeadLetterSender(ru.conn.NewSender(ru.q+".dlq")),

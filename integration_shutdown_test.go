@@ -41,7 +41,7 @@ func TestIntegrationShutdownLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	handled := map[string]bool{}
 	errs := newErrorLog()
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		started <- env.Meta.ID
 		<-release // a slow handler: it finishes when the test lets it
 		mu.Lock()

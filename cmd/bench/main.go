@@ -808,7 +808,8 @@ func (r *runner) consumeSegment(ctx context.Context, sd *side, c, n int) (result
 	var err error
 	sw := startStopwatch()
 	if sd.lib {
-		cons := artemis.NewConsumer(artemis.Handlers{
+		var cons *artemis.Consumer
+		cons, err = artemis.NewConsumer(artemis.Handlers{
 			urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 				if count.Add(1) == int64(n) {
 					stop()
@@ -819,7 +820,9 @@ func (r *runner) consumeSegment(ctx context.Context, sd *side, c, n int) (result
 			failures.Add(1)
 			firstFailure.CompareAndSwap(nil, err)
 		}))
-		err = cons.Listen(done, sd.rcv)
+		if err == nil {
+			err = cons.Listen(done, sd.rcv)
+		}
 	} else {
 		var wg sync.WaitGroup
 		errs := make([]error, c)

@@ -68,10 +68,13 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 func consumeOnce(t *testing.T, c *brokertest.Conn, queue string, n int) {
 	t.Helper()
 	dlq := c.NewSender(queue + ".dlq")
-	cons := artemis.NewConsumer(artemis.Handlers{
+	cons, err := artemis.NewConsumer(artemis.Handlers{
 		urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return errors.New("gateway timeout") },
 	}, artemis.WithDeadLetterSender(dlq), artemis.WithMaxTries(1), artemis.WithQueue(queue),
 		artemis.WithUnknownURN(artemis.UnknownURNDeadLetter), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := c.NewReceiver(queue, &brokertest.ReceiverOptions{Credit: 1})
 	defer c.CloseReceiver(r)
 	for i := 0; i < n; i++ {

@@ -76,7 +76,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		return nil
 	}
-	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNReminder: handle, URNNow: handle}))
+	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNReminder: handle, URNNow: handle})
+	if err != nil {
+		return err
+	}
 
 	// Each publish is timed from just before the call: the library reads
 	// the clock for x-opt-delivery-time inside it.

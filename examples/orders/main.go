@@ -190,12 +190,13 @@ func consume(ctx context.Context, client *artemis.Client, queue, dlq, poisonID s
 		}
 		emit(ev)
 	}
-	cons := artemis.NewConsumer(artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithOnError(onError))
-
 	// Consume attaches a receiver to the queue and a dead-letter sender to
 	// <queue>.dlq, and runs until its context ends.
-	bg := broker.Consume(cctx, client, queue, cons)
+	bg, err := broker.Consume(cctx, client, queue, artemis.Handlers{URNCreated: handle},
+		artemis.WithMaxTries(MaxTries), artemis.WithOnError(onError))
+	if err != nil {
+		return err
+	}
 	for !tr.finished() {
 		select {
 		case ev := <-events:

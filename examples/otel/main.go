@@ -134,7 +134,10 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 		return err
 	}
-	cons := broker.Consume(ctx, client, cfg.Queue, artemis.NewConsumer(artemis.Handlers{URNShipped: handle}))
+	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNShipped: handle})
+	if err != nil {
+		return err
+	}
 
 	// The producer: the send span is the message's creation context.
 	env, err := artemis.NewEnvelope(URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"}, artemis.EnvelopeQueue(cfg.Queue))

@@ -1,14 +1,17 @@
-// Package fakelink provides in-memory AMQP links for unit tests: a Receiver
-// that records the disposition of every delivery and fails the test on a
-// second or a missing settlement, and a Sender whose broker outcome is
-// programmable.
+// Package fakelink provides every test double of the library's unit tests:
+// a Receiver that records the disposition of every delivery and fails the
+// test on a second or a missing settlement (or, built by NewCountingReceiver,
+// only counts them, for benchmarks), a Sender whose broker outcome is
+// programmable, and LogBuffer, a log sink safe for concurrent writers.
 package fakelink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/Azure/go-amqp"
@@ -58,6 +61,19 @@ type Receiver struct {
 	// SettleErr, when set, is returned by every settlement call (after
 	// recording it), as a dead link would.
 	SettleErr error
+
+	// Options are the options the receiver was attached with, if a test
+	// attaches it through a seam that has them.
+	Options *amqp.ReceiverOptions
+	closed  atomic.Bool
+
+	stopped     chan struct{}
+	stoppedOnce sync.Once
+
+	// counting receivers (NewCountingReceiver) record nothing and check
+	// nothing: they only count.
+	counting                               bool
+	accepted, released, modified, failures atomic.Int64
 }
 
 // NewReceiver returns a receiver on addr holding msgs. It checks at the end
@@ -70,6 +86,7 @@ func NewReceiver(t testing.TB, addr string, msgs ...*amqp.Message) *Receiver {
 		failed:  make(chan struct{}),
 		settled: make(map[*amqp.Message]Disposition),
 		notify:  make(chan *amqp.Message, 1<<16),
+		stopped: make(chan struct{}),
 	}
 	for _, m := range msgs {
 		r.Push(m)
@@ -86,8 +103,49 @@ func NewReceiver(t testing.TB, addr string, msgs ...*amqp.Message) *Receiver {
 	return r
 }
 
+// NewCountingReceiver returns a receiver for benchmarks: it only counts
+// dispositions (no maps, no locks, no allocation), so a benchmark measures the
+// consumer and not the fake. It settles the same message any number of times
+// and checks nothing; Receive fails with ErrNotReceiving.
+func NewCountingReceiver() *Receiver {
+	return &Receiver{counting: true}
+}
+
+// ErrNotReceiving is what a counting receiver's Receive returns.
+var ErrNotReceiving = errors.New("fakelink: a counting receiver does not receive")
+
+// Counts are the dispositions a counting receiver saw.
+type Counts struct {
+	Accepted, Released, Modified int
+	Failed                       int // the modified ones with delivery-failed
+}
+
+// Total is the number of dispositions.
+func (c Counts) Total() int { return c.Accepted + c.Released + c.Modified }
+
+// Counted returns what a counting receiver saw.
+func (r *Receiver) Counted() Counts {
+	return Counts{
+		Accepted: int(r.accepted.Load()),
+		Released: int(r.released.Load()),
+		Modified: int(r.modified.Load()),
+		Failed:   int(r.failures.Load()),
+	}
+}
+
 // Address returns the link's address.
 func (r *Receiver) Address() string { return r.addr }
+
+// Close detaches the receiver: Receive fails with an *amqp.LinkError from
+// now on.
+func (r *Receiver) Close(context.Context) error {
+	r.closed.Store(true)
+	r.Fail(&amqp.LinkError{})
+	return nil
+}
+
+// Closed reports whether Close was called.
+func (r *Receiver) Closed() bool { return r.closed.Load() }
 
 // Push queues a message for Receive.
 func (r *Receiver) Push(m *amqp.Message) { r.queue <- m }
@@ -112,6 +170,17 @@ func (r *Receiver) Fail(err error) {
 // Receive returns the next queued message, blocking until one is queued,
 // the link fails or ctx ends.
 func (r *Receiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.Message, error) {
+	if r.counting {
+		return nil, ErrNotReceiving
+	}
+	m, err := r.receive(ctx)
+	if err != nil {
+		r.stoppedOnce.Do(func() { close(r.stopped) })
+	}
+	return m, err
+}
+
+func (r *Receiver) receive(ctx context.Context) (*amqp.Message, error) {
 	select {
 	case <-r.failed:
 		return nil, r.failErr
@@ -127,6 +196,10 @@ func (r *Receiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.M
 		return nil, ctx.Err()
 	}
 }
+
+// Stopped is closed once Receive has returned an error (its context ended
+// or the link failed): the caller's receive loop has seen the end.
+func (r *Receiver) Stopped() <-chan struct{} { return r.stopped }
 
 // AcceptMessage records an accepted outcome.
 func (r *Receiver) AcceptMessage(_ context.Context, m *amqp.Message) error {
@@ -148,6 +221,10 @@ func (r *Receiver) ModifyMessage(_ context.Context, m *amqp.Message, o *amqp.Mod
 }
 
 func (r *Receiver) settle(m *amqp.Message, d Disposition) error {
+	if r.counting {
+		r.count(d)
+		return nil
+	}
 	if m == nil {
 		r.t.Errorf("fakelink: settlement of a nil message (%v)", d)
 		return errors.New("fakelink: nil message")
@@ -164,6 +241,20 @@ func (r *Receiver) settle(m *amqp.Message, d Disposition) error {
 	}
 	r.notify <- m
 	return r.SettleErr
+}
+
+func (r *Receiver) count(d Disposition) {
+	switch d.Outcome {
+	case "accepted":
+		r.accepted.Add(1)
+	case "released":
+		r.released.Add(1)
+	default:
+		r.modified.Add(1)
+		if d.DeliveryFailed {
+			r.failures.Add(1)
+		}
+	}
 }
 
 // Disposition returns how m was settled.
@@ -218,18 +309,55 @@ func describe(m *amqp.Message) string {
 }
 
 // Sender is an in-memory sender whose broker outcome is set by Outcome.
+// The zero Sender accepts every transfer and records each message.
 type Sender struct {
-	mu   sync.Mutex
-	sent []*amqp.Message
-	kept []*amqp.Message
+	mu    sync.Mutex
+	sent  []*amqp.Message
+	kept  []*amqp.Message
+	count atomic.Int64
+
+	closed atomic.Bool
 
 	// Outcome decides each transfer's result; nil accepts everything.
 	Outcome func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error)
+
+	// Gate, when set, runs before each transfer; an error it returns is the
+	// transfer's error (a dead connection, say) and nothing is recorded.
+	Gate func() error
+
+	// Verdict, when set, is how Send turns an outcome into its error;
+	// without it Send behaves as go-amqp's Sender.Send.
+	Verdict func(amqp.DeliveryState) error
+
+	// Wire makes the sender keep what a link puts on the wire: each message
+	// is encoded while the send runs, as go-amqp does, and Sent and Kept hold
+	// the decoded copies, never the *amqp.Message itself (so a caller may
+	// reuse it). An encoding error is the transfer's error.
+	Wire bool
+
+	// OutcomeOnly makes Send panic: for code that must use SendOutcome.
+	OutcomeOnly bool
+
+	// Discard records no message, only the count (see Count): a sender for
+	// benchmarks that does not allocate.
+	Discard bool
+
+	// Address and Options are the target and options the sender was
+	// attached with, if a test attaches it through a seam that has them.
+	Address string
+	Options *amqp.SenderOptions
+}
+
+var accepted = &amqp.StateAccepted{}
+
+// Fixed returns an outcome that answers every transfer with state and err.
+func Fixed(state amqp.DeliveryState, err error) func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+	return func(context.Context, *amqp.Message) (amqp.DeliveryState, error) { return state, err }
 }
 
 // Accept accepts every transfer.
 func Accept(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
-	return &amqp.StateAccepted{}, nil
+	return accepted, nil
 }
 
 // Reject rejects every transfer with a resource-limit-exceeded error.
@@ -260,8 +388,30 @@ func Closed(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
 
 // SendOutcome sends m and returns the broker's outcome.
 func (s *Sender) SendOutcome(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+	if s.Gate != nil {
+		if err := s.Gate(); err != nil {
+			return nil, err
+		}
+	}
+	if s.closed.Load() {
+		return nil, &amqp.LinkError{}
+	}
+	s.count.Add(1)
+	if s.Discard {
+		if s.Outcome == nil {
+			return accepted, nil
+		}
+		return s.Outcome(ctx, m)
+	}
+	rec := m
+	if s.Wire {
+		var err error
+		if rec, err = onWire(m); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
-	s.sent = append(s.sent, m)
+	s.sent = append(s.sent, rec)
 	out := s.Outcome
 	s.mu.Unlock()
 	if out == nil {
@@ -271,19 +421,38 @@ func (s *Sender) SendOutcome(ctx context.Context, m *amqp.Message) (amqp.Deliver
 	if err == nil {
 		if _, ok := state.(*amqp.StateAccepted); ok {
 			s.mu.Lock()
-			s.kept = append(s.kept, m)
+			s.kept = append(s.kept, rec)
 			s.mu.Unlock()
 		}
 	}
 	return state, err
 }
 
+// onWire is m as a receiver decodes it.
+func onWire(m *amqp.Message) (*amqp.Message, error) {
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	var got amqp.Message
+	if err := got.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return &got, nil
+}
+
 // Send behaves as go-amqp's Sender.Send: an error for a rejected outcome,
-// nil for released and modified ones.
+// nil for released and modified ones (unless Verdict says otherwise).
 func (s *Sender) Send(ctx context.Context, m *amqp.Message, _ *amqp.SendOptions) error {
+	if s.OutcomeOnly {
+		panic("fakelink: Send called on an OutcomeOnly sender: SendOutcome must be used")
+	}
 	state, err := s.SendOutcome(ctx, m)
 	if err != nil {
 		return err
+	}
+	if s.Verdict != nil {
+		return s.Verdict(state)
 	}
 	if rej, ok := state.(*amqp.StateRejected); ok {
 		if rej.Error != nil {
@@ -293,6 +462,19 @@ func (s *Sender) Send(ctx context.Context, m *amqp.Message, _ *amqp.SendOptions)
 	}
 	return nil
 }
+
+// Close detaches the sender: every later transfer fails with an
+// *amqp.LinkError.
+func (s *Sender) Close(context.Context) error {
+	s.closed.Store(true)
+	return nil
+}
+
+// Closed reports whether Close was called.
+func (s *Sender) Closed() bool { return s.closed.Load() }
+
+// Count returns how many transfers were attempted (past Gate and Close).
+func (s *Sender) Count() int { return int(s.count.Load()) }
 
 // Sent returns every message a send was attempted for.
 func (s *Sender) Sent() []*amqp.Message {
@@ -315,4 +497,25 @@ type PlainSender struct{ S *Sender }
 // Send forwards to the wrapped Sender.
 func (p PlainSender) Send(ctx context.Context, m *amqp.Message, o *amqp.SendOptions) error {
 	return p.S.Send(ctx, m, o)
+}
+
+// LogBuffer is a log sink several goroutines may write to at once (a
+// slog handler over a Client or Consumer, say).
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -29,13 +29,17 @@ type Consumer struct {
 	done chan error
 }
 
-// Consume starts client.Consume(ctx, queue, cons, nil) in a goroutine. The
-// consumer runs until Stop, or until ctx ends.
-func Consume(ctx context.Context, client *artemis.Client, queue string, cons *artemis.Consumer) *Consumer {
+// Consume builds a Consumer of h and opts and starts client.Consume(ctx,
+// queue, it, nil) in a goroutine. It runs until Stop, or until ctx ends.
+func Consume(ctx context.Context, client *artemis.Client, queue string, h artemis.Handlers, opts ...artemis.ConsumerOption) (*Consumer, error) {
+	cons, err := artemis.NewConsumer(h, opts...)
+	if err != nil {
+		return nil, err
+	}
 	cctx, stop := context.WithCancel(ctx)
 	c := &Consumer{stop: stop, done: make(chan error, 1)}
 	go func() { c.done <- client.Consume(cctx, queue, cons, nil) }()
-	return c
+	return c, nil
 }
 
 // Done yields Consume's error when Consume returns before Stop is called

@@ -11,7 +11,6 @@ package artemis_test
 // ARTEMIS_NODLQ_PASSWORD override the credentials for another broker.
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/url"
@@ -28,6 +27,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 const (
@@ -84,24 +84,6 @@ func (e *authEvents) next(t *testing.T, kind artemis.ConnectionEventKind) artemi
 	}
 }
 
-// syncBuffer is a log sink the Client may write from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestIntegrationAuthWrongCredentialsFailFast dials with credentials the
 // broker refuses, given in each way the Client takes them.
 func TestIntegrationAuthWrongCredentialsFailFast(t *testing.T) {
@@ -152,7 +134,7 @@ func TestIntegrationAuthWrongCredentialsFailFast(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			events := newAuthEvents()
-			var logs syncBuffer
+			var logs fakelink.LogBuffer
 			opts := tc.opts
 			opts.OnEvent = events.on
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -341,7 +323,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := artemis.NewConsumer(artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}},
@@ -400,7 +382,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := artemis.NewConsumer(artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}}, artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))

@@ -1,0 +1,100 @@
+package artemis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBenchFixtures checks that the benchmarks' inputs and fakes do what the
+// benchmarks assume: the round trip gives back the data, the floor reads the
+// same fields, the floor message is the projection Publish sends, and
+// Handle accepts the routed message through the counting receiver.
+func TestBenchFixtures(t *testing.T) {
+	for _, data := range []any{benchOrderStruct(), benchOrderMap()} {
+		env, err := benchRoundTrip(data)
+		require.NoError(t, err)
+		assert.Equal(t, benchURN, env.URN())
+		assert.Equal(t, benchTrace, env.TraceID)
+		assert.JSONEq(t, `{"order_id":1042,"amount":99.9,"currency":"USD","note":"café ☕"}`, string(env.Data))
+		m, err := benchFloorJSON(data)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]any{"order_id": 1042.0, "amount": 99.9, "currency": "USD", "note": "café ☕"}, m)
+	}
+
+	body := benchBody(t)
+	assert.Contains(t, string(body), `"note":"café ☕"`, "non-ASCII stays UTF-8")
+	env, err := benchDecodeValidate(body)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1749132727000), env.Meta.CreatedAt)
+
+	// The hand-built floor message is the projection Publish sends, and the
+	// floor's send goes through the accepting sender.
+	want, err := NewMessage(env)
+	require.NoError(t, err)
+	assert.Equal(t, want, benchFloorMessage(env.Job, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
+	s := &fakelink.Sender{Discard: true}
+	require.NoError(t, benchFloorPublish(context.Background(), s, string(body), benchMessageID, time.Now()))
+	p := NewPublisher(s, benchQueue)
+	id, err := p.Publish(context.Background(), benchURN, benchOrderStruct())
+	require.NoError(t, err)
+	assert.NotEmpty(t, id)
+	assert.Equal(t, 2, s.Count())
+
+	// Handle settles through the counting receiver.
+	c := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
+	r := fakelink.NewCountingReceiver()
+	require.NoError(t, c.Handle(context.Background(), r, benchDelivery(t, benchURN)))
+	assert.Equal(t, 1, r.Counted().Accepted)
+	assert.Equal(t, 1, r.Counted().Total())
+}
+
+// TestAllocationBudgets holds the hot paths to the allocation counts the
+// benchmarks report, so a change that adds one shows up in go test. A
+// message routed to a strategy that reports nothing allocates nothing at
+// all: in particular its body is never decoded, which would allocate at
+// least the Envelope.
+func TestAllocationBudgets(t *testing.T) {
+	ctx := context.Background()
+	body := benchBody(t)
+	routed := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
+	routedMsg := benchDelivery(t, benchURN)
+	unknownMsg := benchDelivery(t, benchUnknown)
+	unknownMsg.Value = benchPoisonBody
+	release := mustConsumer(t, nil, WithUnknownURN(UnknownURNRelease))
+	drop := mustConsumer(t, nil, WithUnknownURN(UnknownURNDelete))
+	r := fakelink.NewCountingReceiver()
+	p := NewPublisher(&fakelink.Sender{Discard: true}, benchQueue)
+	structData, mapData := any(benchOrderStruct()), any(benchOrderMap())
+
+	for _, tc := range []struct {
+		name string
+		max  float64
+		run  func() error
+	}{
+		{"round trip, struct data", 20, func() error { _, err := benchRoundTrip(structData); return err }},
+		{"round trip, map data", 20, func() error { _, err := benchRoundTrip(mapData); return err }},
+		{"decode and validate", 2, func() error { _, err := benchDecodeValidate(body); return err }},
+		{"Handle, routed and accepted", 3, func() error { return routed.Handle(ctx, r, routedMsg) }},
+		{"Handle, unknown URN, release", 0, func() error { return release.Handle(ctx, r, unknownMsg) }},
+		{"Handle, unknown URN, delete", 0, func() error { return drop.Handle(ctx, r, unknownMsg) }},
+		// 17 without the race detector; with it, sync.Pool drops some of
+		// encoding/json's encoder states, which then cost an allocation.
+		{"Publish", 20, func() error { _, err := p.Publish(ctx, benchURN, structData); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			allocs := testing.AllocsPerRun(50, func() {
+				if e := tc.run(); e != nil {
+					err = e
+				}
+			})
+			require.NoError(t, err)
+			assert.LessOrEqual(t, allocs, tc.max, "allocations per operation")
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package artemis
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestDispositionNames(t *testing.T) {
+	for d, want := range map[Disposition]string{
+		Pending:         "pending",
+		Accepted:        "accepted",
+		Abandoned:       "abandoned",
+		Released:        "released",
+		DeadLettered:    "dead_lettered",
+		Dropped:         "dropped",
+		Disposition(99): "pending",
+	} {
+		assert.Equal(t, want, d.String(), "Disposition(%d)", int(d))
+	}
+}
+
+func TestDeliveryError(t *testing.T) {
+	cause := errors.New("payment gateway timeout")
+	tests := []struct {
+		name string
+		err  *DeliveryError
+		want string
+	}{
+		{
+			name: "routed and decoded",
+			err:  &DeliveryError{Kind: ErrHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: Abandoned, Err: cause},
+			want: ErrHandlerFailed.Error() + " (urn urn:a, id id-1, attempts 2): abandoned: payment gateway timeout",
+		},
+		{
+			name: "routed, no meta.id",
+			err:  &DeliveryError{Kind: ErrUnknownURN, URN: "urn:b", Disposition: Released},
+			want: ErrUnknownURN.Error() + " (urn urn:b, attempts 0): released",
+		},
+		{
+			name: "no urn",
+			err:  &DeliveryError{Kind: ErrPoison, Disposition: DeadLettered, Err: cause},
+			want: ErrPoison.Error() + ": dead_lettered: payment gateway timeout",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.err.Error())
+			assert.ErrorIs(t, tt.err, tt.err.Kind)
+			assert.NotErrorIs(t, tt.err, ErrSettlement, "only its own kind matches")
+			assert.Equal(t, tt.err.Err, errors.Unwrap(tt.err)) //nolint:errorlint // the direct cause is what is tested
+			if tt.err.Err != nil {
+				assert.ErrorIs(t, tt.err, cause, "the cause is reachable")
+			}
+		})
+	}
+}
+
+func TestPanicError(t *testing.T) {
+	withErr := &PanicError{Value: io.ErrUnexpectedEOF}
+	assert.Equal(t, "handler panicked: "+io.ErrUnexpectedEOF.Error(), withErr.Error())
+	assert.ErrorIs(t, withErr, io.ErrUnexpectedEOF, "a panic with an error unwraps to it")
+
+	withValue := &PanicError{Value: 42}
+	assert.Equal(t, "handler panicked: 42", withValue.Error())
+	assert.NoError(t, withValue.Unwrap(), "a panic with a non-error value has no cause")
+
+	wrapped := fmt.Errorf("attempt: %w", withErr)
+	var pe *PanicError
+	assert.ErrorAs(t, wrapped, &pe)
+}

@@ -1,0 +1,170 @@
+//go:build faults
+
+package artemis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/stretchr/testify/assert"
+)
+
+// faultFailure is the handler's error in the dead-letter test.
+type faultFailure struct{}
+
+func (*faultFailure) Error() string { return "ledger rejected the entry" }
+
+// TestFaultDeadLetterLinkLostAndBack runs a consumer whose handler always
+// fails, so each message ends on <queue>.dlq after 2 deliveries, and takes
+// the dead-letter link away mid-run by SIGKILLing the broker while
+// handlers are about to dead-letter.
+//
+// (Deleting the dead-letter queue or its address through the CLI does not
+// detach an attached AMQP sender link on Artemis 2.40: later transfers are
+// accepted and auto-create the queue again. A kill does detach it.)
+//
+// The dead-letter writes attempted while the broker is down fail and are
+// reported as ErrDeadLetterFailed; their sources are never accepted, so
+// Artemis redelivers them after the restart, and once the Client has
+// re-attached the dead-letter link every message is on the DLQ, counted
+// by meta.id.
+func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
+	fb := requireFaultBroker(t)
+	const (
+		total       = 600
+		killAt      = 200 // deliveries at the limit before the kill
+		concurrency = 4
+		credit      = 10
+		maxTries    = 2
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	q := faultQueue("dlq")
+	dlq := q + ".dlq"
+	sent := faultPublish(t, ctx, fb, q, total, 4)
+
+	var (
+		limitCalls atomic.Int64
+		calls      atomic.Int64
+		killNow    = make(chan struct{})
+		killDone   = make(chan struct{})
+		killOnce   sync.Once
+	)
+	releaseHandlers := func() { killOnce.Do(func() { close(killDone) }) }
+	defer releaseHandlers()
+
+	reports := newFaultReports(artemis.ErrHandlerFailed, artemis.ErrDeadLetterFailed, artemis.ErrSettlement)
+	var dlMu sync.Mutex
+	deadLettered := map[string]int{}
+	allDone := make(chan struct{})
+	onError := func(ctx context.Context, err error, env *artemis.Envelope, msg *amqp.Message) {
+		reports.onError(ctx, err, env, msg)
+		var de *artemis.DeliveryError
+		if errors.As(err, &de) && errors.Is(de, artemis.ErrHandlerFailed) && de.Disposition == artemis.DeadLettered {
+			dlMu.Lock()
+			deadLettered[de.MessageID]++
+			if len(deadLettered) == total && deadLettered[de.MessageID] == 1 {
+				close(allDone)
+			}
+			dlMu.Unlock()
+		}
+	}
+	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		calls.Add(1)
+		if env.Attempts >= maxTries-1 {
+			n := limitCalls.Add(1)
+			if n == killAt {
+				close(killNow)
+			}
+			if n >= killAt {
+				<-killDone // dead-letter only once the broker is dead
+			}
+		}
+		return &faultFailure{}
+	}},
+		artemis.WithMaxTries(maxTries),
+		artemis.WithConcurrency(concurrency),
+		artemis.WithDeadLetterTimeout(10*time.Second),
+		artemis.WithDeadLetterRetryDelay(100*time.Millisecond),
+		artemis.WithOnError(onError))
+
+	events := newFaultEvents()
+	c := faultDial(t, fb, events.on)
+	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	events.wait(t, 0, artemis.EventSenderAttached, dlq, faultWait)
+	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
+
+	waitClosed(t, killNow, 3*time.Minute, func() string {
+		return fmt.Sprintf("%d deliveries at the limit (have %d)", killAt, limitCalls.Load())
+	})
+	mark := events.mark()
+	fb.kill(t)
+	releaseHandlers()
+	// The parked handlers dead-letter into a dead broker: reported, held,
+	// released (the release fails too: the link is gone).
+	waitClosed(t, reports.first[artemis.ErrDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
+	events.wait(t, mark, artemis.EventConsumerLost, q, faultWait)
+	failedDuringOutage := reports.ids(artemis.ErrDeadLetterFailed)
+	fb.restart(t)
+	events.wait(t, mark, artemis.EventConsumerResumed, q, faultWait)
+	events.wait(t, mark, artemis.EventSenderReattached, dlq, faultWait)
+
+	waitClosed(t, allDone, 3*time.Minute, func() string {
+		dlMu.Lock()
+		defer dlMu.Unlock()
+		return fmt.Sprintf("every message to be dead-lettered (have %d of %d)", len(deadLettered), total)
+	})
+	stop()
+	onDLQ := faultDrain(t, fb, dlq)
+	left := faultDrain(t, fb, q)
+
+	var missing, duplicated, foreign, badBlock int
+	for id := range sent {
+		n := onDLQ.copies[id]
+		if n == 0 {
+			missing++
+		}
+		if n > 1 {
+			duplicated += n - 1
+		}
+	}
+	for id := range onDLQ.copies {
+		if _, ok := sent[id]; !ok {
+			foreign++
+		}
+	}
+	for _, env := range onDLQ.envs {
+		dl := env.DeadLetter
+		if dl == nil || dl.Reason != artemis.ReasonFailed || dl.OriginalQueue != q || dl.Error == nil || *dl.Error != "ledger rejected the entry" {
+			badBlock++
+		}
+	}
+	var failedThenDLQ int
+	for id := range failedDuringOutage {
+		if onDLQ.copies[id] > 0 {
+			failedThenDLQ++
+		}
+	}
+
+	t.Logf("FIGURES dead-letter: sent=%d on DLQ(unique)=%d missing=%d duplicated=%d DLQ copies=%d left on source=%d handler calls=%d",
+		total, len(onDLQ.copies), missing, duplicated, onDLQ.total, left.total, calls.Load())
+	t.Logf("FIGURES dead-letter: writes failed while the broker was down: %d messages (%d of them on the DLQ now)",
+		len(failedDuringOutage), failedThenDLQ)
+	t.Logf("FIGURES dead-letter: events after the kill: %s", events.summary(mark))
+	reports.log(t)
+
+	assert.Zero(t, missing, "messages neither dead-lettered nor left on the source")
+	assert.Zero(t, foreign, "DLQ copies of messages that were not sent")
+	assert.Zero(t, badBlock, "DLQ copies without the right dead_letter block")
+	assert.LessOrEqual(t, duplicated, credit+concurrency, "duplicate DLQ copies stay within the in-flight window")
+	assert.NotEmpty(t, failedDuringOutage, "dead-letter writes failed while the link was gone")
+	assert.Equal(t, len(failedDuringOutage), failedThenDLQ, "each source whose dead-letter write failed was released, not lost, and ended on the DLQ")
+	assert.Zero(t, left.total, "nothing left on the source queue")
+}

@@ -1,0 +1,400 @@
+//go:build faults
+
+package artemis_test
+
+// Fault tests: a real Artemis broker is SIGKILLed and restarted under a
+// running consumer, dead-letter writer and publisher, and nothing may be
+// lost. They need a broker of their own, because they kill it: run them
+// with scripts/faults, which starts the second local instance "fault"
+// (ARTEMIS_INSTANCE=fault, free ports), exports its settings, runs
+//
+//	go test -race -tags faults -run Fault -count=1 -timeout 20m -v .
+//
+// and stops the instance afterwards. The tests refuse to run against the
+// default instance. Each one is bounded by its own deadline, runs alone
+// (never in parallel: they share the broker they kill) and leaves the
+// broker running.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+)
+
+const (
+	faultURN = "urn:babel:faults:sequenced"
+	// faultScriptTimeout bounds one run of scripts/artemis (a restart
+	// replays the journal and starts a JVM on a shared machine).
+	faultScriptTimeout = 3 * time.Minute
+	// faultWait bounds a wait for something the test caused.
+	faultWait = time.Minute
+	// faultDrainIdle ends a drain: no message for this long.
+	faultDrainIdle = 3 * time.Second
+)
+
+// faultBroker is the broker the test may kill: the local instance named by
+// ARTEMIS_INSTANCE, never the default one.
+type faultBroker struct {
+	*brokertest.Broker
+	script   string
+	instance string
+	killed   bool // killed and not restarted yet
+}
+
+func requireFaultBroker(t *testing.T) *faultBroker {
+	t.Helper()
+	b, ok := brokertest.FromEnv()
+	if !ok {
+		t.Fatal("fault tests need their own broker: run scripts/faults (ARTEMIS_URL is not set)")
+	}
+	inst := os.Getenv("ARTEMIS_INSTANCE")
+	if inst == "" || inst == "default" {
+		t.Fatalf("fault tests SIGKILL their broker: ARTEMIS_INSTANCE must name a second local instance "+
+			"(scripts/faults sets ARTEMIS_INSTANCE=fault), not %q", inst)
+	}
+	script := os.Getenv("ARTEMIS_SCRIPT")
+	if script == "" {
+		script = "scripts/artemis"
+	}
+	script, err := filepath.Abs(script)
+	require.NoError(t, err)
+	fb := &faultBroker{Broker: b, script: script, instance: inst}
+	// The broker about to be killed must be the one under test.
+	out := fb.run(t, "env")
+	require.Equal(t, b.URL, envValue(out, "ARTEMIS_URL"),
+		"ARTEMIS_URL is not the URL of instance %q: refusing to kill it", inst)
+	t.Cleanup(func() {
+		if fb.killed {
+			fb.restart(t) // leave the broker running for the next test
+		}
+	})
+	return fb
+}
+
+// run runs scripts/artemis for the fault instance and returns its stdout.
+func (fb *faultBroker) run(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), faultScriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, fb.script, args...)
+	cmd.Env = append(os.Environ(), "ARTEMIS_INSTANCE="+fb.instance)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
+		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
+	}
+	require.NoError(t, err, "scripts/artemis %s", strings.Join(args, " "))
+	return stdout.String()
+}
+
+// kill SIGKILLs the broker.
+func (fb *faultBroker) kill(t *testing.T) {
+	t.Helper()
+	fb.killed = true
+	fb.run(t, "kill")
+}
+
+// restart starts the killed broker again, on the same ports: the clients
+// reconnect to the URL they were given.
+func (fb *faultBroker) restart(t *testing.T) {
+	t.Helper()
+	out := fb.run(t, "restart-after-kill")
+	fb.killed = false
+	require.Equal(t, fb.URL, envValue(out, "ARTEMIS_URL"), "the broker came back on another port")
+}
+
+// envValue reads KEY=value from `scripts/artemis env` output.
+func envValue(out, key string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// faultQueue returns a fresh queue name.
+func faultQueue(kind string) string {
+	return fmt.Sprintf("bqfault.%s.%08x", kind, rand.Uint32())
+}
+
+// faultEvents records a Client's connection events and lets the test wait
+// for one.
+type faultEvents struct {
+	mu      sync.Mutex
+	events  []artemis.ConnectionEvent
+	changed chan struct{} // closed and replaced on every event
+}
+
+func newFaultEvents() *faultEvents { return &faultEvents{changed: make(chan struct{})} }
+
+func (e *faultEvents) on(ev artemis.ConnectionEvent) {
+	e.mu.Lock()
+	e.events = append(e.events, ev)
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// mark is the index of the next event.
+func (e *faultEvents) mark() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.events)
+}
+
+// wait returns the first event from index from on that is of kind (and
+// concerns addr, when addr is not empty), failing the test after timeout.
+func (e *faultEvents) wait(t *testing.T, from int, kind artemis.ConnectionEventKind, addr string, timeout time.Duration) artemis.ConnectionEvent {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		e.mu.Lock()
+		for _, ev := range e.events[from:] {
+			if ev.Kind == kind && (addr == "" || ev.Address == addr) {
+				e.mu.Unlock()
+				return ev
+			}
+		}
+		changed := e.changed
+		e.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no %v event (address %q) within %v; events since: %s", kind, addr, timeout, e.summary(from))
+		}
+	}
+}
+
+// count counts the events of kind from index from on.
+func (e *faultEvents) count(from int, kind artemis.ConnectionEventKind) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.events[from:] {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// summary counts the events by kind, in order of first appearance.
+func (e *faultEvents) summary(from int) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var order []artemis.ConnectionEventKind
+	n := map[artemis.ConnectionEventKind]int{}
+	for _, ev := range e.events[from:] {
+		if n[ev.Kind] == 0 {
+			order = append(order, ev.Kind)
+		}
+		n[ev.Kind]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%v=%d", k, n[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// faultDial connects a Client that re-attaches quickly after a loss.
+func faultDial(t *testing.T, fb *faultBroker, onEvent func(artemis.ConnectionEvent)) *artemis.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{fb.URL}, &artemis.ClientOptions{
+		OnEvent:     onEvent,
+		DialTimeout: 10 * time.Second,
+		Backoff:     &artemis.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// faultData is the payload: a sequence number.
+type faultData struct {
+	Seq int `json:"seq"`
+}
+
+// faultPublish publishes n envelopes with seq 0..n-1 to q from workers
+// goroutines and returns meta.id -> seq.
+func faultPublish(t *testing.T, ctx context.Context, fb *faultBroker, q string, n, workers int) map[string]int {
+	t.Helper()
+	c := faultDial(t, fb, nil)
+	defer func() { _ = c.Close() }()
+	pub, err := c.Publisher(ctx, q)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int(next.Add(1) - 1); seq < n; seq = int(next.Add(1) - 1) {
+				id, err := pub.Publish(ctx, faultURN, faultData{Seq: seq})
+				if err != nil {
+					errs <- fmt.Errorf("publish seq %d: %w", seq, err)
+					return
+				}
+				ids[seq] = id
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	sent := make(map[string]int, n)
+	for seq, id := range ids {
+		sent[id] = seq
+	}
+	require.Len(t, sent, n, "every publish returned its own meta.id")
+	elapsed := time.Since(start)
+	t.Logf("published %d durable messages to %s in %v (%.0f/s)", n, q, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+	return sent
+}
+
+// faultDrained is what a drain found on a queue.
+type faultDrained struct {
+	copies map[string]int // meta.id -> copies
+	total  int
+	envs   []*artemis.Envelope
+}
+
+// faultDrain takes every message off addr (pre-settled: this is the final
+// read) until none arrives for faultDrainIdle, and counts them by meta.id.
+func faultDrain(t *testing.T, fb *faultBroker, addr string) faultDrained {
+	t.Helper()
+	conn := fb.Dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
+	r, err := conn.Session.NewReceiver(ctx, addr, &amqp.ReceiverOptions{
+		SourceCapabilities:        []string{"queue"},
+		Credit:                    500,
+		RequestedSenderSettleMode: amqp.SenderSettleModeSettled.Ptr(),
+	})
+	cancel()
+	require.NoError(t, err, "attach a receiver to %s", addr)
+	d := faultDrained{copies: map[string]int{}}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), faultDrainIdle)
+		msg, err := r.Receive(ctx, nil)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		require.NoError(t, err, "receive from %s", addr)
+		body, ok := msg.Value.(string)
+		require.True(t, ok, "a message on %s without a string value body: %T", addr, msg.Value)
+		env, err := artemis.Decode([]byte(body))
+		require.NoError(t, err, "a message on %s that is not an envelope: %s", addr, body)
+		d.copies[env.Meta.ID]++
+		d.total++
+		d.envs = append(d.envs, env)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), brokertest.OpTimeout)
+	defer cancel()
+	_ = r.Close(ctx)
+	return d
+}
+
+// faultReports counts what a consumer reports, by kind.
+type faultReports struct {
+	mu      sync.Mutex
+	byKind  map[string]int
+	byID    map[error]map[string]int // kind -> meta.id -> reports
+	samples map[string]string
+	first   map[error]chan struct{} // closed on the first report of a kind
+}
+
+func newFaultReports(kinds ...error) *faultReports {
+	r := &faultReports{byKind: map[string]int{}, byID: map[error]map[string]int{}, samples: map[string]string{},
+		first: map[error]chan struct{}{}}
+	for _, k := range kinds {
+		r.first[k] = make(chan struct{})
+		r.byID[k] = map[string]int{}
+	}
+	return r
+}
+
+func (r *faultReports) onError(_ context.Context, err error, _ *artemis.Envelope, _ *amqp.Message) {
+	var de *artemis.DeliveryError
+	name := "not a *DeliveryError"
+	if errors.As(err, &de) {
+		name = de.Kind.Error() + " / " + de.Disposition.String()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byKind[name]++
+	if _, ok := r.samples[name]; !ok {
+		r.samples[name] = err.Error()
+	}
+	if de == nil {
+		return
+	}
+	if ids, ok := r.byID[de.Kind]; ok {
+		ids[de.MessageID]++
+		if ids[de.MessageID] == 1 && len(ids) == 1 {
+			close(r.first[de.Kind])
+		}
+	}
+}
+
+func (r *faultReports) ids(kind error) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.byID[kind]))
+	for k, v := range r.byID[kind] {
+		out[k] = v
+	}
+	return out
+}
+
+func (r *faultReports) log(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.byKind))
+	for k := range r.byKind {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		t.Logf("  reported %q x%d, e.g. %s", k, r.byKind[k], r.samples[k])
+	}
+}
+
+// waitClosed waits for ch, failing the test with what after timeout.
+func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what func() string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %v waiting for %s", timeout, what())
+	}
+}

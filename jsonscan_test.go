@@ -1,0 +1,109 @@
+package artemis
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scanValid is the fast path's verdict on a whole JSON text.
+func scanValid(s string) bool {
+	end, _, ok := scanValue(s, skipSpace(s, 0), 0)
+	return ok && skipSpace(s, end) == len(s)
+}
+
+// nesting returns the deepest nesting of objects and arrays in s, counting
+// brackets outside strings (s need not be valid).
+func nesting(s string) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+func checkFastDecode(t *testing.T, s string) {
+	t.Helper()
+	want := utf8.ValidString(s) && json.Valid([]byte(s))
+	shallow := nesting(s) < maxScanDepth
+	if got := scanValid(s); got != want && (got || shallow) {
+		t.Fatalf("scanValue says valid=%t, utf8+encoding/json say %t: %q", got, want, s)
+	}
+	fast, ok := decodeFast(s, true)
+	checked, err := decodeChecked(s, true)
+	switch {
+	case ok && err != nil:
+		t.Fatalf("the fast path decoded a body the checked path refuses (%v): %q", err, s)
+	case ok:
+		require.Equal(t, checked, fast, "the paths decode %q differently", s)
+	case err == nil && shallow:
+		t.Fatalf("the fast path refused a body the checked path decodes: %q", s)
+	}
+}
+
+func TestFastDecodeMatchesChecked(t *testing.T) {
+	for _, s := range scanSeeds {
+		checkFastDecode(t, s)
+	}
+	// Deeper than the fast path goes: decoded by the checked path all the same.
+	deep := `{"job":"urn:x","trace_id":"t","data":{"d":` + strings.Repeat("[", maxScanDepth+5) + strings.Repeat("]", maxScanDepth+5) +
+		`},"meta":{"schema_version":1},"attempts":0}`
+	_, ok := decodeFast(deep, true)
+	assert.False(t, ok, "the fast path stops at its depth limit")
+	env, err := Decode([]byte(deep))
+	require.NoError(t, err)
+	require.NoError(t, env.Validate())
+	checkFastDecode(t, deep)
+
+	// Random edits of the seeds, with the bytes that matter to a JSON scanner.
+	const alphabet = "{}[]\":,\\ \t\n0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3\xa9\xed\xa0\x80\xff"
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := []byte(scanSeeds[rng.IntN(5)])
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(len(b) + 1)
+			c := alphabet[rng.IntN(len(alphabet))]
+			switch rng.IntN(3) {
+			case 0: // insert
+				b = append(b[:i], append([]byte{c}, b[i:]...)...)
+			case 1: // replace
+				if i < len(b) {
+					b[i] = c
+				}
+			default: // delete
+				if i < len(b) {
+					b = append(b[:i], b[i+1:]...)
+				}
+			}
+		}
+		checkFastDecode(t, string(b))
+	}
+}
+
+// FuzzFastDecodeMatchesChecked runs the same comparison on fuzzed bodies:
+//
+//	go test -run '^$' -fuzz '^FuzzFastDecodeMatchesChecked$' -fuzztime 1m -parallel 1 .
+func FuzzFastDecodeMatchesChecked(f *testing.F) {
+	for _, s := range scanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkFastDecode(t, string(body))
+	})
+}

@@ -1,0 +1,172 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+func TestOutcomeError(t *testing.T) {
+	brokerErr := &amqp.Error{Condition: amqp.ErrCondResourceLimitExceeded, Description: "address full"}
+	tests := []struct {
+		name      string
+		state     amqp.DeliveryState
+		wantNil   bool
+		msg       string
+		unwrapped error
+	}{
+		{name: "accepted", state: &amqp.StateAccepted{}, wantNil: true},
+		{name: "rejected with error", state: &amqp.StateRejected{Error: brokerErr}, msg: "rejected the transfer: *Error{Condition: amqp:resource-limit-exceeded, Description: address full", unwrapped: brokerErr},
+		{name: "rejected bare", state: &amqp.StateRejected{}, msg: "broker rejected the transfer"},
+		{name: "released", state: &amqp.StateReleased{}, msg: "released"},
+		{name: "modified", state: &amqp.StateModified{DeliveryFailed: true}, msg: "modified the transfer (delivery-failed true, undeliverable-here false)"},
+		{name: "modified undeliverable", state: &amqp.StateModified{UndeliverableHere: true}, msg: "delivery-failed false, undeliverable-here true"},
+		{name: "received is not final", state: &amqp.StateReceived{}, msg: "StateReceived, not accepted"},
+		{name: "no outcome", state: nil, msg: "without an outcome"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := outcomeError(tt.state)
+			if tt.wantNil {
+				if err != nil {
+					t.Errorf("outcomeError = %v, want nil", err)
+				}
+				return
+			}
+			var oe *OutcomeError
+			if !errors.As(err, &oe) || oe.State != tt.state {
+				t.Fatalf("outcomeError = %#v, want an *OutcomeError holding the state", err)
+			}
+			if !errors.Is(err, ErrNotAccepted) {
+				t.Errorf("%v does not match ErrNotAccepted", err)
+			}
+			if errors.Is(err, ErrInvalidEnvelope) || errors.Is(err, ErrDeadLetterFailed) {
+				t.Errorf("%v matches an unrelated sentinel", err)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("message %q does not contain %q", err, tt.msg)
+			}
+			if got := errors.Unwrap(err); got != tt.unwrapped { //nolint:errorlint // the identity of the direct cause is what is tested
+				t.Errorf("Unwrap = %v, want %v", got, tt.unwrapped)
+			}
+		})
+	}
+}
+
+// outcomeOnly is an OutcomeSender returning a fixed outcome and error; its
+// Send panics, since sendConfirmed must use SendOutcome on an OutcomeSender.
+func outcomeOnly(state amqp.DeliveryState, err error) *fakelink.Sender {
+	return &fakelink.Sender{Outcome: fakelink.Fixed(state, err), OutcomeOnly: true}
+}
+
+func TestSendConfirmedOutcomeSender(t *testing.T) {
+	ctx := context.Background()
+	msg := mustMessage(t, contractPHP(t))
+	sendErr := errors.New("connection reset")
+	tests := []struct {
+		name        string
+		s           *fakelink.Sender
+		notAccepted bool
+		wantErr     error
+	}{
+		{name: "accepted", s: outcomeOnly(&amqp.StateAccepted{}, nil)},
+		{name: "rejected", s: outcomeOnly(&amqp.StateRejected{}, nil), notAccepted: true},
+		{name: "released", s: outcomeOnly(&amqp.StateReleased{}, nil), notAccepted: true},
+		{name: "modified", s: outcomeOnly(&amqp.StateModified{DeliveryFailed: true}, nil), notAccepted: true},
+		{name: "nil state nil error", s: outcomeOnly(nil, nil), notAccepted: true},
+		{name: "send error", s: outcomeOnly(nil, sendErr), wantErr: sendErr},
+		{name: "send error wins over a state", s: outcomeOnly(&amqp.StateAccepted{}, sendErr), wantErr: sendErr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := sendConfirmed(ctx, tt.s, msg)
+			if tt.s.Count() != 1 {
+				t.Errorf("SendOutcome called %d times", tt.s.Count())
+			}
+			switch {
+			case tt.notAccepted:
+				if !errors.Is(err, ErrNotAccepted) {
+					t.Errorf("sendConfirmed = %v, want ErrNotAccepted", err)
+				}
+			case tt.wantErr != nil:
+				if !errors.Is(err, tt.wantErr) || errors.Is(err, ErrNotAccepted) {
+					t.Errorf("sendConfirmed = %v, want %v", err, tt.wantErr)
+				}
+			default:
+				if err != nil {
+					t.Errorf("sendConfirmed = %v, want nil", err)
+				}
+			}
+		})
+	}
+
+	t.Run("fakelink sender", func(t *testing.T) {
+		for name, out := range map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
+			"accept": fakelink.Accept, "reject": fakelink.Reject, "release": fakelink.Release, "modify": fakelink.Modify,
+		} {
+			s := &fakelink.Sender{Outcome: out}
+			err := sendConfirmed(ctx, s, msg)
+			if (name == "accept") != (err == nil) || (err != nil && !errors.Is(err, ErrNotAccepted)) {
+				t.Errorf("%s: sendConfirmed = %v", name, err)
+			}
+			if len(s.Sent()) != 1 || s.Sent()[0] != msg {
+				t.Errorf("%s: sent %v", name, s.Sent())
+			}
+		}
+	})
+}
+
+// TestSendConfirmedPlainSenderTrustsSend documents a limitation: a Sender
+// that is neither an OutcomeSender nor an *amqp.Sender (no SendWithReceipt)
+// only has Send, which, like go-amqp's Send, returns nil for released and
+// modified outcomes. sendConfirmed cannot see those, so they count as
+// success; only a rejection or a link error fails.
+func TestSendConfirmedPlainSenderTrustsSend(t *testing.T) {
+	ctx := context.Background()
+	msg := mustMessage(t, contractPHP(t))
+	tests := []struct {
+		name    string
+		outcome func(context.Context, *amqp.Message) (amqp.DeliveryState, error)
+		wantErr bool
+	}{
+		{"accepted is success", fakelink.Accept, false},
+		{"released counts as success (limitation)", fakelink.Release, false},
+		{"modified counts as success (limitation)", fakelink.Modify, false},
+		{"rejected fails", fakelink.Reject, true},
+		{"link closed fails", fakelink.Closed, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inner := &fakelink.Sender{Outcome: tt.outcome}
+			err := sendConfirmed(ctx, fakelink.PlainSender{S: inner}, msg)
+			if (err != nil) != tt.wantErr {
+				t.Errorf("sendConfirmed = %v, want error %t", err, tt.wantErr)
+			}
+			if len(inner.Sent()) != 1 {
+				t.Errorf("sent %d", len(inner.Sent()))
+			}
+			if tt.name == "rejected fails" {
+				// The rejection comes back as Send's *amqp.Error, not an *OutcomeError.
+				var ae *amqp.Error
+				if !errors.As(err, &ae) || errors.Is(err, ErrNotAccepted) {
+					t.Errorf("rejected through Send: %v", err)
+				}
+			}
+		})
+	}
+
+	t.Run("publish through a plain sender returns the id on release (limitation)", func(t *testing.T) {
+		inner := &fakelink.Sender{Outcome: fakelink.Release}
+		id, err := NewPublisher(fakelink.PlainSender{S: inner}, "orders").Publish(ctx, "urn:a:b", nil)
+		if err != nil || id == "" {
+			t.Errorf("Publish = %q, %v", id, err)
+		}
+		if len(inner.Kept()) != 0 {
+			t.Errorf("the fake broker kept a released message")
+		}
+	})
+}

@@ -1,0 +1,575 @@
+package artemis
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWithHeaders(t *testing.T) {
+	base := mustMessage(t, contractPHP(t))
+	baseRender := renderMessage(t, base)
+
+	t.Run("no headers is identical to no option", func(t *testing.T) {
+		for name, opt := range map[string]PublishOption{
+			"nil map":       WithHeaders(nil),
+			"empty map":     WithHeaders(map[string]string{}),
+			"empty carrier": WithHeaders(HeaderCarrier{}),
+			"only blanks":   WithHeaders(map[string]string{"": "v", " ": "v", "k": "", "k2": "  ", "\t": "\t"}),
+		} {
+			msg := mustMessage(t, contractPHP(t), opt)
+			if !reflect.DeepEqual(msg, base) {
+				t.Errorf("%s: message differs from a publish without headers:\n%s\nwant\n%s", name, renderMessage(t, msg), baseRender)
+			}
+			if got := renderMessage(t, msg); !bytes.Equal(got, baseRender) {
+				t.Errorf("%s: rendering differs", name)
+			}
+		}
+	})
+
+	t.Run("headers ride beside the contract properties", func(t *testing.T) {
+		msg := mustMessage(t, contractPHP(t), WithHeaders(map[string]string{
+			"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			"tracestate":  "rojo=00f067aa0ba902b7",
+			" padded ":    " value kept as is ", //nolint:gocritic // a key with spaces on purpose
+		}))
+		want := map[string]any{
+			"bq_schema_version": "1", "bq_source_lang": "php", "bq_attempts": "0", "bq_app_id": "babelqueue",
+			"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			"tracestate":  "rojo=00f067aa0ba902b7",
+			" padded ":    " value kept as is ", //nolint:gocritic // a key with spaces on purpose
+		}
+		if !reflect.DeepEqual(msg.ApplicationProperties, want) {
+			t.Errorf("application properties %#v, want %#v", msg.ApplicationProperties, want)
+		}
+		// Headers change nothing else.
+		msg.ApplicationProperties = base.ApplicationProperties
+		if !reflect.DeepEqual(msg, base) {
+			t.Errorf("headers changed more than the application properties")
+		}
+	})
+
+	t.Run("a bq_ collision loses to the contract value", func(t *testing.T) {
+		msg := mustMessage(t, contractPHP(t), WithHeaders(map[string]string{
+			"bq_schema_version": "2", "bq_source_lang": "go", "bq_attempts": "7", "bq_app_id": "other",
+		}))
+		if !reflect.DeepEqual(msg.ApplicationProperties, base.ApplicationProperties) {
+			t.Errorf("application properties %#v, want %#v", msg.ApplicationProperties, base.ApplicationProperties)
+		}
+	})
+
+	t.Run("several WithHeaders merge, later wins", func(t *testing.T) {
+		msg := mustMessage(t, contractPHP(t),
+			WithHeaders(map[string]string{"a": "1", "b": "1"}),
+			WithHeaders(map[string]string{"b": "2", "c": "2"}))
+		for k, want := range map[string]string{"a": "1", "b": "2", "c": "2"} {
+			if got := msg.ApplicationProperties[k]; got != want {
+				t.Errorf("%s = %#v, want %q", k, got, want)
+			}
+		}
+	})
+
+	t.Run("the caller's map is not modified", func(t *testing.T) {
+		h := map[string]string{"": "x", "k": "v"}
+		mustMessage(t, contractPHP(t), WithHeaders(h))
+		if len(h) != 2 || h[""] != "x" || h["k"] != "v" {
+			t.Errorf("caller's map changed: %v", h)
+		}
+	})
+}
+
+func TestWithDelay(t *testing.T) {
+	tests := []struct {
+		name  string
+		delay time.Duration
+		want  int64 // 0: no annotation
+	}{
+		{"one millisecond", time.Millisecond, 1749132727251},
+		{"ninety seconds", 90 * time.Second, 1749132817250},
+		{"one hour", time.Hour, 1749136327250},
+		{"sub-millisecond rounds down", 1500 * time.Microsecond, 1749132727251},
+		{"one nanosecond", time.Nanosecond, 1749132727250},
+		{"zero", 0, 0},
+		{"negative", -time.Minute, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := mustMessage(t, contractPHP(t), withClock(fixedClock), WithDelay(tt.delay))
+			v, ok := msg.Annotations[AnnotationDeliveryTime]
+			if tt.want == 0 {
+				if ok {
+					t.Errorf("x-opt-delivery-time set to %#v for a delay of %v", v, tt.delay)
+				}
+				if !reflect.DeepEqual(msg, mustMessage(t, contractPHP(t))) {
+					t.Errorf("a delay <= 0 changed the message")
+				}
+				return
+			}
+			ms, isLong := v.(int64)
+			if !isLong {
+				t.Fatalf("x-opt-delivery-time is %#v (%T), want an int64 (AMQP long)", v, v)
+			}
+			if ms != tt.want {
+				t.Errorf("x-opt-delivery-time %d, want %d", ms, tt.want)
+			}
+			if _, rel := msg.Annotations[AnnotationDeliveryDelay]; rel {
+				t.Errorf("x-opt-delivery-delay set beside x-opt-delivery-time")
+			}
+			if msg.Annotations[AnnotationJMSType] != "urn:babel:orders:created" {
+				t.Errorf("x-opt-jms-type lost: %v", msg.Annotations)
+			}
+		})
+	}
+
+	t.Run("real clock", func(t *testing.T) {
+		before := time.Now().Add(time.Minute).UnixMilli()
+		msg := mustMessage(t, contractPHP(t), WithDelay(time.Minute))
+		after := time.Now().Add(time.Minute).UnixMilli()
+		ms, _ := msg.Annotations[AnnotationDeliveryTime].(int64)
+		if ms < before || ms > after {
+			t.Errorf("x-opt-delivery-time %d not in [%d, %d]", ms, before, after)
+		}
+	})
+}
+
+func TestWithDuplicateDetection(t *testing.T) {
+	msg := mustMessage(t, contractPHP(t), WithDuplicateDetection())
+	if got := msg.ApplicationProperties[PropDuplicateID]; got != contractMessageID {
+		t.Errorf("_AMQ_DUPL_ID %#v, want %q", got, contractMessageID)
+	}
+	if len(msg.ApplicationProperties) != 5 {
+		t.Errorf("application properties %v, want the four bq_ ones and _AMQ_DUPL_ID", msg.ApplicationProperties)
+	}
+	if _, ok := mustMessage(t, contractPHP(t)).ApplicationProperties[PropDuplicateID]; ok {
+		t.Errorf("_AMQ_DUPL_ID set without WithDuplicateDetection")
+	}
+	noID := contractPHP(t)
+	noID.Meta.ID = ""
+	if v, ok := mustMessage(t, noID, WithDuplicateDetection()).ApplicationProperties[PropDuplicateID]; ok {
+		t.Errorf("_AMQ_DUPL_ID %#v set from an empty meta.id", v)
+	}
+	// A header of the same name does not override it either.
+	msg = mustMessage(t, contractPHP(t), WithHeaders(map[string]string{PropDuplicateID: "mine"}), WithDuplicateDetection())
+	if got := msg.ApplicationProperties[PropDuplicateID]; got != contractMessageID {
+		t.Errorf("_AMQ_DUPL_ID %#v, want meta.id", got)
+	}
+}
+
+// sentEnvelope decodes and validates the body of a message a fake sender saw.
+func sentEnvelope(t *testing.T, msg *amqp.Message) *Envelope {
+	t.Helper()
+	body, ok := msg.Value.(string)
+	if !ok {
+		t.Fatalf("sent body is a %T", msg.Value)
+	}
+	env, err := decodeValidate(body)
+	if err != nil {
+		t.Fatalf("sent body %s: %v", body, err)
+	}
+	return env
+}
+
+func TestPublisherPublish(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("accepted returns meta.id", func(t *testing.T) {
+		s := &fakelink.Sender{Outcome: fakelink.Accept}
+		p := NewPublisher(s, "orders")
+		before := time.Now().UnixMilli()
+		id, err := p.Publish(ctx, " urn:babel:orders:created ", orderCreated{OrderID: 1042, Customer: "ACME"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := s.Sent()
+		if len(sent) != 1 || len(s.Kept()) != 1 {
+			t.Fatalf("sent %d, kept %d; want 1, 1", len(sent), len(s.Kept()))
+		}
+		env := sentEnvelope(t, sent[0])
+		assertUUIDv4(t, "returned id", id)
+		assertUUIDv4(t, "trace_id", env.TraceID)
+		if env.Meta.ID != id || sent[0].Properties.MessageID != id {
+			t.Errorf("returned id %q, body meta.id %q, message-id %v", id, env.Meta.ID, sent[0].Properties.MessageID)
+		}
+		if env.Job != "urn:babel:orders:created" || env.Meta.Queue != "orders" || env.Meta.Lang != "go" ||
+			env.Attempts != 0 || string(env.Data) != `{"order_id":1042,"customer":"ACME"}` || env.Meta.CreatedAt < before {
+			t.Errorf("sent envelope %+v", env)
+		}
+		if sent[0].Properties.CorrelationID != env.TraceID {
+			t.Errorf("correlation-id %v, trace_id %q", sent[0].Properties.CorrelationID, env.TraceID)
+		}
+		// The sent message is exactly the projection of its own envelope.
+		if want := mustMessage(t, env); !reflect.DeepEqual(sent[0], want) {
+			t.Errorf("sent message is not NewMessage(envelope):\n%s\nwant\n%s", renderMessage(t, sent[0]), renderMessage(t, want))
+		}
+	})
+
+	t.Run("nil outcome func accepts", func(t *testing.T) {
+		s := &fakelink.Sender{}
+		if _, err := NewPublisher(s, "q").Publish(ctx, "urn:a:b", nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("trace id reuse", func(t *testing.T) {
+		s := &fakelink.Sender{}
+		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, WithTraceID("  "+contractTraceID+"\t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := sentEnvelope(t, s.Sent()[0])
+		if env.TraceID != contractTraceID || s.Sent()[0].Properties.CorrelationID != contractTraceID {
+			t.Errorf("trace_id %q correlation-id %v, want %q", env.TraceID, s.Sent()[0].Properties.CorrelationID, contractTraceID)
+		}
+		if id == contractTraceID {
+			t.Errorf("meta.id equals the reused trace id")
+		}
+	})
+
+	t.Run("blank trace id mints one", func(t *testing.T) {
+		s := &fakelink.Sender{}
+		if _, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, WithTraceID("   ")); err != nil {
+			t.Fatal(err)
+		}
+		assertUUIDv4(t, "trace_id", sentEnvelope(t, s.Sent()[0]).TraceID)
+	})
+
+	t.Run("publisher options apply before per-call options", func(t *testing.T) {
+		s := &fakelink.Sender{}
+		p := NewPublisher(s, "orders", WithDuplicateDetection(), WithHeaders(map[string]string{"a": "pub", "b": "pub"}))
+		id, err := p.Publish(ctx, "urn:a:b", map[string]int{"n": 1}, WithHeaders(map[string]string{"b": "call"}), withClock(fixedClock), WithDelay(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.Sent()[0]
+		if m.ApplicationProperties[PropDuplicateID] != id || m.ApplicationProperties["a"] != "pub" || m.ApplicationProperties["b"] != "call" {
+			t.Errorf("application properties %v", m.ApplicationProperties)
+		}
+		if m.Annotations[AnnotationDeliveryTime] != fixedClock.Add(time.Second).UnixMilli() {
+			t.Errorf("x-opt-delivery-time %v", m.Annotations[AnnotationDeliveryTime])
+		}
+	})
+
+	for _, tt := range []struct {
+		name    string
+		outcome func(context.Context, *amqp.Message) (amqp.DeliveryState, error)
+		state   amqp.DeliveryState
+	}{
+		{"rejected", fakelink.Reject, &amqp.StateRejected{}},
+		{"released", fakelink.Release, &amqp.StateReleased{}},
+		{"modified", fakelink.Modify, &amqp.StateModified{}},
+	} {
+		t.Run(tt.name+" is ErrNotAccepted", func(t *testing.T) {
+			s := &fakelink.Sender{Outcome: tt.outcome}
+			id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil)
+			if id != "" {
+				t.Errorf("returned id %q for an outcome other than accepted", id)
+			}
+			if !errors.Is(err, ErrNotAccepted) {
+				t.Fatalf("error %v does not match ErrNotAccepted", err)
+			}
+			var oe *OutcomeError
+			if !errors.As(err, &oe) || reflect.TypeOf(oe.State) != reflect.TypeOf(tt.state) {
+				t.Fatalf("error %v: OutcomeError %+v, want state %T", err, oe, tt.state)
+			}
+			if !strings.Contains(err.Error(), tt.name) || !strings.Contains(err.Error(), "orders") || !strings.Contains(err.Error(), "urn:a:b") {
+				t.Errorf("error %q does not say %s, the queue and the URN", err, tt.name)
+			}
+			var ae *amqp.Error
+			if tt.name == "rejected" {
+				if !errors.As(err, &ae) || ae.Condition != amqp.ErrCondResourceLimitExceeded {
+					t.Errorf("rejected error does not unwrap to the broker's *amqp.Error: %v", err)
+				}
+			} else if errors.As(err, &ae) {
+				t.Errorf("%s error unwraps to an *amqp.Error %v", tt.name, ae)
+			}
+			if len(s.Sent()) != 1 || len(s.Kept()) != 0 {
+				t.Errorf("sent %d kept %d", len(s.Sent()), len(s.Kept()))
+			}
+		})
+	}
+
+	t.Run("link closed", func(t *testing.T) {
+		s := &fakelink.Sender{Outcome: fakelink.Closed}
+		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil)
+		var le *amqp.LinkError
+		if id != "" || !errors.As(err, &le) {
+			t.Errorf("Publish = %q, %v; want an *amqp.LinkError", id, err)
+		}
+		if errors.Is(err, ErrNotAccepted) {
+			t.Errorf("a closed link is not a broker outcome: %v", err)
+		}
+	})
+
+	t.Run("no outcome before the deadline", func(t *testing.T) {
+		s := &fakelink.Sender{Outcome: fakelink.Hang}
+		dctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		defer cancel()
+		id, err := NewPublisher(s, "orders").Publish(dctx, "urn:a:b", nil)
+		if id != "" || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Publish = %q, %v; want context.DeadlineExceeded", id, err)
+		}
+	})
+
+	for _, tt := range []struct {
+		name string
+		urn  string
+		data any
+	}{
+		{"empty URN", "", nil},
+		{"blank URN", " \t\n", map[string]int{"a": 1}},
+		{"data not an object", "urn:a:b", []int{1}},
+	} {
+		t.Run(tt.name+" sends nothing", func(t *testing.T) {
+			s := &fakelink.Sender{}
+			id, err := NewPublisher(s, "orders").Publish(ctx, tt.urn, tt.data)
+			if id != "" || !errors.Is(err, ErrInvalidEnvelope) {
+				t.Errorf("Publish = %q, %v; want an ErrInvalidEnvelope", id, err)
+			}
+			if n := len(s.Sent()); n != 0 {
+				t.Errorf("%d messages sent", n)
+			}
+		})
+	}
+}
+
+func TestPublisherPublishEnvelope(t *testing.T) {
+	ctx := context.Background()
+	s := &fakelink.Sender{}
+	env := contractPHP(t)
+	env.Attempts = 2
+	id, err := NewPublisher(s, "orders").PublishEnvelope(ctx, env, WithHeaders(map[string]string{"traceparent": "tp"}))
+	if err != nil || id != contractMessageID {
+		t.Fatalf("PublishEnvelope = %q, %v", id, err)
+	}
+	if want := mustMessage(t, env, WithHeaders(map[string]string{"traceparent": "tp"})); !reflect.DeepEqual(s.Sent()[0], want) {
+		t.Errorf("sent\n%s\nwant\n%s", renderMessage(t, s.Sent()[0]), renderMessage(t, want))
+	}
+
+	rej := &fakelink.Sender{Outcome: fakelink.Reject}
+	if id, err := NewPublisher(rej, "orders").PublishEnvelope(ctx, env); id != "" || !errors.Is(err, ErrNotAccepted) {
+		t.Errorf("rejected: %q, %v", id, err)
+	}
+	none := &fakelink.Sender{}
+	if id, err := NewPublisher(none, "orders").PublishEnvelope(ctx, &Envelope{Job: " "}); id != "" || !errors.Is(err, ErrInvalidEnvelope) || len(none.Sent()) != 0 {
+		t.Errorf("blank job: %q, %v, %d sent", id, err, len(none.Sent()))
+	}
+}
+
+func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
+	at := time.UnixMilli(1_800_000_000_000)
+	fresh := func(t *testing.T, urn string) *Envelope {
+		env, err := NewEnvelope(urn, map[string]any{"order_id": 7, "note": "café ☕"}, EnvelopeQueue("orders"))
+		require.NoError(t, err)
+		return env
+	}
+	cases := []struct {
+		name string
+		env  func(t *testing.T) *Envelope
+		cfg  publishConfig
+	}{
+		{"fresh envelope", func(t *testing.T) *Envelope { return fresh(t, "urn:a") }, publishConfig{}},
+		{"another URN", func(t *testing.T) *Envelope { return fresh(t, "urn:b") }, publishConfig{}},
+		{"headers", func(t *testing.T) *Envelope { return fresh(t, "urn:a") },
+			publishConfig{headers: map[string]string{"traceparent": "00-abc-def-01", "bq_attempts": "9", " ": "x"}}},
+		{"duplicate id", func(t *testing.T) *Envelope { return fresh(t, "urn:a") }, publishConfig{dupID: true}},
+		{"delay", func(t *testing.T) *Envelope { return fresh(t, "urn:a") },
+			publishConfig{delay: 5 * time.Second, now: func() time.Time { return at }}},
+		{"foreign envelope", func(t *testing.T) *Envelope {
+			env, err := Decode([]byte(`{"job":"urn:php","trace_id":"t-1","data":{"x":1},` +
+				`"meta":{"id":"m-1","queue":"q","lang":"php","schema_version":1,"created_at":0,"extra":true},"attempts":2,"more":[1]}`))
+			require.NoError(t, err)
+			return env
+		}, publishConfig{}},
+		{"no ids", func(t *testing.T) *Envelope {
+			return &Envelope{Job: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
+		}, publishConfig{dupID: true}},
+	}
+	p := NewPublisher(nil, "orders")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env(t)
+			cfg := tc.cfg
+			want, err := newMessage(env, &cfg)
+			require.NoError(t, err)
+			s := &fakelink.Sender{Wire: true}
+			require.NoError(t, p.sendReused(context.Background(), s, env, &cfg))
+			require.Len(t, s.Sent(), 1)
+			assert.Equal(t, onWire(t, want), s.Sent()[0])
+		})
+	}
+	// The shared maps were only read.
+	assert.Equal(t, map[string]any{PropSchemaVersion: "1", PropSourceLang: "go", PropAttempts: "0", PropAppID: AppID}, freshProperties)
+	last := p.lastURN.Load()
+	require.NotNil(t, last)
+	assert.Equal(t, amqp.Annotations{AnnotationJMSType: last.urn}, last.annotations)
+}
+
+// Concurrent publishes with reused messages never see each other's bodies,
+// ids or URNs.
+func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
+	const workers, each = 8, 200
+	s := &fakelink.Sender{Wire: true}
+	p := NewPublisher(nil, "orders")
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			urn := fmt.Sprintf("urn:worker:%d", w%3)
+			for i := range each {
+				env, err := NewEnvelope(urn, map[string]any{"worker": w, "i": i}, EnvelopeQueue("orders"))
+				if err == nil {
+					var cfg publishConfig
+					if i%5 == 0 {
+						cfg.headers = map[string]string{"h": urn}
+					}
+					err = p.sendReused(context.Background(), s, env, &cfg)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, s.Sent(), workers*each)
+	seen := make(map[string]bool, workers*each)
+	for _, msg := range s.Sent() {
+		body, ok := msg.Value.(string)
+		require.True(t, ok)
+		env, err := Decode([]byte(body))
+		require.NoError(t, err)
+		assert.Equal(t, env.Meta.ID, msg.Properties.MessageID, "message-id is the body's meta.id")
+		assert.Equal(t, env.TraceID, msg.Properties.CorrelationID)
+		assert.Equal(t, env.Job, msg.Annotations[AnnotationJMSType], "the annotation is the body's URN")
+		assert.Equal(t, env.Job, *msg.Properties.Subject)
+		var data struct{ Worker, I int }
+		require.NoError(t, json.Unmarshal(env.Data, &data))
+		assert.Equal(t, fmt.Sprintf("urn:worker:%d", data.Worker%3), env.Job)
+		if h, ok := msg.ApplicationProperties["h"]; ok {
+			assert.Equal(t, env.Job, h)
+			assert.Zero(t, data.I%5)
+		}
+		assert.False(t, seen[env.Meta.ID], "meta.id %s sent twice", env.Meta.ID)
+		seen[env.Meta.ID] = true
+	}
+}
+
+// A message whose send failed goes back to no pool: the sender may still
+// hold it (go-amqp can, when the link dies under a transfer).
+func TestSendReusedKeepsAFailedMessage(t *testing.T) {
+	kept := &fakelink.Sender{Outcome: fakelink.Fixed(nil, errors.New("link detached")), OutcomeOnly: true}
+	p := NewPublisher(nil, "orders")
+	env, err := NewEnvelope("urn:a", map[string]any{"n": 1}, EnvelopeQueue("orders"))
+	require.NoError(t, err)
+	require.Error(t, p.sendReused(context.Background(), kept, env, &publishConfig{}))
+	require.Len(t, kept.Sent(), 1)
+	failed := kept.Sent()[0]
+	before := onWire(t, failed)
+
+	// With the failed message back in the pool, the next publish on this
+	// goroutine would be handed it.
+	reused := false
+	watch := &fakelink.Sender{OutcomeOnly: true, Outcome: func(_ context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+		if msg == failed {
+			reused = true
+		}
+		return &amqp.StateAccepted{}, nil
+	}}
+	for i := range 50 {
+		env, err := NewEnvelope("urn:b", map[string]any{"n": i + 2}, EnvelopeQueue("orders"))
+		require.NoError(t, err)
+		require.NoError(t, p.sendReused(context.Background(), watch, env, &publishConfig{}))
+	}
+	assert.False(t, reused, "the failed message was handed to a later publish")
+	assert.Equal(t, before, onWire(t, failed), "the failed message was changed")
+}
+
+// The reused path allocates less than newMessage's, and a publish through it
+// stays within its budget.
+func TestSendReusedAllocations(t *testing.T) {
+	p := NewPublisher(nil, "orders")
+	s := &fakelink.Sender{Discard: true}
+	env, err := NewEnvelope("urn:a", map[string]any{"order_id": 7}, EnvelopeQueue("orders"))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var cfg publishConfig
+	reused := testing.AllocsPerRun(100, func() {
+		if err := p.sendReused(ctx, s, env, &cfg); err != nil {
+			t.Fatal(err)
+		}
+	})
+	built := testing.AllocsPerRun(100, func() {
+		msg, err := newMessage(env, &cfg)
+		if err == nil {
+			err = sendConfirmed(ctx, s, msg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	// newMessage: the body, the block, two maps and the boxed ids and body.
+	// Reused: only the three boxed strings (trace id, meta.id, body).
+	assert.LessOrEqual(t, reused, 3.0)
+	assert.Greater(t, built, reused)
+}
+
+// onWire is msg as a receiver decodes it.
+func onWire(t *testing.T, msg *amqp.Message) *amqp.Message {
+	t.Helper()
+	b, err := msg.MarshalBinary()
+	require.NoError(t, err)
+	var got amqp.Message
+	require.NoError(t, got.UnmarshalBinary(b))
+	return &got
+}
+
+// A built envelope keeps its trace id: WithTraceID may repeat it (trimmed) but
+// is refused, not ignored, when it names another one.
+func TestWithTraceIDOnABuiltEnvelope(t *testing.T) {
+	env, err := NewEnvelope("urn:babel:orders:created", map[string]int{"order_id": 1}, EnvelopeTraceID("trace-1"))
+	require.NoError(t, err)
+
+	msg, err := NewMessage(env, WithTraceID("  trace-1 "))
+	require.NoError(t, err)
+	require.Equal(t, "trace-1", msg.Properties.CorrelationID)
+
+	_, err = NewMessage(env, WithTraceID("trace-2"))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, `"trace-2"`)
+
+	s := &fakelink.Sender{Outcome: fakelink.Accept}
+	p := NewPublisher(s, "orders")
+	_, err = p.PublishEnvelope(context.Background(), env, WithTraceID("trace-2"))
+	require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
+	require.Empty(t, s.Sent(), "a refused publish sends nothing")
+
+	id, err := p.PublishEnvelope(context.Background(), env, WithTraceID("trace-1"))
+	require.NoError(t, err)
+	require.Equal(t, env.Meta.ID, id)
+	require.Len(t, s.Sent(), 1)
+	require.Equal(t, "trace-1", s.Sent()[0].Properties.CorrelationID)
+
+	// Publish builds the envelope, so there the option takes effect.
+	_, err = p.Publish(context.Background(), "urn:babel:orders:created", nil, WithTraceID("trace-3"))
+	require.NoError(t, err)
+	require.Equal(t, "trace-3", s.Sent()[1].Properties.CorrelationID)
+}

@@ -1,0 +1,250 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSettlementTable(t *testing.T) {
+	gwErr := &gatewayError{"Payment gateway timeout"}
+	tests := []struct {
+		name       string
+		handlers   Handlers
+		strategy   UnknownURNStrategy
+		withDLQ    bool
+		delivery   uint32
+		msg        func(t *testing.T, dc uint32) *amqp.Message
+		wantDisp   fakelink.Disposition
+		wantKind   error // nil: nothing reported
+		wantFinal  Disposition
+		wantReason string // a DLQ copy with this reason
+	}{
+		{name: "handler returns nil: accept", handlers: Handlers{urnCreated: succeeding}, withDLQ: true,
+			wantDisp: fakelink.Accepted},
+		{name: "handler fails below the limit: modified delivery-failed", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true,
+			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: Abandoned},
+		{name: "handler fails one below the limit", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 1,
+			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: Abandoned},
+		{name: "handler fails at the limit with DLQ: dead-lettered then accepted", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 2,
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DeadLettered, wantReason: ReasonFailed},
+		{name: "handler fails past the limit with DLQ", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 7,
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DeadLettered, wantReason: ReasonFailed},
+		{name: "handler fails at the limit without DLQ: accept (drop), reported", handlers: Handlers{urnCreated: failing(gwErr)}, delivery: 2,
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: Dropped},
+		{name: "unknown URN, fail (default): reported and modified", handlers: Handlers{}, withDLQ: true,
+			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: Abandoned},
+		{name: "unknown URN, release: modified, nothing reported", handlers: Handlers{}, strategy: UnknownURNRelease, withDLQ: true,
+			wantDisp: fakelink.Failed},
+		{name: "unknown URN, delete: accept", handlers: Handlers{}, strategy: UnknownURNDelete, withDLQ: true,
+			wantDisp: fakelink.Accepted},
+		{name: "unknown URN, dead_letter: DLQ copy then accept", handlers: Handlers{}, strategy: UnknownURNDeadLetter, withDLQ: true, delivery: 1,
+			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: DeadLettered, wantReason: ReasonUnknownURN},
+		{name: "unknown URN, dead_letter without DLQ sender: accept (drop), reported", handlers: Handlers{}, strategy: UnknownURNDeadLetter,
+			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: Dropped},
+		{name: "unknown URN, fail, garbage body: routed on the annotation, never decoded", handlers: Handlers{}, withDLQ: true,
+			msg: func(t *testing.T, dc uint32) *amqp.Message {
+				m := orderMessage(t, dc)
+				m.Value = "not json at all"
+				return m
+			},
+			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: Abandoned},
+		{name: "unknown URN, delete, garbage body: accept without decoding", handlers: Handlers{}, strategy: UnknownURNDelete, withDLQ: true,
+			msg: func(t *testing.T, dc uint32) *amqp.Message {
+				m := orderMessage(t, dc)
+				m.Value = "not json at all"
+				return m
+			},
+			wantDisp: fakelink.Accepted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{}
+			opts := []ConsumerOption{WithOnError(rec.onError)}
+			if tt.withDLQ {
+				opts = append(opts, WithDeadLetterSender(dlq))
+			}
+			if tt.strategy != "" {
+				opts = append(opts, WithUnknownURN(tt.strategy))
+			}
+			c := mustConsumer(t, tt.handlers, opts...)
+			var msg *amqp.Message
+			if tt.msg != nil {
+				msg = tt.msg(t, tt.delivery)
+			} else {
+				msg = orderMessage(t, tt.delivery)
+			}
+			got := handleOne(t, c, rec, dlq, msg)
+			assert.Equal(t, tt.wantDisp, got.disp)
+			if tt.wantKind == nil {
+				assert.Empty(t, got.reports)
+				assert.NoError(t, got.ret)
+			} else {
+				require.Len(t, got.reports, 1)
+				err := got.reports[0].err
+				assert.ErrorIs(t, err, tt.wantKind)
+				assert.ErrorIs(t, got.ret, tt.wantKind)
+				var de *DeliveryError
+				require.ErrorAs(t, err, &de)
+				assert.Equal(t, tt.wantFinal, de.Disposition)
+				assert.Equal(t, urnCreated, de.URN)
+				assert.Same(t, msg, got.reports[0].msg)
+				if errors.Is(tt.wantKind, ErrHandlerFailed) {
+					var gw *gatewayError
+					assert.ErrorAs(t, err, &gw, "the handler's own error is reachable")
+					assert.Equal(t, int(tt.delivery), de.Attempts)
+				}
+			}
+			if tt.wantReason == "" {
+				assert.Empty(t, got.dlq, "nothing may be written to the DLQ")
+				return
+			}
+			require.Len(t, got.dlq, 1)
+			dm := got.dlq[0]
+			env := dlqEnvelope(t, dm)
+			assert.Equal(t, tt.wantReason, env.DeadLetter.Reason)
+			assert.Equal(t, "orders", env.DeadLetter.OriginalQueue)
+			assert.Equal(t, int(tt.delivery), env.DeadLetter.Attempts)
+			assert.Equal(t, int(tt.delivery), env.Attempts, "the copy carries the reconciled attempts")
+			assert.Equal(t, "go", env.DeadLetter.Lang)
+			assert.Equal(t, testTrace, env.TraceID)
+			assert.Equal(t, `{"order_id":1042}`, string(env.Data))
+			assert.Equal(t, "orders.dlq", *dm.Properties.To)
+			assert.Equal(t, urnCreated, dm.Annotations[AnnotationJMSType], "the copy carries the section 2 projection")
+			assert.Equal(t, testTrace, dm.Properties.CorrelationID)
+			assert.Equal(t, fmt.Sprint(tt.delivery), dm.ApplicationProperties[PropAttempts])
+			assert.True(t, dm.Header.Durable)
+			if tt.wantReason == ReasonFailed {
+				require.NotNil(t, env.DeadLetter.Error)
+				assert.Equal(t, "Payment gateway timeout", *env.DeadLetter.Error)
+				require.NotNil(t, env.DeadLetter.Exception)
+				assert.Equal(t, "*artemis.gatewayError", *env.DeadLetter.Exception)
+			}
+		})
+	}
+}
+
+func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value any
+	}{{"string", "kaboom"}, {"error", errors.New("bad state")}, {"nil", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{}
+			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+				panic(tc.value)
+			}}, WithOnError(rec.onError), WithDeadLetterSender(dlq))
+
+			got := handleOne(t, c, rec, dlq, orderMessage(t, 0))
+			assert.Equal(t, fakelink.Failed, got.disp)
+			require.Len(t, got.reports, 1)
+			var pe *PanicError
+			require.ErrorAs(t, got.reports[0].err, &pe)
+			assert.NotEmpty(t, pe.Stack)
+
+			// At the limit the panic dead-letters like an error.
+			rec2 := newRecorder()
+			c2 := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
+				panic(tc.value)
+			}}, WithOnError(rec2.onError), WithDeadLetterSender(dlq))
+			got = handleOne(t, c2, rec2, dlq, orderMessage(t, 2))
+			assert.Equal(t, fakelink.Accepted, got.disp)
+			require.Len(t, got.dlq, 1)
+			env := dlqEnvelope(t, got.dlq[0])
+			require.NotNil(t, env.DeadLetter.Error)
+			assert.Contains(t, *env.DeadLetter.Error, "panicked")
+		})
+	}
+}
+
+// A dead-letter write that fails holds the delivery for the retry delay on
+// the consumer's clock, then releases it; a consumer that stops ends the
+// hold at once. The clock is the test's: the release may come only after it
+// fires (or the consumer stops), never before.
+func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
+	for _, end := range []string{"the clock fires", "the consumer stops"} {
+		t.Run(end, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+				WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
+			holds := make(chan time.Duration, 1)
+			fire := make(chan time.Time)
+			c.after = func(d time.Duration) <-chan time.Time {
+				holds <- d
+				return fire
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Handle(ctx, r, msg) }()
+
+			rep := <-rec.ch // reported before the hold
+			assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
+			select {
+			case d := <-holds:
+				assert.Equal(t, time.Hour, d, "the hold waits the retry delay on the consumer's clock")
+			case err := <-done:
+				t.Fatalf("the delivery was settled without a hold (%v)", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the delivery was settled before the retry delay (%v)", err)
+			default:
+			}
+			_, settled := r.Disposition(msg)
+			assert.False(t, settled, "the delivery stays unsettled during the hold")
+			if end == "the clock fires" {
+				fire <- time.Time{}
+			} else {
+				cancel() // the consumer stops: the hold ends at once
+			}
+			assert.ErrorIs(t, <-done, ErrDeadLetterFailed)
+			d, _ := r.Disposition(msg)
+			assert.Equal(t, fakelink.Released, d)
+		})
+	}
+}
+
+func TestSettlementFailureIsReported(t *testing.T) {
+	rec := newRecorder()
+	c := mustConsumer(t, Handlers{urnCreated: succeeding}, WithOnError(rec.onError))
+	r := fakelink.NewReceiver(t, "orders")
+	r.SettleErr = &amqp.LinkError{}
+	msg := r.Track(orderMessage(t, 0))
+	err := c.Handle(context.Background(), r, msg)
+	assert.ErrorIs(t, err, ErrSettlement)
+	var le *amqp.LinkError
+	assert.ErrorAs(t, err, &le)
+	require.Len(t, rec.all(), 1)
+	assert.ErrorIs(t, rec.all()[0].err, ErrSettlement)
+
+	// A failed attempt whose modify cannot be sent: both are reported.
+	rec2 := newRecorder()
+	c2 := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithOnError(rec2.onError))
+	msg2 := r.Track(orderMessage(t, 0))
+	err = c2.Handle(context.Background(), r, msg2)
+	assert.ErrorIs(t, err, ErrHandlerFailed)
+	assert.ErrorIs(t, err, ErrSettlement)
+	require.Len(t, rec2.all(), 2)
+	var de *DeliveryError
+	require.ErrorAs(t, rec2.all()[0].err, &de)
+	assert.Equal(t, Pending, de.Disposition)
+}
+
+func TestErrorCallbackPanicIsContained(t *testing.T) {
+	c := mustConsumer(t, Handlers{}, WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { panic("callback bug") }))
+	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
+	assert.Equal(t, fakelink.Failed, got.disp)
+}
