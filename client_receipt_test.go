@@ -9,6 +9,8 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 // receiptConn is a fakeConn whose senders pipeline, as go-amqp's do: a
@@ -25,7 +27,7 @@ func (c receiptConn) NewSender(ctx context.Context, target string, opts *amqp.Se
 	if err != nil {
 		return nil, err
 	}
-	return &receiptLink{fakeSender: ls.(*fakeSender), outcomes: receiptOutcomes(c.fakeConn)}, nil
+	return &receiptLink{Sender: ls.(*fakelink.Sender), conn: c.fakeConn, outcomes: receiptOutcomes(c.fakeConn)}, nil
 }
 
 // The outcomes the test gives, by connection and message-id; a message
@@ -70,7 +72,8 @@ func (b *outcomeBook) ids() []string {
 }
 
 type receiptLink struct {
-	*fakeSender
+	*fakelink.Sender
+	conn     *fakeConn
 	outcomes *outcomeBook
 }
 

@@ -240,7 +240,7 @@ func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
 
 	errs := newErrorLog()
 	dlqAddr := q + ".dlq"
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons := mustConsumer(t, artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		return errors.New("always fails")
 	}}, artemis.WithDeadLetterSender(conn.NewSender(dlqAddr)), artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))
 	l := listen(t, conn, q, cons, 1)

@@ -43,10 +43,10 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 			}
 			fresh, err := newMessage(env, &cfg)
 			require.NoError(t, err)
-			ws := &wireSender{t: t}
+			ws := &fakelink.Sender{Wire: true}
 			p := NewPublisher(ws, "orders")
 			require.NoError(t, p.sendReused(context.Background(), ws, env, &cfg))
-			for path, msg := range map[string]*amqp.Message{"new": onWire(t, fresh), "reused": ws.sent[0]} {
+			for path, msg := range map[string]*amqp.Message{"new": onWire(t, fresh), "reused": ws.Sent()[0]} {
 				assert.Equal(t, tc.ttl, msg.Header.TTL, path)
 				assert.Equal(t, tc.priority, msg.Header.Priority, path)
 				assert.True(t, msg.Header.Durable, path)
@@ -63,7 +63,7 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 
 // A reused message never carries an option of the publish before it.
 func TestReusedMessageForgetsTheOptionsOfTheLastPublish(t *testing.T) {
-	ws := &wireSender{t: t}
+	ws := &fakelink.Sender{Wire: true}
 	p := NewPublisher(ws, "orders")
 	for _, opts := range [][]PublishOption{{WithTTL(time.Minute), WithPriority(9), WithGroupID("g")}, nil} {
 		env, err := NewEnvelope(urnCreated, nil)
@@ -74,7 +74,7 @@ func TestReusedMessageForgetsTheOptionsOfTheLastPublish(t *testing.T) {
 		}
 		require.NoError(t, p.sendReused(context.Background(), ws, env, &cfg))
 	}
-	last := ws.sent[1]
+	last := ws.Sent()[1]
 	assert.Zero(t, last.Header.TTL)
 	assert.Equal(t, uint8(4), last.Header.Priority)
 	assert.Nil(t, last.Properties.GroupID)
@@ -103,12 +103,12 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 			require.NoError(t, err)
 			_, err = NewMessage(env, opt)
 			require.ErrorIs(t, err, ErrInvalidConfig)
-			ws := &wireSender{t: t}
+			ws := &fakelink.Sender{Wire: true}
 			var cfg publishConfig
 			opt(&cfg)
 			require.ErrorIs(t, NewPublisher(ws, "orders").sendReused(context.Background(), ws, env, &cfg), ErrInvalidConfig)
 			assert.Empty(t, fs.Sent(), "nothing sent")
-			assert.Empty(t, ws.sent, "nothing sent")
+			assert.Empty(t, ws.Sent(), "nothing sent")
 		})
 	}
 }
@@ -141,14 +141,14 @@ func TestDeadLetterCopiesDoNotExpireAndKeepGroupAndPriority(t *testing.T) {
 	}
 	t.Run("failed handler", func(t *testing.T) {
 		dlq := &fakelink.Sender{}
-		c := NewConsumer(Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq))
+		c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq))
 		got := handleOne(t, c, newRecorder(), dlq, received(t, orderMessage(t, 2, opts...)))
 		require.Len(t, got.dlq, 1)
 		check(t, got.dlq[0])
 	})
 	t.Run("unknown URN", func(t *testing.T) {
 		dlq := &fakelink.Sender{}
-		c := NewConsumer(Handlers{}, WithDeadLetterSender(dlq), WithUnknownURN(UnknownURNDeadLetter))
+		c := mustConsumer(t, Handlers{}, WithDeadLetterSender(dlq), WithUnknownURN(UnknownURNDeadLetter))
 		got := handleOne(t, c, newRecorder(), dlq, received(t, orderMessage(t, 0, opts...)))
 		require.Len(t, got.dlq, 1)
 		check(t, got.dlq[0])

@@ -196,7 +196,7 @@ func TestReceiptsNobodyWaitsOnAreReported(t *testing.T) {
 		}
 	})
 	t.Run("failures to slog.Default without a callback", func(t *testing.T) {
-		var buf syncBuffer
+		var buf fakelink.LogBuffer
 		prev := slog.Default()
 		slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
 		defer slog.SetDefault(prev)

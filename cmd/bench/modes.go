@@ -51,7 +51,11 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 	closed := newGate(0)
 	close(closed.full)
 	cs.cur.Store(closed)
-	cons := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, artemis.WithConcurrency(conc))
+	cons, err := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, artemis.WithConcurrency(conc))
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cs.cancel = cancel
 	go func() {
@@ -213,10 +217,14 @@ func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := make(chan error, 1)
 	if lib {
-		cons := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		cons, err := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			seen(env.Meta.ID, time.Now())
 			return nil
 		}})
+		if err != nil {
+			stopConsumer()
+			return nil, err
+		}
 		go func() { consumed <- cons.Listen(cctx, rcv) }()
 	} else {
 		go func() {
@@ -403,7 +411,7 @@ func (r *runner) memory() error {
 	var count atomic.Int64
 	sample := make(chan struct{}, 16)
 	finished := make(chan struct{})
-	cons := artemis.NewConsumer(artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons, err := artemis.NewConsumer(artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		n := count.Add(1)
 		if n%int64(cfg.memEvery) == 0 {
 			sample <- struct{}{}
@@ -413,6 +421,9 @@ func (r *runner) memory() error {
 		}
 		return nil
 	}}, artemis.WithConcurrency(8))
+	if err != nil {
+		return err
+	}
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
 	consumed := make(chan error, 1)
