@@ -140,6 +140,9 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			require.NotNil(t, r.Options.RequestedSenderSettleMode)
 			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.Options.RequestedSenderSettleMode, "the consumer settles every delivery itself")
 
+			// The dead-letter sender attaches after the receiver, before
+			// Consume reports the consumer attached.
+			h.ev.wait(t, EventConsumerAttached)
 			dlqs := h.fb.conn(0).sendersTo("orders.dlq")
 			require.Len(t, dlqs, 1, "the dead-letter sender is attached with the receiver")
 			assert.Equal(t, []string{"queue"}, dlqs[0].Options.TargetCapabilities)

@@ -35,7 +35,10 @@ const (
 	// why); it will re-attach after a backoff.
 	EventConsumerLost
 	// EventBackoff: Consume waits Delay before attempt number Attempt to
-	// re-attach to Address; Err is the failure that caused it.
+	// re-attach to Address; Err is the failure that caused it. With an
+	// empty Address it is the Client's own wait between two dial rounds
+	// (Attempt counts the failed rounds in a row), reported once per step
+	// when a publish or a consume loop waits through it.
 	EventBackoff
 	// EventSenderAttached: a publisher's or a consumer's dead-letter sender
 	// attached to Address for the first time.

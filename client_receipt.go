@@ -25,9 +25,12 @@ import (
 //     sent once more on a re-dialed link, and the receipt resolves with
 //     that transfer's outcome (ErrOutcomeUnknown if it fails the same way).
 //     The retry is bounded by retryTimeout, as the receipt has no context
-//     of its own by then.
+//     of its own by then, and, like Publish's, re-dials at most once and
+//     never waits out an outage.
 func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
-	sl, err := s.link(ctx)
+	// Without a connection, wait for the Client's re-dial within ctx, as
+	// Publish does (ClientOptions.FailFast: do not).
+	sl, err := s.link(ctx, !s.c.failFast)
 	if err != nil {
 		return pendingTransfer{}, err // nothing was sent
 	}
@@ -46,6 +49,9 @@ func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pen
 	return pendingTransfer{later: func(wctx context.Context) (amqp.DeliveryState, error) {
 		state, err := pt.wait(wctx)
 		if err == nil || !mayBeStored(err) {
+			if err == nil || !linkLost(err) {
+				sl.cn.timeouts.Store(0) // the broker answered (see clientSender.transfer)
+			}
 			return state, s.c.red.error(err)
 		}
 		if wctx.Err() != nil {

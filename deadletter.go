@@ -1,6 +1,8 @@
 package artemis
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -165,8 +167,50 @@ func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue 
 	msg := projection(&cp, string(body), stringProperties(src))
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
+	setDeadLetterID(msg, src, dl.Reason, queue)
 	return msg
 }
+
+// setDeadLetterID gives msg, the DLQ copy of src, an _AMQ_DUPL_ID that is
+// the same every time this one stored message is dead-lettered from queue
+// for reason, so Artemis stores one copy when a dead-lettering is repeated
+// because the source's accept was lost. It is derived from what the
+// broker keeps unchanged across redeliveries (message-id, creation-time,
+// the source's own _AMQ_DUPL_ID) and never from the delivery count, so a
+// re-published message (a redrive: new _AMQ_DUPL_ID, new creation-time)
+// that fails again is a new dead-lettering. A source without a message-id
+// carries nothing to tell two of them apart: its copy gets no duplicate id.
+func setDeadLetterID(msg, src *amqp.Message, reason, queue string) {
+	props := make(map[string]any, len(msg.ApplicationProperties)+1)
+	for k, v := range msg.ApplicationProperties {
+		props[k] = v
+	}
+	delete(props, PropDuplicateID)
+	msg.ApplicationProperties = props
+	if src.Properties == nil || src.Properties.MessageID == nil {
+		return
+	}
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(strconv.AppendInt(nil, int64(len(s)), 10))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	field(fmt.Sprintf("%T:%v", src.Properties.MessageID, src.Properties.MessageID))
+	if t := src.Properties.CreationTime; t != nil {
+		field(strconv.FormatInt(t.UnixMilli(), 10))
+	} else {
+		field("")
+	}
+	dup, _ := src.ApplicationProperties[PropDuplicateID].(string)
+	field(dup)
+	field(reason)
+	field(queue)
+	props[PropDuplicateID] = deadLetterIDPrefix + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// deadLetterIDPrefix starts the _AMQ_DUPL_ID of every DLQ copy.
+const deadLetterIDPrefix = "bq-dlq-"
 
 // stringProperties keeps the string application properties that are not
 // contract properties: the out-of-band headers to carry forward.
@@ -198,7 +242,9 @@ func setTo(msg *amqp.Message, addr string) {
 // forwardCopy is the message as received, for the DLQ: the same body section
 // kind byte for byte, the same properties, application properties and
 // annotations, less scheduled-delivery annotations (they would delay the DLQ
-// copy) and the delivery details of this hop. A DLQ copy is always durable.
+// copy) and the delivery details of this hop, and with the DLQ copy's own
+// _AMQ_DUPL_ID (setDeadLetterID) for the source's. A DLQ copy is always
+// durable.
 func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
@@ -227,5 +273,6 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	}
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
+	setDeadLetterID(msg, src, "forward", queue)
 	return msg
 }
