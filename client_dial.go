@@ -1,0 +1,336 @@
+// Dialling: the broker URL list, the one re-dial that concurrent callers
+// share, its backoff pauses, and publishers and consumers waiting through an
+// outage.
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// broker is one URL as the Client dials and shows it.
+type broker struct {
+	addr  string // the URL without userinfo
+	shown string // the URL with its password redacted
+	user  string
+	pass  string
+	plain bool // use SASL PLAIN with user and pass
+	opts  amqp.ConnOptions
+}
+
+// dialCall is one round over the URL list that callers wait for.
+type dialCall struct {
+	done    chan struct{}
+	cancel  context.CancelFunc
+	err     error // set before done is closed
+	waiters int   // guarded by Client.mu
+	patient int   // guarded by Client.mu: waiters that wait through a failure
+	aborted bool  // guarded by Client.mu: cancelled, no one waited any more
+}
+
+// dialPause is the backoff wait before the next dial round.
+type dialPause struct {
+	done      chan struct{}
+	event     ConnectionEvent // EventBackoff, reported once
+	announced bool            // guarded by Client.mu
+}
+
+func parseBroker(raw string, o *ClientOptions) (broker, error) {
+	shown := redactURL(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse's error quotes the URL, password included: never wrap it.
+		return broker{}, fmt.Errorf("%w: broker URL %q does not parse", ErrInvalidConfig, shown)
+	}
+	switch u.Scheme {
+	case "amqp", "amqps", "amqp+ssl":
+	default:
+		return broker{}, fmt.Errorf("%w: broker URL %q: scheme %q, want amqp or amqps", ErrInvalidConfig, shown, u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return broker{}, fmt.Errorf("%w: broker URL %q has no host", ErrInvalidConfig, shown)
+	}
+	b := broker{shown: shown}
+	switch {
+	case o.Username != "" || o.Password != "":
+		b.user, b.pass, b.plain = o.Username, o.Password, true
+	case u.User != nil:
+		b.user = u.User.Username()
+		b.pass, _ = u.User.Password()
+		b.plain = true
+	}
+	bare := *u
+	bare.User = nil
+	b.addr = bare.String()
+	return b, nil
+}
+
+// connection returns the open connection, dialing once over the URL list
+// when there is none or it died (Dial, and callers that fail fast).
+func (c *Client) connection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, false)
+}
+
+// awaitConnection returns the open connection, waiting within ctx for the
+// Client's re-dials (paced by its backoff) while there is none.
+func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, true)
+}
+
+// publishConnection is the connection a publish or a dead-letter write
+// uses: awaited, unless ClientOptions.FailFast.
+func (c *Client) publishConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, !c.failFast)
+}
+
+// conn returns the open connection. When there is none, concurrent callers
+// share one dial, which runs under the Client's own context (Close cuts it
+// short) and goes on for as long as anyone waits for it. After a failed
+// round over the URL list the next one waits a backoff step: a caller that
+// waits sleeps through it, one that does not returns that round's error at
+// once, without dialing.
+func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
+	for waited := false; ; waited = true {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			if waited {
+				return nil, c.gaveUp(ErrClosed, nil)
+			}
+			return nil, ErrClosed
+		}
+		if cn := c.cur; cn != nil {
+			c.mu.Unlock()
+			if !cn.dead() {
+				return cn, nil
+			}
+			c.drop(cn, cn.conn.Err())
+			continue
+		}
+		if p := c.pause; p != nil {
+			err := c.lastErr
+			announce := wait && !p.announced
+			p.announced = p.announced || wait
+			c.mu.Unlock()
+			if !wait {
+				return nil, err
+			}
+			if announce {
+				// Once per step, when someone waits through it.
+				c.emit(p.event)
+			}
+			select {
+			case <-p.done:
+				continue
+			case <-ctx.Done():
+				return nil, c.gaveUp(ctx.Err(), err)
+			case <-c.done:
+				return nil, c.gaveUp(ErrClosed, err)
+			}
+		}
+		call := c.dialing
+		joined := call != nil
+		if !joined {
+			call = c.startDial()
+		}
+		call.waiters++
+		if wait {
+			call.patient++
+		}
+		c.mu.Unlock()
+		if joined && c.joined != nil {
+			c.joined()
+		}
+		select {
+		case <-call.done:
+			if call.err == nil || wait || call.aborted {
+				continue
+			}
+			return nil, call.err
+		case <-ctx.Done():
+			c.leave(call, wait)
+			return nil, c.gaveUp(ctx.Err(), nil)
+		case <-c.done:
+			return nil, c.gaveUp(ErrClosed, nil)
+		}
+	}
+}
+
+// gaveUp is the error of a caller that stopped waiting for a connection:
+// it matches ErrConnect and why (ctx's error or ErrClosed), and quotes the
+// last round's failure when there was one.
+func (c *Client) gaveUp(why, last error) error {
+	if last == nil {
+		c.mu.Lock()
+		last = c.lastErr
+		c.mu.Unlock()
+	}
+	if last != nil && !errors.Is(why, ErrClosed) {
+		return fmt.Errorf("%w: gave up waiting for a connection: %w (last attempt: %w)", ErrConnect, why, last)
+	}
+	return fmt.Errorf("%w: gave up waiting for a connection: %w", ErrConnect, why)
+}
+
+// leave takes a waiter off call; the dial is cancelled when no one is left
+// waiting for it, and the next caller dials afresh.
+func (c *Client) leave(call *dialCall, wait bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	call.waiters--
+	if wait {
+		call.patient--
+	}
+	if call.waiters == 0 && c.dialing == call {
+		call.aborted = true
+		c.dialing = nil
+		call.cancel()
+	}
+}
+
+// startDial starts a round over the URL list in the background. c.mu is
+// held.
+func (c *Client) startDial() *dialCall {
+	dctx, cancel := context.WithCancel(c.ctx)
+	call := &dialCall{done: make(chan struct{}), cancel: cancel}
+	c.dialing = call
+	start := c.next
+	go c.runDial(dctx, call, start)
+	return call
+}
+
+func (c *Client) runDial(ctx context.Context, call *dialCall, start int) {
+	cn, err := c.connect(ctx, start)
+	call.cancel()
+
+	c.mu.Lock()
+	if c.dialing == call {
+		c.dialing = nil
+	}
+	aborted := call.aborted
+	switch {
+	case err == nil && c.closed:
+		_ = cn.conn.Close()
+		err = ErrClosed
+	case err == nil && aborted:
+		// No one waits for it any more; a newer dial may be running.
+		_ = cn.conn.Close()
+		err = context.Canceled
+	}
+	reconnect := c.connected
+	var backoff *ConnectionEvent
+	switch {
+	case err == nil:
+		c.cur = cn
+		c.connected = true
+		c.failures = 0
+		c.lastErr = nil
+		if c.last != nil {
+			close(c.last.replaced)
+		}
+		c.last = cn
+	case !aborted && !c.closed:
+		delay := c.backoff.Delay(c.failures, c.random())
+		c.failures++
+		c.lastErr = err
+		p := &dialPause{done: make(chan struct{}), event: ConnectionEvent{Kind: EventBackoff, Attempt: c.failures, Delay: delay, Err: err}}
+		c.pause = p
+		if call.patient > 0 {
+			// Once per step, when someone waits through it.
+			p.announced = true
+			backoff = &p.event
+		}
+		go c.endPause(p, delay)
+	}
+	call.err = err
+	c.mu.Unlock()
+
+	if backoff != nil {
+		c.emit(*backoff)
+	}
+	if err == nil {
+		kind := EventConnected
+		if reconnect {
+			kind = EventReconnected
+		}
+		c.emit(ConnectionEvent{Kind: kind, URL: cn.url})
+		go c.watch(cn)
+	}
+	close(call.done)
+}
+
+// endPause ends a backoff wait between dial rounds after delay (or at
+// Close).
+func (c *Client) endPause(p *dialPause, delay time.Duration) {
+	select {
+	case <-c.after(delay):
+	case <-c.done:
+	}
+	c.mu.Lock()
+	if c.pause == p {
+		c.pause = nil
+	}
+	c.mu.Unlock()
+	close(p.done)
+}
+
+// connect tries each broker URL once, from start on.
+func (c *Client) connect(ctx context.Context, start int) (*connection, error) {
+	var errs []error
+	for i := range c.brokers {
+		idx := (start + i) % len(c.brokers)
+		cn, err := c.connectTo(ctx, idx)
+		if err == nil {
+			return cn, nil
+		}
+		err = &urlError{url: c.brokers[idx].shown, err: c.red.error(err)}
+		errs = append(errs, err)
+		c.emit(ConnectionEvent{Kind: EventDialFailed, URL: c.brokers[idx].shown, Err: err})
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, &connectError{errs: errs}
+}
+
+func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
+	b := &c.brokers[idx]
+	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
+	defer cancel()
+	conn, err := c.dial(dctx, b)
+	if err == nil {
+		var sess amqpSession
+		sess, err = conn.NewSession(dctx, nil)
+		if err == nil {
+			cn := &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}
+			cn.lost, cn.lose = context.WithCancelCause(context.Background())
+			return cn, nil
+		}
+		_ = conn.Close()
+		err = fmt.Errorf("begin session: %w", err)
+	}
+	if ctx.Err() == nil && dctx.Err() != nil {
+		err = fmt.Errorf("no connection within %v: %w", c.dialTimeout, err)
+	}
+	return nil, err
+}
+
+// sleep waits d, or until wake is closed (nil: never), and reports false
+// when ctx ended or the Client was closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	select {
+	case <-c.after(d):
+		return true
+	case <-wake:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.done:
+		return false
+	}
+}
