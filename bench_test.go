@@ -1,20 +1,24 @@
 package artemis
 
-// In-process benchmarks: the envelope codec against the JSON floor every
-// publisher pays anyway, Consumer.Handle on an allocation-free fake
-// receiver, and Publisher.Publish on a sender that accepts at once.
-// BENCHMARKS.md says how to run them and what this machine measured.
-
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
+
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
+
+// In-process benchmarks: the envelope codec against the JSON floor every
+// publisher pays anyway, Consumer.Handle on an allocation-free fake
+// receiver, and Publisher.Publish on a sender that accepts at once.
+// BENCHMARKS.md says how to run them and what this machine measured.
 
 // Sinks keep the compiler from discarding the work of a benchmark loop.
 var (
@@ -344,4 +348,248 @@ func BenchmarkEncodeDecoded(b *testing.B) {
 			}
 		})
 	}
+}
+
+// In-process benchmarks of Consumer.Listen's dispatch: one Listen over a
+// receiver that hands out b.N deliveries on a fixed credit, as go-amqp
+// does (a delivery holds a unit of credit until it is settled). The
+// sub-benchmark names compare with benchstat: c=8/ungrouped against
+// c=8/groups=64 is the grouped-consume ratio of issue 12.
+
+// creditReceiver hands out deliveries from a ring of prepared messages,
+// at most credit of them unsettled at once, until limit were handed out.
+type creditReceiver struct {
+	ring    []*amqp.Message
+	credit  chan struct{}
+	next    atomic.Int64
+	limit   int64
+	settled atomic.Int64
+	done    chan struct{}
+}
+
+func newCreditReceiver(ring []*amqp.Message, credit int, limit int) *creditReceiver {
+	r := &creditReceiver{ring: ring, credit: make(chan struct{}, credit), limit: int64(limit), done: make(chan struct{})}
+	for range credit {
+		r.credit <- struct{}{}
+	}
+	return r
+}
+
+func (r *creditReceiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.Message, error) {
+	select {
+	case <-r.credit:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	i := r.next.Add(1) - 1
+	if i >= r.limit {
+		r.credit <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return r.ring[i%int64(len(r.ring))], nil
+}
+
+func (r *creditReceiver) settle() error {
+	r.credit <- struct{}{}
+	if r.settled.Add(1) == r.limit {
+		close(r.done)
+	}
+	return nil
+}
+
+func (r *creditReceiver) AcceptMessage(context.Context, *amqp.Message) error  { return r.settle() }
+func (r *creditReceiver) ReleaseMessage(context.Context, *amqp.Message) error { return r.settle() }
+func (r *creditReceiver) ModifyMessage(context.Context, *amqp.Message, *amqp.ModifyMessageOptions) error {
+	return r.settle()
+}
+
+// benchRing is n order deliveries; with groups > 0, delivery i is in group
+// i % groups.
+func benchRing(b *testing.B, n, groups int) []*amqp.Message {
+	ring := make([]*amqp.Message, n)
+	for i := range ring {
+		m := benchDelivery(b, benchURN)
+		if groups > 0 {
+			if m.Properties == nil {
+				m.Properties = &amqp.MessageProperties{}
+			}
+			g := fmt.Sprintf("customer-%d", i%groups)
+			m.Properties.GroupID = &g
+		}
+		ring[i] = m
+	}
+	return ring
+}
+
+func BenchmarkListen(b *testing.B) {
+	const credit = 100
+	for _, tc := range []struct {
+		concurrency, groups int
+	}{
+		{1, 0},
+		{8, 0},
+		{8, 64},
+	} {
+		name := fmt.Sprintf("c=%d/ungrouped", tc.concurrency)
+		if tc.groups > 0 {
+			name = fmt.Sprintf("c=%d/groups=%d", tc.concurrency, tc.groups)
+		}
+		b.Run(name, func(b *testing.B) {
+			ring := benchRing(b, 1024, tc.groups)
+			c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithConcurrency(tc.concurrency))
+			r := newCreditReceiver(ring, credit, b.N)
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			go func() { errc <- c.Listen(ctx, r) }()
+			<-r.done
+			b.StopTimer()
+			cpu := processCPU() - cpu0
+			cancel()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			// CPU time per message: on a machine shared with other work,
+			// steadier than the wall clock.
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+		})
+	}
+}
+
+// processCPU is the user and system CPU time the process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchObserver is what a metrics Observer does per event: a few atomic
+// counters and a latency sum, no allocation, no lock.
+type benchObserver struct {
+	byDisposition [DeadLettered + 2]atomic.Int64
+	failed        atomic.Int64
+	latency       atomic.Int64
+	handler       atomic.Int64
+	published     atomic.Int64
+	accepted      atomic.Int64
+	publishTime   atomic.Int64
+}
+
+func (o *benchObserver) Settled(ev SettleEvent) {
+	o.byDisposition[ev.Disposition].Add(1)
+	if ev.Kind != nil {
+		o.failed.Add(1)
+	}
+	o.latency.Add(int64(ev.Latency))
+	o.handler.Add(int64(ev.Handler))
+}
+
+func (o *benchObserver) Published(ev PublishEvent) {
+	o.published.Add(1)
+	if ev.Outcome == PublishAccepted {
+		o.accepted.Add(1)
+	}
+	o.publishTime.Add(int64(ev.Duration))
+}
+
+// BenchmarkHandleRoutedObserved is BenchmarkHandleRouted with an Observer
+// set: compare the two, or read BenchmarkObserverOverhead's ratio.
+func BenchmarkHandleRoutedObserved(b *testing.B) {
+	obs := &benchObserver{}
+	c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	msg := benchDelivery(b, benchURN)
+	r := fakelink.NewCountingReceiver()
+	ctx := context.Background()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := c.Handle(ctx, r, msg); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.Counted().Accepted != n {
+		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.Counted().Accepted)
+	}
+}
+
+// BenchmarkPublishObserved is BenchmarkPublish with an Observer set.
+func BenchmarkPublishObserved(b *testing.B) {
+	obs := &benchObserver{}
+	s := &fakelink.Sender{Discard: true}
+	p := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+	ctx := context.Background()
+	data := benchOrderStruct()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		id, err := p.Publish(ctx, benchURN, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSinkID = id
+		n++
+	}
+	if obs.accepted.Load() != int64(n) || s.Count() != n {
+		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.Count())
+	}
+}
+
+// nopObserver does nothing: what the library's side of a hook costs.
+type nopObserver struct{}
+
+func (nopObserver) Settled(SettleEvent)    {}
+func (nopObserver) Published(PublishEvent) {}
+
+// BenchmarkObserverOverhead times each path with an Observer (the subject)
+// against the same path without one (the floor), in one run: x-floor is
+// the cost of leaving the hooks on, as a ratio. "nop" is the library's
+// side alone (the clock reads, the event, the recover); the others add a
+// counting Observer's own atomic adds.
+func BenchmarkObserverOverhead(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		obs  Observer
+	}{{"handle-nop", nopObserver{}}, {"handle", &benchObserver{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			plain := mustConsumer(b, Handlers{benchURN: benchAcceptOrder})
+			observed := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(tc.obs))
+			msg := benchDelivery(b, benchURN)
+			r := fakelink.NewCountingReceiver()
+			benchPair(b,
+				func() error { return plain.Handle(ctx, r, msg) },
+				func() error { return observed.Handle(ctx, r, msg) })
+			if obs, ok := tc.obs.(*benchObserver); ok && obs.byDisposition[Accepted].Load() == 0 {
+				b.Fatal("the observer heard nothing")
+			}
+		})
+	}
+	b.Run("publish", func(b *testing.B) {
+		obs := &benchObserver{}
+		s := &fakelink.Sender{Discard: true}
+		plain := NewPublisher(s, benchQueue)
+		observed := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+		data := benchOrderStruct()
+		benchPair(b,
+			func() error {
+				id, err := plain.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			},
+			func() error {
+				id, err := observed.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			})
+		if obs.accepted.Load() == 0 {
+			b.Fatal("the observer heard nothing")
+		}
+	})
 }
