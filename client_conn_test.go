@@ -287,7 +287,11 @@ func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {
 	assert.Eventually(t, func() bool { return hc.count() == 1 }, 5*time.Second, time.Millisecond, "the broken link's detach was started")
 }
 
-func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
+// hangingConsume starts a Consume on a Client whose link detaches hang
+// (the dial timeout a minute, the close grace 50 ms) and returns it with
+// its attached receiver.
+func hangingConsume(t *testing.T) (*harness, *hangingCloses, *consumeRun, *fakelink.Receiver) {
+	t.Helper()
 	hc := &hangingCloses{}
 	attached := make(chan *fakelink.Receiver, 8)
 	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{DialTimeout: time.Minute}, func(fb *fakeBroker) {
@@ -298,6 +302,11 @@ func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
 	require.NoError(t, h.dial())
 	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	r := attachedReceiver(t, attached)
+	return h, hc, run, r
+}
+
+func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
+	h, hc, run, r := hangingConsume(t)
 	h.ev.wait(t, EventConsumerAttached)
 
 	start := time.Now()
@@ -311,16 +320,7 @@ func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
 }
 
 func TestConsumeCancelledWhileAFailedReceiverDetaches(t *testing.T) {
-	hc := &hangingCloses{}
-	attached := make(chan *fakelink.Receiver, 8)
-	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{DialTimeout: time.Minute}, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) { c.attached = attached }
-	})
-	h.c.dial = hc.wrap(h.fb.dial)
-	h.c.closeGrace = 50 * time.Millisecond
-	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
-	r := attachedReceiver(t, attached)
+	_, hc, run, r := hangingConsume(t)
 	r.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
 	require.Eventually(t, func() bool { return hc.count() == 1 }, 5*time.Second, time.Millisecond, "the failed receiver's detach hangs")
 

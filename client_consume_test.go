@@ -293,6 +293,27 @@ func TestConsumeBackoffWhileTheBrokerIsDown(t *testing.T) {
 	assert.ErrorIs(t, backoff.Err, ErrConnect)
 }
 
+// doublingBackoff is Client options whose backoff starts at 100 ms and
+// doubles up to 30 s.
+func doublingBackoff() *ClientOptions {
+	return &ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}}
+}
+
+// assertConsumeWaits dials h, consumes "orders" and asserts the consumer's
+// backoff waits are want (in milliseconds), then stops the Consume and the
+// fake broker's loop over its attachments.
+func assertConsumeWaits(t *testing.T, h *harness, want []time.Duration) {
+	t.Helper()
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	for i, w := range want {
+		assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
+	}
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	close(h.fb.conn(0).attached)
+}
+
 func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -305,7 +326,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, []string{"amqp://live:5672"},
-				&ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}},
+				doublingBackoff(),
 				func(fb *fakeBroker) {
 					fb.setup = func(c *fakeConn) {
 						c.attached = make(chan *fakelink.Receiver, 64)
@@ -325,14 +346,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 				clock = clock.Add(tc.uptime)
 				return clock
 			}
-			require.NoError(t, h.dial())
-			run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
-			for i, w := range tc.want {
-				assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
-			}
-			run.cancel()
-			require.NoError(t, run.wait(t))
-			close(h.fb.conn(0).attached)
+			assertConsumeWaits(t, h, tc.want)
 		})
 	}
 }
@@ -543,7 +557,7 @@ func TestConsumeBackoffResetsOnceAMessageWasHandled(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, []string{"amqp://live:5672"},
-				&ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}},
+				doublingBackoff(),
 				func(fb *fakeBroker) {
 					fb.setup = func(c *fakeConn) {
 						if tc.deliver {
@@ -563,14 +577,7 @@ func TestConsumeBackoffResetsOnceAMessageWasHandled(t *testing.T) {
 						}()
 					}
 				})
-			require.NoError(t, h.dial())
-			run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
-			for i, w := range tc.want {
-				assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
-			}
-			run.cancel()
-			require.NoError(t, run.wait(t))
-			close(h.fb.conn(0).attached)
+			assertConsumeWaits(t, h, tc.want)
 		})
 	}
 }

@@ -146,18 +146,25 @@ func TestClientPublisherReceiptsPipeline(t *testing.T) {
 	}
 }
 
+// publishReceipts publishes n messages with receipts on pub.
+func publishReceipts(t *testing.T, pub *ClientPublisher, n int) []*Receipt {
+	t.Helper()
+	var rs []*Receipt
+	for range n {
+		r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	return rs
+}
+
 // Receipts outstanding when the connection drops: unknown without
 // duplicate detection, nothing resent.
 func TestClientPublisherReceiptsOfALostConnectionAreUnknown(t *testing.T) {
 	h := receiptHarness(t)
 	pub, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
-	var rs []*Receipt
-	for range 3 {
-		r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
-		require.NoError(t, err)
-		rs = append(rs, r)
-	}
+	rs := publishReceipts(t, pub, 3)
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	for _, r := range rs {
 		err := r.Wait(context.Background())
@@ -192,12 +199,7 @@ func TestClientPublisherReceiptsAreResentOnceWithDuplicateDetection(t *testing.T
 	}
 	pub, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
 	require.NoError(t, err)
-	var rs []*Receipt
-	for range 3 {
-		r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
-		require.NoError(t, err)
-		rs = append(rs, r)
-	}
+	rs := publishReceipts(t, pub, 3)
 	answers.Store(rs[0].ID(), outcomeOf{state: &amqp.StateAccepted{}})
 	answers.Store(rs[1].ID(), outcomeOf{state: &amqp.StateReleased{}})
 	answers.Store(rs[2].ID(), outcomeOf{err: &amqp.ConnError{}})

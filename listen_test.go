@@ -402,6 +402,17 @@ func TestListenManyGroups(t *testing.T) {
 	}
 }
 
+// gatedHandler counts its calls, says on started that one began and
+// returns only once gate is closed.
+func gatedHandler(calls *atomic.Int32, started chan<- struct{}, gate <-chan struct{}) HandlerFunc {
+	return func(context.Context, *Envelope, *amqp.Message) error {
+		calls.Add(1)
+		started <- struct{}{}
+		<-gate
+		return nil
+	}
+}
+
 // TestListenStartsNothingAfterASettlementLosesTheLink: go-amqp keeps
 // handing out prefetched deliveries after the link dropped. Once a
 // settlement fails with a link error, no further handler starts; Listen
@@ -425,12 +436,7 @@ func TestListenStartsNothingAfterASettlementLosesTheLink(t *testing.T) {
 			started := make(chan struct{}, 20)
 			gate := make(chan struct{})
 			rec := newRecorder()
-			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
-				calls.Add(1)
-				started <- struct{}{}
-				<-gate
-				return nil
-			}}, WithConcurrency(tc.workers), WithOnError(rec.onError))
+			c := mustConsumer(t, Handlers{urnCreated: gatedHandler(&calls, started, gate)}, WithConcurrency(tc.workers), WithOnError(rec.onError))
 			done, cancel := listenInBackground(c, fr)
 			defer cancel()
 			for range tc.workers {
@@ -472,12 +478,7 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	gate := make(chan struct{})
 	started := make(chan struct{}, 3)
 	var calls atomic.Int32
-	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
-		calls.Add(1)
-		started <- struct{}{}
-		<-gate
-		return nil
-	}}, WithConcurrency(2))
+	c := mustConsumer(t, Handlers{urnCreated: gatedHandler(&calls, started, gate)}, WithConcurrency(2))
 	done, cancel := listenInBackground(c, r)
 	defer cancel()
 	for range 3 {
@@ -514,12 +515,7 @@ func TestListenHonoursTheClientsLinkHook(t *testing.T) {
 	started := make(chan struct{}, 10)
 	gate := make(chan struct{})
 	var calls atomic.Int32
-	c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
-		calls.Add(1)
-		started <- struct{}{}
-		<-gate
-		return nil
-	}}, WithConcurrency(2))
+	c := mustConsumer(t, Handlers{urnCreated: gatedHandler(&calls, started, gate)}, WithConcurrency(2))
 	link, kill := context.WithCancelCause(context.Background())
 	dead := errors.New("connection known dead")
 	done := make(chan error, 1)

@@ -408,7 +408,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 			s := &fakelink.Sender{Wire: true}
 			require.NoError(t, p.sendReused(context.Background(), s, env, &cfg))
 			require.Len(t, s.Sent(), 1)
-			assert.Equal(t, onWire(t, want), s.Sent()[0])
+			assert.Equal(t, wireDecoded(t, want), s.Sent()[0])
 		})
 	}
 	// The shared maps were only read.
@@ -485,7 +485,7 @@ func TestSendReusedKeepsAFailedMessage(t *testing.T) {
 	require.Error(t, p.sendReused(context.Background(), kept, env, &publishConfig{}))
 	require.Len(t, kept.Sent(), 1)
 	failed := kept.Sent()[0]
-	before := onWire(t, failed)
+	before := wireDecoded(t, failed)
 
 	// With the failed message back in the pool, the next publish on this
 	// goroutine would be handed it.
@@ -502,7 +502,7 @@ func TestSendReusedKeepsAFailedMessage(t *testing.T) {
 		require.NoError(t, p.sendReused(context.Background(), watch, env, &publishConfig{}))
 	}
 	assert.False(t, reused, "the failed message was handed to a later publish")
-	assert.Equal(t, before, onWire(t, failed), "the failed message was changed")
+	assert.Equal(t, before, wireDecoded(t, failed), "the failed message was changed")
 }
 
 // The reused path allocates less than newMessage's, and a publish through it
@@ -532,16 +532,6 @@ func TestSendReusedAllocations(t *testing.T) {
 	// Reused: only the three boxed strings (trace id, meta.id, body).
 	assert.LessOrEqual(t, reused, 3.0)
 	assert.Greater(t, built, reused)
-}
-
-// onWire is msg as a receiver decodes it.
-func onWire(t *testing.T, msg *amqp.Message) *amqp.Message {
-	t.Helper()
-	b, err := msg.MarshalBinary()
-	require.NoError(t, err)
-	var got amqp.Message
-	require.NoError(t, got.UnmarshalBinary(b))
-	return &got
 }
 
 // A built envelope keeps its trace id: WithTraceID may repeat it (trimmed) but
@@ -627,7 +617,7 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 			ws := &fakelink.Sender{Wire: true}
 			p := NewPublisher(ws, "orders")
 			require.NoError(t, p.sendReused(context.Background(), ws, env, &cfg))
-			for path, msg := range map[string]*amqp.Message{"new": onWire(t, fresh), "reused": ws.Sent()[0]} {
+			for path, msg := range map[string]*amqp.Message{"new": wireDecoded(t, fresh), "reused": ws.Sent()[0]} {
 				assert.Equal(t, tc.ttl, msg.Header.TTL, path)
 				assert.Equal(t, tc.priority, msg.Header.Priority, path)
 				assert.True(t, msg.Header.Durable, path)
@@ -698,7 +688,7 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 // live: Artemis adds the absolute expiry time it computed.
 func received(t *testing.T, msg *amqp.Message) *amqp.Message {
 	t.Helper()
-	m := onWire(t, msg)
+	m := wireDecoded(t, msg)
 	exp := time.UnixMilli(1_800_000_060_000).UTC()
 	m.Properties.AbsoluteExpiryTime = &exp
 	return m
@@ -711,7 +701,7 @@ func TestDeadLetterCopiesDoNotExpireAndKeepGroupAndPriority(t *testing.T) {
 		WithHeaders(map[string]string{"traceparent": "00-aa-bb-01"})}
 	check := func(t *testing.T, copyMsg *amqp.Message) {
 		t.Helper()
-		m := onWire(t, copyMsg)
+		m := wireDecoded(t, copyMsg)
 		assert.Zero(t, m.Header.TTL, "no time to live")
 		assert.Nil(t, m.Properties.AbsoluteExpiryTime, "no expiry")
 		assert.True(t, m.Header.Durable)
@@ -741,7 +731,7 @@ func TestDeadLetterCopiesDoNotExpireAndKeepGroupAndPriority(t *testing.T) {
 		src := received(t, orderMessage(t, 2))
 		for _, m := range []*amqp.Message{forwardCopy(src, "orders"),
 			deadLetterEnvelope(mustDecode(t, src.Value.(string)), newDeadLetter(ReasonFailed, nil, "orders", 2, time.Now()), src, "orders")} {
-			m = onWire(t, m)
+			m = wireDecoded(t, m)
 			assert.Zero(t, m.Header.TTL)
 			assert.Nil(t, m.Properties.AbsoluteExpiryTime)
 			assert.Equal(t, uint8(4), m.Header.Priority)
@@ -752,7 +742,7 @@ func TestDeadLetterCopiesDoNotExpireAndKeepGroupAndPriority(t *testing.T) {
 		src := received(t, orderMessage(t, 0))
 		env := mustDecode(t, src.Value.(string))
 		src.Header, src.Properties = nil, nil
-		m := onWire(t, deadLetterEnvelope(env, newDeadLetter(ReasonFailed, nil, "orders", 0, time.Now()), src, "orders"))
+		m := wireDecoded(t, deadLetterEnvelope(env, newDeadLetter(ReasonFailed, nil, "orders", 0, time.Now()), src, "orders"))
 		assert.Equal(t, uint8(4), m.Header.Priority)
 		assert.Nil(t, m.Properties.GroupID)
 	})

@@ -392,12 +392,12 @@ func TestPublishWithReceiptSendsWhatPublishSends(t *testing.T) {
 	require.NoError(t, err)
 	s.settle(r.ID(), &amqp.StateAccepted{}, nil)
 	require.NoError(t, r.Wait(context.Background()))
-	msg := onWire(t, s.written[0])
+	msg := wireDecoded(t, s.written[0])
 
 	fs := &fakelink.Sender{}
 	id, err := NewPublisher(fs, "orders", WithPriority(8)).Publish(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
 	require.NoError(t, err)
-	want := onWire(t, fs.Sent()[0])
+	want := wireDecoded(t, fs.Sent()[0])
 
 	assert.Equal(t, r.ID(), msg.Properties.MessageID)
 	assert.Equal(t, id, want.Properties.MessageID)
