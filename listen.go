@@ -127,15 +127,26 @@ func (l *listener) serial(ctx, rctx context.Context, res chan<- error) {
 	res <- err
 }
 
+// receiveOne receives the next delivery for either receive loop. When the loop
+// is to stop (Receive failed, or the delivery came after the handlers were
+// halted and was given back) ok is false and err is Listen's result.
+func (l *listener) receiveOne(ctx, rctx context.Context) (msg *amqp.Message, ok bool, err error) {
+	msg, err = l.r.Receive(rctx, nil)
+	if err != nil {
+		return nil, false, l.receiveFailed(ctx, err)
+	}
+	if l.halted() {
+		l.c.giveBack(l.hctx, l.r, msg)
+		return nil, false, l.result(ctx)
+	}
+	return msg, true, nil
+}
+
 func (l *listener) receiveSerial(ctx, rctx context.Context) error {
 	for {
-		msg, err := l.r.Receive(rctx, nil)
-		if err != nil {
-			return l.receiveFailed(ctx, err)
-		}
-		if l.halted() {
-			l.c.giveBack(l.hctx, l.r, msg)
-			return l.result(ctx)
+		msg, ok, err := l.receiveOne(ctx, rctx)
+		if !ok {
+			return err
 		}
 		_ = l.c.handle(l.hctx, l.stop, l.r, msg, l.onSettleErr)
 	}
@@ -190,13 +201,9 @@ type group struct {
 // receive is the receive loop. It returns Listen's result.
 func (l *listener) receive(ctx, rctx context.Context) error {
 	for {
-		msg, err := l.r.Receive(rctx, nil)
-		if err != nil {
-			return l.receiveFailed(ctx, err)
-		}
-		if l.halted() {
-			l.c.giveBack(l.hctx, l.r, msg)
-			return l.result(ctx)
+		msg, ok, err := l.receiveOne(ctx, rctx)
+		if !ok {
+			return err
 		}
 		t := task{msg: msg}
 		if l.grouped {
