@@ -131,9 +131,7 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 		if f.since < 0 {
 			return usagef("-since %v: want > 0", f.since)
 		}
-		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
-		defer cancel()
-		s, err := env.conn.dial(ctx)
+		ctx, s, err := env.conn.open(ctx)
 		if err != nil {
 			return err
 		}
@@ -172,9 +170,7 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 		if err := bf.check(); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
-		defer cancel()
-		s, err := env.conn.dial(ctx)
+		ctx, s, err := env.conn.open(ctx)
 		if err != nil {
 			return err
 		}

@@ -165,12 +165,33 @@ func (c *connFlags) tlsConfig() (*tls.Config, error) {
 
 // session is one open connection and its session.
 type session struct {
-	conn  *amqp.Conn
-	sess  *amqp.Session
-	shown string // the URL it is connected to, password redacted
+	conn   *amqp.Conn
+	sess   *amqp.Session
+	shown  string             // the URL it is connected to, password redacted
+	cancel context.CancelFunc // ends open's timeout; nil from dial
 }
 
-func (s *session) Close() { _ = s.conn.Close() }
+// Close closes the connection, then ends the timeout open set.
+func (s *session) Close() {
+	_ = s.conn.Close()
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// open is a command's start: it dials within -timeout and returns the
+// context that carries the timeout with the session. Closing the session
+// ends the timeout too.
+func (c *connFlags) open(ctx context.Context) (context.Context, *session, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	s, err := c.dial(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	s.cancel = cancel
+	return ctx, s, nil
+}
 
 // dial connects to the first URL that answers. The error lists each URL
 // (redacted) with its cause, scrubbed.

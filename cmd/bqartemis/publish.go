@@ -143,9 +143,7 @@ func setupPublish(fs *flag.FlagSet, env *environment) func(context.Context, []st
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
-		defer cancel()
-		s, err := env.conn.dial(ctx)
+		ctx, s, err := env.conn.open(ctx)
 		if err != nil {
 			return err
 		}

@@ -179,9 +179,7 @@ func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []st
 		if err := f.check(); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
-		defer cancel()
-		s, err := env.conn.dial(ctx)
+		ctx, s, err := env.conn.open(ctx)
 		if err != nil {
 			return err
 		}

@@ -230,9 +230,7 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 				return usagef("a blank queue name")
 			}
 		}
-		ctx, cancel := context.WithTimeout(ctx, env.conn.timeout)
-		defer cancel()
-		s, err := env.conn.dial(ctx)
+		ctx, s, err := env.conn.open(ctx)
 		if err != nil {
 			return err
 		}
