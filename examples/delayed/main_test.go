@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,11 +16,9 @@ func TestDelayed(t *testing.T) {
 	queue := exampletest.Queue(t, "ex-delayed")
 	const delay = 2 * time.Second
 
-	var out strings.Builder
-	if err := run(context.Background(), config{URL: url, Queue: queue, Delay: delay, Timeout: 30 * time.Second}, &out); err != nil {
-		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
-	}
-	text := out.String()
+	text := exampletest.Run(t, func(w io.Writer) error {
+		return run(context.Background(), config{URL: url, Queue: queue, Delay: delay, Timeout: 30 * time.Second}, w)
+	})
 	t.Logf("output:\n%s", text)
 
 	m := regexp.MustCompile(`measured delay: (\S+) \(asked for 2s\)`).FindStringSubmatch(text)

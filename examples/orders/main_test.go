@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,9 @@ func TestOrders(t *testing.T) {
 	sess := exampletest.Session(t, url)
 	exampletest.Purge(t, sess, queue, dlq)
 
-	var out strings.Builder
-	if err := run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute}, &out); err != nil {
-		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
-	}
-	text := out.String()
+	text := exampletest.Run(t, func(w io.Writer) error {
+		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute}, w)
+	})
 	t.Logf("output:\n%s", text)
 
 	for _, want := range []string{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,10 @@ func TestTraceThroughTheBroker(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	var out strings.Builder
-	if err := run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, TracerProvider: tp}, &out); err != nil {
-		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
-	}
-	t.Logf("output:\n%s", out.String())
+	out := exampletest.Run(t, func(w io.Writer) error {
+		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, TracerProvider: tp}, w)
+	})
+	t.Logf("output:\n%s", out)
 
 	spans := rec.Ended()
 	if len(spans) != 2 {
@@ -66,7 +66,7 @@ func TestTraceThroughTheBroker(t *testing.T) {
 	if links := process.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != sc.SpanID() {
 		t.Errorf("process span links %+v, want one link to the send span", links)
 	}
-	if want := "the handler got traceparent 00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; !strings.Contains(out.String(), want) {
+	if want := "the handler got traceparent 00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; !strings.Contains(out, want) {
 		t.Errorf("the output lacks %q", want)
 	}
 
@@ -106,7 +106,7 @@ func TestTraceThroughTheBroker(t *testing.T) {
 	if sendAttrs["messaging.message.id"] == sendAttrs["messaging.message.conversation_id"] {
 		t.Error("messaging.message.id equals messaging.message.conversation_id: want meta.id and trace_id")
 	}
-	if !strings.Contains(out.String(), "(meta.id "+sendAttrs["messaging.message.id"]+")") {
+	if !strings.Contains(out, "(meta.id "+sendAttrs["messaging.message.id"]+")") {
 		t.Errorf("messaging.message.id %s is not the published meta.id", sendAttrs["messaging.message.id"])
 	}
 }

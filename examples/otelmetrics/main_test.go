@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -20,16 +21,15 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 	exampletest.Purge(t, s, queue+".dlq")
 	reader := sdkmetric.NewManualReader()
 
-	var out strings.Builder
-	if err := run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, Reader: reader}, &out); err != nil {
-		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
-	}
+	out := exampletest.Run(t, func(w io.Writer) error {
+		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, Reader: reader}, w)
+	})
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
 	lines := Lines(rm)
-	t.Logf("output:\n%s\nmetrics:\n%s", out.String(), strings.Join(lines, "\n"))
+	t.Logf("output:\n%s\nmetrics:\n%s", out, strings.Join(lines, "\n"))
 
 	byName := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
@@ -82,8 +82,8 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 	if dlq := exampletest.Browse(t, s, queue+".dlq"); len(dlq) != 1 {
 		t.Errorf("%d messages on %s.dlq, want the failing order's copy", len(dlq), queue)
 	}
-	if !strings.Contains(out.String(), "7 settlements observed") {
-		t.Errorf("the output lacks the settlement count:\n%s", out.String())
+	if !strings.Contains(out, "7 settlements observed") {
+		t.Errorf("the output lacks the settlement count:\n%s", out)
 	}
 }
 

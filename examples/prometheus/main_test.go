@@ -23,7 +23,6 @@ func TestMetricsEndpointThroughTheBroker(t *testing.T) {
 	var scraped, endpoint string
 	var compared error
 	served := false
-	var out strings.Builder
 	cfg := config{URL: url, Queue: queue, Listen: "127.0.0.1:0", Timeout: time.Minute,
 		Serving: func(metricsURL string) {
 			served, endpoint = true, metricsURL
@@ -47,10 +46,8 @@ babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",q
 			b, _ := io.ReadAll(resp.Body)
 			scraped = string(b)
 		}}
-	if err := run(context.Background(), cfg, &out); err != nil {
-		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
-	}
-	t.Logf("output:\n%s", out.String())
+	out := exampletest.Run(t, func(w io.Writer) error { return run(context.Background(), cfg, w) })
+	t.Logf("output:\n%s", out)
 	if !served {
 		t.Fatal("the endpoint was never announced as serving")
 	}
@@ -71,7 +68,7 @@ babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",q
 		}
 	}
 	// The example printed its own scrape.
-	if want := fmt.Sprintf(`babelqueue_publishes_total{outcome="accepted",queue="%s"} 5`, queue); !strings.Contains(out.String(), want) {
+	if want := fmt.Sprintf(`babelqueue_publishes_total{outcome="accepted",queue="%s"} 5`, queue); !strings.Contains(out, want) {
 		t.Errorf("the output lacks %q", want)
 	}
 	// And the endpoint is gone once run returned.

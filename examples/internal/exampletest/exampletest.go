@@ -9,7 +9,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +140,15 @@ func Purge(t testing.TB, s *amqp.Session, queues ...string) {
 			Take(t, s, q)
 		}
 	})
+}
+
+// Run calls run with a fresh output and fails the test, showing that
+// output, when run fails. It returns the output.
+func Run(t testing.TB, run func(out io.Writer) error) string {
+	t.Helper()
+	var out strings.Builder
+	if err := run(&out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	return out.String()
 }
