@@ -34,12 +34,11 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/workload"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -47,21 +46,14 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
-// URNCreated is the URN of the orders.
-const URNCreated = "urn:babel:orders:created"
-
-// FailingOrder is the order whose handler fails every time.
-const FailingOrder = 1003
-
-// Orders is how many orders are published (1001 ...).
-const Orders = 5
-
-// MaxTries is how many deliveries a failing order gets.
-const MaxTries = 3
-
-// Settlements is how many settlements the run makes: every order but one
-// accepted, the failing one abandoned MaxTries-1 times, then dead-lettered.
-const Settlements = Orders - 1 + MaxTries
+// The workload's figures (internal/workload), named here for the tests.
+const (
+	URNCreated   = workload.URNCreated
+	FailingOrder = workload.FailingOrder
+	Orders       = workload.Orders
+	MaxTries     = workload.MaxTries
+	Settlements  = workload.Settlements
+)
 
 // ScopeName names the instrumentation scope of the example's instruments.
 const ScopeName = "github.com/babelqueue/babelqueue-go-artemis/examples/otelmetrics"
@@ -149,22 +141,6 @@ func (m *Metrics) Settled(ev artemis.SettleEvent) {
 	m.settleTime.Record(ctx, ev.Latency.Seconds(), set)
 }
 
-// counting passes every event on to an Observer and closes done once n
-// settlements were heard: how the example knows the queue is through.
-type counting struct {
-	artemis.Observer
-	n    atomic.Int64
-	want int64
-	done chan struct{}
-}
-
-func (c *counting) Settled(ev artemis.SettleEvent) {
-	c.Observer.Settled(ev)
-	if c.n.Add(1) == c.want {
-		close(c.done)
-	}
-}
-
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -182,54 +158,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	obs := &counting{Observer: metrics, want: Settlements, done: make(chan struct{})}
 	fmt.Fprintf(out, "otelmetrics example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
-
 	// The hooks: one Observer for the publisher and the consumer.
+	obs := workload.NewCounter(metrics)
 	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue, artemis.WithPublishObserver(obs))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	handle := func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		var order struct {
-			ID int `json:"order_id"`
-		}
-		if err := env.Bind(&order); err != nil {
-			return err
-		}
-		if order.ID == FailingOrder {
-			return fmt.Errorf("order %d: payment gateway timeout", order.ID)
-		}
-		return nil
-	}
-	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
-	if err != nil {
+	if err := workload.Run(ctx, client, pub, cfg.Queue, obs, out, artemis.WithObserver(obs)); err != nil {
 		return err
 	}
-	// No WithOnError and no WithLogger: the failures are also logged, at
-	// warn, to slog.Default() (standard error).
-
-	for i := range Orders {
-		if _, err := pub.Publish(ctx, URNCreated, map[string]int{"order_id": 1001 + i}); err != nil {
-			_ = cons.Stop()
-			return err
-		}
-	}
-	fmt.Fprintf(out, "published %d orders; order %d fails every time\n", Orders, FailingOrder)
-	select {
-	case <-obs.done:
-	case err := <-cons.Done():
-		return broker.Early(err)
-	case <-ctx.Done():
-		_ = cons.Stop()
-		return fmt.Errorf("gave up after %d of %d settlements: %w", obs.n.Load(), Settlements, ctx.Err())
-	}
-	if err := cons.Stop(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%d settlements observed\n", obs.n.Load())
 	if manual == nil {
 		return nil
 	}

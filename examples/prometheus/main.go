@@ -34,31 +34,23 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/workload"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// URNCreated is the URN of the orders.
-const URNCreated = "urn:babel:orders:created"
-
-// FailingOrder is the order whose handler fails every time.
-const FailingOrder = 1003
-
-// Orders is how many orders are published (1001 ...).
-const Orders = 5
-
-// MaxTries is how many deliveries a failing order gets.
-const MaxTries = 3
-
-// Settlements is how many settlements the run makes: every order but one
-// accepted, the failing one abandoned MaxTries-1 times, then dead-lettered.
-const Settlements = Orders - 1 + MaxTries
+// The workload's figures (internal/workload), named here for the tests.
+const (
+	URNCreated   = workload.URNCreated
+	FailingOrder = workload.FailingOrder
+	Orders       = workload.Orders
+	MaxTries     = workload.MaxTries
+	Settlements  = workload.Settlements
+)
 
 type config struct {
 	URL     string
@@ -142,22 +134,6 @@ func (m *Metrics) Settled(ev artemis.SettleEvent) {
 	}
 }
 
-// counting passes every event on to an Observer and closes done once n
-// settlements were heard: how the example knows the queue is through.
-type counting struct {
-	artemis.Observer
-	n    atomic.Int64
-	want int64
-	done chan struct{}
-}
-
-func (c *counting) Settled(ev artemis.SettleEvent) {
-	c.Observer.Settled(ev)
-	if c.n.Add(1) == c.want {
-		close(c.done)
-	}
-}
-
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	reg := prometheus.NewRegistry()
 	metrics, err := NewMetrics(reg)
@@ -202,51 +178,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 func work(ctx context.Context, cfg config, metrics *Metrics, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	obs := &counting{Observer: metrics, want: Settlements, done: make(chan struct{})}
+	// The hooks: one Observer for the publisher and the consumer.
+	obs := workload.NewCounter(metrics)
 	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue, artemis.WithPublishObserver(obs))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	handle := func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		var order struct {
-			ID int `json:"order_id"`
-		}
-		if err := env.Bind(&order); err != nil {
-			return err
-		}
-		if order.ID == FailingOrder {
-			return fmt.Errorf("order %d: payment gateway timeout", order.ID)
-		}
-		return nil
-	}
-	// No WithOnError and no WithLogger: the failures are also logged, at
-	// warn, to slog.Default() (standard error).
-	cons, err := broker.Consume(ctx, client, cfg.Queue, artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
-	if err != nil {
-		return err
-	}
-	for i := range Orders {
-		if _, err := pub.Publish(ctx, URNCreated, map[string]int{"order_id": 1001 + i}); err != nil {
-			_ = cons.Stop()
-			return err
-		}
-	}
-	fmt.Fprintf(out, "published %d orders; order %d fails every time\n", Orders, FailingOrder)
-	select {
-	case <-obs.done:
-	case err := <-cons.Done():
-		return broker.Early(err)
-	case <-ctx.Done():
-		_ = cons.Stop()
-		return fmt.Errorf("gave up after %d of %d settlements: %w", obs.n.Load(), Settlements, ctx.Err())
-	}
-	if err := cons.Stop(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%d settlements observed\n", obs.n.Load())
-	return nil
+	return workload.Run(ctx, client, pub, cfg.Queue, obs, out, artemis.WithObserver(obs))
 }
 
 // serve starts the /metrics endpoint on addr, which must be a loopback
