@@ -299,6 +299,26 @@ func doublingBackoff() *ClientOptions {
 	return &ClientOptions{Backoff: &Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}}
 }
 
+// flappingHarness is a harness with doublingBackoff whose connections
+// first get setup (when not nil), then hand each attached receiver to
+// onAttach, which ends it.
+func flappingHarness(t *testing.T, setup func(*fakeConn), onAttach func(*fakelink.Receiver)) *harness {
+	t.Helper()
+	return newHarness(t, []string{"amqp://live:5672"}, doublingBackoff(), func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if setup != nil {
+				setup(c)
+			}
+			c.attached = make(chan *fakelink.Receiver, 64)
+			go func() {
+				for r := range c.attached {
+					onAttach(r)
+				}
+			}()
+		}
+	})
+}
+
 // assertConsumeWaits dials h, consumes "orders" and asserts the consumer's
 // backoff waits are want (in milliseconds), then stops the Consume and the
 // fake broker's loop over its attachments.
@@ -325,18 +345,9 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, []string{"amqp://live:5672"},
-				doublingBackoff(),
-				func(fb *fakeBroker) {
-					fb.setup = func(c *fakeConn) {
-						c.attached = make(chan *fakelink.Receiver, 64)
-						go func() {
-							for r := range c.attached {
-								r.Fail(&amqp.LinkError{}) // every attachment dies at once
-							}
-						}()
-					}
-				})
+			h := flappingHarness(t, nil, func(r *fakelink.Receiver) {
+				r.Fail(&amqp.LinkError{}) // every attachment dies at once
+			})
 			var mu sync.Mutex
 			clock := time.Unix(0, 0)
 			h.c.now = func() time.Time {
@@ -556,27 +567,21 @@ func TestConsumeBackoffResetsOnceAMessageWasHandled(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, []string{"amqp://live:5672"},
-				doublingBackoff(),
-				func(fb *fakeBroker) {
-					fb.setup = func(c *fakeConn) {
-						if tc.deliver {
-							c.deliveries = func() []*amqp.Message { return []*amqp.Message{orderMessage(t, 0)} }
-						}
-						c.attached = make(chan *fakelink.Receiver, 64)
-						go func() {
-							for r := range c.attached {
-								go func() {
-									if tc.deliver {
-										// Handled and settled, then the link drops.
-										_ = r.WaitSettled(context.Background(), 1)
-									}
-									r.Fail(&amqp.LinkError{})
-								}()
-							}
-						}()
+			var setup func(*fakeConn)
+			if tc.deliver {
+				setup = func(c *fakeConn) {
+					c.deliveries = func() []*amqp.Message { return []*amqp.Message{orderMessage(t, 0)} }
+				}
+			}
+			h := flappingHarness(t, setup, func(r *fakelink.Receiver) {
+				go func() {
+					if tc.deliver {
+						// Handled and settled, then the link drops.
+						_ = r.WaitSettled(context.Background(), 1)
 					}
-				})
+					r.Fail(&amqp.LinkError{})
+				}()
+			})
 			assertConsumeWaits(t, h, tc.want)
 		})
 	}

@@ -466,6 +466,20 @@ func TestListenStartsNothingAfterASettlementLosesTheLink(t *testing.T) {
 	}
 }
 
+// endAfterHandlers checks that Listen (done) does not return within 20 ms
+// while held handlers are in flight, then lets them finish (closes gate)
+// and returns Listen's result.
+func endAfterHandlers(t *testing.T, done <-chan error, gate chan struct{}, inFlight string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("Listen returned (%v) with %s in flight", err, inFlight)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(gate)
+	return <-done
+}
+
 // TestListenGivesBackTheGroupQueuesWhenReceiveFails: deliveries waiting in
 // a group's queue when Receive fails are released, never handled.
 func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
@@ -486,13 +500,7 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	}
 	<-started
 	fr.Fail(&amqp.LinkError{})
-	select {
-	case err := <-done:
-		t.Fatalf("Listen returned (%v) with a handler in flight", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	close(gate)
-	err := <-done
+	err := endAfterHandlers(t, done, gate, "a handler")
 	var le *amqp.LinkError
 	require.ErrorAs(t, err, &le)
 	assert.Contains(t, err.Error(), "babelqueue: receive")
@@ -523,13 +531,7 @@ func TestListenHonoursTheClientsLinkHook(t *testing.T) {
 	<-started
 	<-started
 	kill(dead)
-	select {
-	case err := <-done:
-		t.Fatalf("Listen returned (%v) with handlers in flight", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	close(gate)
-	err := <-done
+	err := endAfterHandlers(t, done, gate, "handlers")
 	assert.ErrorIs(t, err, dead)
 	assert.Equal(t, int32(2), calls.Load())
 	accepted := 0
