@@ -38,9 +38,8 @@ var (
 )
 
 type outcomeBook struct {
-	mu      sync.Mutex
-	written []string
-	ch      map[string]chan outcomeOf
+	outcomeChannels // its mu guards written too
+	written         []string
 }
 
 func receiptOutcomes(c *fakeConn) *outcomeBook {
@@ -48,21 +47,10 @@ func receiptOutcomes(c *fakeConn) *outcomeBook {
 	defer outcomesMu.Unlock()
 	b, ok := outcomesOf[c]
 	if !ok {
-		b = &outcomeBook{ch: map[string]chan outcomeOf{}}
+		b = &outcomeBook{}
 		outcomesOf[c] = b
 	}
 	return b
-}
-
-func (b *outcomeBook) channel(id string) chan outcomeOf {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ch, ok := b.ch[id]
-	if !ok {
-		ch = make(chan outcomeOf, 1)
-		b.ch[id] = ch
-	}
-	return ch
 }
 
 func (b *outcomeBook) ids() []string {

@@ -24,7 +24,7 @@ import (
 type pipeSender struct {
 	mu      sync.Mutex
 	written []*amqp.Message
-	waits   map[string]chan outcomeOf // by message-id
+	waits   outcomeChannels
 	writeFn func(*amqp.Message) error // nil: every write succeeds
 }
 
@@ -33,7 +33,29 @@ type outcomeOf struct {
 	err   error
 }
 
-func newPipeSender() *pipeSender { return &pipeSender{waits: map[string]chan outcomeOf{}} }
+// outcomeChannels hands out, by message-id, the channel on which the test
+// gives a pipelined transfer its outcome; a message sent twice (a retry)
+// waits on the same channel again.
+type outcomeChannels struct {
+	mu sync.Mutex
+	ch map[string]chan outcomeOf
+}
+
+func (o *outcomeChannels) channel(id string) chan outcomeOf {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ch == nil {
+		o.ch = map[string]chan outcomeOf{}
+	}
+	ch, ok := o.ch[id]
+	if !ok {
+		ch = make(chan outcomeOf, 1)
+		o.ch[id] = ch
+	}
+	return ch
+}
+
+func newPipeSender() *pipeSender { return &pipeSender{} }
 
 func (s *pipeSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
 	panic("PublishWithReceipt must write through startOutcome")
@@ -64,16 +86,7 @@ func (s *pipeSender) startOutcome(_ context.Context, msg *amqp.Message) (pending
 	}}, nil
 }
 
-func (s *pipeSender) channel(id string) chan outcomeOf {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch, ok := s.waits[id]
-	if !ok {
-		ch = make(chan outcomeOf, 1)
-		s.waits[id] = ch
-	}
-	return ch
-}
+func (s *pipeSender) channel(id string) chan outcomeOf { return s.waits.channel(id) }
 
 // settle gives the transfer of message id its outcome.
 func (s *pipeSender) settle(id string, state amqp.DeliveryState, err error) {
