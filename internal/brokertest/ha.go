@@ -152,7 +152,8 @@ func (p *HAPair) run(t testing.TB, args ...string) string {
 		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
 	}
 	// ha-status exits 3 when a node is stopped: that is an answer, not a failure.
-	if err != nil && !(args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3) {
+	stoppedNode := args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3
+	if err != nil && !stoppedNode {
 		t.Fatalf("scripts/artemis %s: %v", strings.Join(args, " "), err)
 	}
 	return stdout.String()
