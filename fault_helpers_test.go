@@ -123,10 +123,11 @@ func (fb *faultBroker) restart(t *testing.T) {
 	require.Equal(t, fb.URL, envValue(out, "ARTEMIS_URL"), "the broker came back on another port")
 }
 
-// envValue reads KEY=value from `scripts/artemis env` output.
+// envValue reads "export KEY=value" from `scripts/artemis env` output (the
+// values it prints for a local instance need no shell unquoting).
 func envValue(out, key string) string {
 	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, key+"="); ok {
+		if v, ok := strings.CutPrefix(strings.TrimPrefix(line, "export "), key+"="); ok {
 			return v
 		}
 	}
