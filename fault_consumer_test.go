@@ -118,7 +118,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	})
 	stop()
 	elapsed := time.Since(start)
-	left := faultDrain(t, fb, q)
+	left := faultDrain(t, fb.Broker, q)
 
 	mu.Lock()
 	unique := len(handled)

@@ -135,7 +135,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, pub.Close(ctx))
-	stored := faultDrain(t, fb, q)
+	stored := faultDrain(t, fb.Broker, q)
 
 	mu.Lock()
 	defer mu.Unlock()

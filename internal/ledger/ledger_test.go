@@ -22,14 +22,23 @@ func TestFiguresCountLostStoredTwiceAndDuplicates(t *testing.T) {
 	l.Unknown("x") // never acknowledged, stored once: not foreign
 	l.Stored(map[string]int{"a": 1, "b": 2, "c": 1, "x": 1, "z": 1})
 
+	two := l.HandledAtLeast(2)
 	l.Start("a")(true)
+	assert.Equal(t, 1, l.Handled())
 	done := l.Start("b")
 	require.Equal(t, 1, l.Running())
 	assert.Equal(t, 1, l.Cut(2), "one delivery in a handler at the cut")
 	done(false)
 	done(true) // a second call of done counts nothing
+	select {
+	case <-two:
+		t.Fatal("two handled ok before b was")
+	default:
+	}
 	l.Start("b")(true)
+	<-two
 	l.Start("b")(true)
+	<-l.HandledAtLeast(2) // already reached: closed at once
 	l.Left("q", map[string]int{"c": 1})
 	l.Left("q.dlq", map[string]int{})
 	// d: handled only by a failing handler, left nowhere: lost. e: never seen: lost.
@@ -83,8 +92,25 @@ func TestResumeIsTheLongestGapFromAMarkToTheNextProgress(t *testing.T) {
 	assert.True(t, pending, "no handler started since the mark")
 
 	line := l.Line("demo", "rate 10/s")
-	assert.True(t, strings.HasPrefix(line, "fault: demo: lost 4, stored twice 0, handler duplicates 0 (bound 0 = 0 in a handler at 0 cuts + 0 slack)"), line)
+	assert.True(t, strings.HasPrefix(line, "fault: demo: lost 4, stored twice 0 (copies not counted apart: see handler duplicates), handler duplicates 0 (bound 0 = 0 in a handler at 0 cuts + 0 slack)"), line)
 	assert.Contains(t, line, "consume resume 0 ms (not resumed yet)")
 	assert.Contains(t, line, "publish resume 300 ms")
 	assert.True(t, strings.HasSuffix(line, ", rate 10/s"), line)
+}
+
+func TestCutAroundCountsHandlersOnEitherSideOfTheFault(t *testing.T) {
+	l := New()
+	endA := l.Start("a")
+	l.Start("b")(true)
+	var endC func(bool)
+	n := l.CutAround(4, func() {
+		endA(true)          // a ends while the fault runs
+		endC = l.Start("c") // c begins while it runs
+	})
+	assert.Equal(t, 2, n, "a and c")
+	endC(true)
+	f := l.Figures()
+	assert.Equal(t, 1, f.Cuts)
+	assert.Equal(t, 2, f.InHandlerAtCuts)
+	assert.Equal(t, 6, f.Bound())
 }
