@@ -42,6 +42,7 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	defer cancel()
 	qp, qc := faultQueue("hole-pub"), faultQueue("hole-con")
 	l := ledger.New()
+	l.ConsumeWindow(faultConsumeWindow(concurrency))
 	faultFill(t, ctx, fb, qc, consumes, l)
 
 	p1, url1 := faultProxy(t, fb.Broker, 601)

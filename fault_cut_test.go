@@ -57,6 +57,8 @@ func TestFaultCutsWithLatency(t *testing.T) {
 	defer dcancel()
 	var st faultPubStats
 	pubDone := faultPublishLoop(dctx, pub, qp, publishes, 8, 30*time.Second, 30*time.Second, 0, l, &st)
+	pubTook := make(chan time.Duration, 1)
+	go func() { <-pubDone; pubTook <- time.Since(start) }()
 	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, 0), nil, faultWait)
 	var handledBy time.Duration
 	select {
@@ -65,8 +67,7 @@ func TestFaultCutsWithLatency(t *testing.T) {
 	case <-dctx.Done():
 	}
 	handledAtDeadline := l.Handled()
-	<-pubDone
-	published := time.Since(start)
+	published := <-pubTook
 	stopC()
 	stats := p.Stats()
 	// Stop cutting before the final drains (they go straight to the broker

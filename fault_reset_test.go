@@ -83,6 +83,7 @@ func TestFaultResetsUnderConsume(t *testing.T) {
 	defer cancel()
 	qb, q := faultQueue("reset-base"), faultQueue("reset-con")
 	lb, l := ledger.New(), ledger.New()
+	l.ConsumeWindow(faultConsumeWindow(concurrency))
 	faultFill(t, ctx, fb, qb, baseline, lb)
 	faultFill(t, ctx, fb, q, faultResetTotal, l)
 

@@ -40,6 +40,16 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
+// faultDefaultCredit is Client.Consume's default credit with 4 handlers,
+// max(2*4, 10): deliveries a receiver may hold prefetched when a fault
+// comes, which a consumer can still hand to handlers without a connection.
+const faultDefaultCredit = 10
+
+// faultConsumeWindow is the window for ledger.ConsumeWindow: a consumer
+// with concurrency handlers resumed only once it handled more new ids than
+// it could have held when the fault came.
+func faultConsumeWindow(concurrency int) int { return faultDefaultCredit + concurrency }
+
 // faultProxy starts a fault proxy in front of b's AMQP port and returns it
 // with b's URL rewritten to go through it. Close runs at the test's end.
 func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {

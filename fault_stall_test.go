@@ -44,6 +44,7 @@ func TestFaultStallMidPublishAndConsume(t *testing.T) {
 	defer cancel()
 	qp, qc := faultQueue("stall-pub"), faultQueue("stall-con")
 	l := ledger.New()
+	l.ConsumeWindow(faultConsumeWindow(concurrency))
 	faultFill(t, ctx, fb, qc, consumes, l)
 
 	p, through := faultProxy(t, fb.Broker, 303)

@@ -52,6 +52,8 @@ type Ledger struct {
 	slack       int // sum over cuts of the per-cut slack
 
 	// resume: the time from each Mark to the next progress of each stream.
+	window     int                  // Consume progresses once more than window ids were handled ok after the mark
+	markedOK   int                  // handledOK at the Consume mark
 	marked     map[string]time.Time // stream -> pending mark
 	resumeMax  map[string]time.Duration
 	resumeSeen map[string]int
@@ -111,7 +113,6 @@ func (l *Ledger) Start(id string) (done func(ok bool)) {
 	l.mu.Lock()
 	l.calls[id]++
 	l.running[id]++
-	l.progress(Consume)
 	l.mu.Unlock()
 	var once sync.Once
 	return func(ok bool) {
@@ -124,6 +125,9 @@ func (l *Ledger) Start(id string) (done func(ok bool)) {
 				if l.ok[id]++; l.ok[id] == 1 {
 					l.handledOK++
 					l.wake()
+					if l.handledOK > l.markedOK+l.window {
+						l.progress(Consume)
+					}
 				}
 			}
 			l.mu.Unlock()
@@ -243,13 +247,27 @@ func (l *Ledger) AddSlack(n int) {
 }
 
 // Mark starts a resume measurement on each stream: the time from now to
-// the stream's next progress (an Acked publish, a handler Start).
+// the stream's next progress: an Acked publish; for Consume, a new id
+// handled ok beyond the window (ConsumeWindow).
 func (l *Ledger) Mark(streams ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range streams {
 		l.marked[s] = l.now()
+		if s == Consume {
+			l.markedOK = l.handledOK
+		}
 	}
+}
+
+// ConsumeWindow makes Consume progress only once more than n new ids were
+// handled ok after a Mark: deliveries already prefetched when the fault
+// came (credit, plus those in a handler) can be handled without the
+// connection, so they are no sign that consuming resumed.
+func (l *Ledger) ConsumeWindow(n int) {
+	l.mu.Lock()
+	l.window = n
+	l.mu.Unlock()
 }
 
 func (l *Ledger) progress(stream string) {

@@ -85,6 +85,7 @@ func TestResumeIsTheLongestGapFromAMarkToTheNextProgress(t *testing.T) {
 	l.Mark(Publish)
 	c.t = c.t.Add(50 * time.Millisecond)
 	l.Acked("p3")
+	l.Start("c")(false) // a failed call is no progress
 	d, pending := l.Resume(Publish)
 	assert.Equal(t, 300*time.Millisecond, d)
 	assert.False(t, pending)
@@ -113,4 +114,23 @@ func TestCutAroundCountsHandlersOnEitherSideOfTheFault(t *testing.T) {
 	assert.Equal(t, 1, f.Cuts)
 	assert.Equal(t, 2, f.InHandlerAtCuts)
 	assert.Equal(t, 6, f.Bound())
+}
+
+func TestConsumeResumesBeyondTheWindow(t *testing.T) {
+	c := &clock{t: time.Unix(100, 0)}
+	l := newLedger(c.now)
+	l.ConsumeWindow(2)
+	l.Start("old")(true)
+	l.Mark(Consume)
+	for i, id := range []string{"p1", "p2", "p3"} {
+		c.t = c.t.Add(100 * time.Millisecond)
+		end := l.Start(id)
+		_, pending := l.Resume(Consume)
+		assert.True(t, pending, "a start is not progress")
+		end(true)
+		_, pending = l.Resume(Consume)
+		assert.Equal(t, i < 2, pending, "after %s", id)
+	}
+	d, _ := l.Resume(Consume)
+	assert.Equal(t, 300*time.Millisecond, d)
 }
