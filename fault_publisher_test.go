@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
 // TestFaultPublisherSurvivesBrokerKill publishes 5,000 messages from 8
@@ -37,6 +39,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	c := faultDial(t, fb, events.on)
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
+	l := ledger.New()
 
 	var (
 		mu        sync.Mutex
@@ -83,6 +86,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 					id, err := pub.PublishEnvelope(pctx, env)
 					pcancel()
 					if err == nil {
+						l.Acked(id)
 						mu.Lock()
 						acked[id] = seq
 						if attempt > 0 {
@@ -106,6 +110,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 					}
 					if kind == "ErrOutcomeUnknown" {
 						ambiguous[env.Meta.ID] = true
+						l.Unknown(env.Meta.ID)
 					}
 					mu.Unlock()
 					errOnce.Do(func() { close(firstErr) })
@@ -127,6 +132,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	waitClosed(t, firstErr, faultWait, func() string { return "a failed publish" })
 	events.wait(t, mark, artemis.EventDisconnected, "", faultWait)
 	fb.restart(t)
+	l.Mark(ledger.Publish) // resume: from the broker's restart to the next acknowledged publish
 	events.wait(t, mark, artemis.EventReconnected, "", faultWait)
 	waitClosed(t, workersDone, 4*time.Minute, func() string { return fmt.Sprintf("all publishes (have %d of %d)", okCount.Load(), total) })
 	elapsed := time.Since(start)
@@ -136,6 +142,8 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	}
 	require.NoError(t, pub.Close(ctx))
 	stored := faultDrain(t, fb.Broker, q)
+	l.Stored(stored.copies)
+	l.Left(q, stored.copies)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -182,6 +190,9 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	for kind, s := range samples {
 		t.Logf("  %s, e.g. %s", kind, s)
 	}
+	faultReport(t, l, "broker SIGKILLed under a publisher",
+		fmt.Sprintf("%d publishes in %.1f s", total, elapsed.Seconds()),
+		fmt.Sprintf("publish errors %d %v (each sent again with the same envelope)", errTotal, failures))
 
 	assert.Len(t, acked, total, "every message was acknowledged in the end")
 	assert.Zero(t, missing, "acknowledged publishes missing from the queue")
