@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,11 +78,16 @@ func (h *faultHA) run(t *testing.T, args ...string) string {
 // faultHAPhase publishes (8 goroutines, duplicate detection, paced) and
 // consumes (4 handlers) over one Client dialled on (primary, backup), runs
 // fault once both streams are under way, waits for both to finish, drains
-// the queues on drainOn and prints the phase's line. The bound on handler
-// duplicates is taken where the Client sees each loss (EventDisconnected):
-// the deliveries in a handler then plus one accept in flight per handler;
-// each loss also starts a resume measurement on both streams.
-func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *brokertest.Broker, fault func() string) {
+// the queues on drainOn and prints the phase's line. fault returns what it
+// did and when it struck (zero: when the Client saw it). The bound on
+// handler duplicates: the deliveries in a handler when the fault struck,
+// those that started after it until the Client saw the loss
+// (EventDisconnected; a SIGKILLed JVM takes about 1.5 s to go away, and
+// until it does its sockets stay open and silent, so the handlers run on
+// prefetched deliveries whose accepts go nowhere), and one accept in
+// flight per handler. Each loss also starts a resume measurement on both
+// streams.
+func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *brokertest.Broker, fault func() (string, time.Time)) {
 	t.Helper()
 	const (
 		messages    = 8000 // published, and consumed
@@ -97,9 +104,13 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	qp, qc := faultQueue("ha-pub"), faultQueue("ha-con")
 	events := newFaultEvents()
 	var armed atomic.Bool
+	var lossMu sync.Mutex
+	var losses []time.Time
 	c := faultDefaultClient(t, h.urls(), func(ev artemis.ConnectionEvent) {
 		if armed.Load() && ev.Kind == artemis.EventDisconnected {
-			l.Cut(concurrency)
+			lossMu.Lock()
+			losses = append(losses, time.Now())
+			lossMu.Unlock()
 			l.Mark(ledger.Publish, ledger.Consume)
 		}
 		events.on(ev)
@@ -129,7 +140,7 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	require.GreaterOrEqual(t, l.Handled(), faultAt, "consuming under way")
 	mark := events.mark()
 	faultStart := time.Now()
-	what := fault()
+	what, struck := fault()
 	faultTook := time.Since(faultStart)
 	ackedAfter, handledAfter := acked(), l.Handled()
 
@@ -143,7 +154,23 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	b := drainOn()
 	faultRecordStoredAndLeft(t, b, l, qp)
 	faultRecordLeft(t, b, l, qc)
+	lossMu.Lock()
+	seen := append([]time.Time(nil), losses...)
+	lossMu.Unlock()
+	var inHandler, blind int
+	for i, at := range seen {
+		from := at
+		if i == 0 && !struck.IsZero() && struck.Before(at) {
+			from = struck
+		}
+		n, b := l.CutAt(from, at, concurrency)
+		inHandler, blind = inHandler+n, blind+b
+	}
+	if !struck.IsZero() && len(seen) > 0 {
+		what += fmt.Sprintf(", loss seen %d ms after the kill", seen[0].Sub(struck).Milliseconds())
+	}
 	f := faultReport(t, l, scenario, what,
+		fmt.Sprintf("in a handler when it struck %d, started before the loss was seen %d", inHandler, blind),
 		fmt.Sprintf("the fault took %.1f s, meanwhile %d published, %d handled", faultTook.Seconds(),
 			ackedAfter-faultAt, handledAfter-faultAt),
 		st.String(), fmt.Sprintf("events after the fault %s", events.summary(mark)))
@@ -174,18 +201,20 @@ func TestFaultHAFailoverAndFailback(t *testing.T) {
 		}
 	})
 
-	faultHAPhase(t, h, "HA failover (primary SIGKILLed)", func() *brokertest.Broker { return h.backup }, func() string {
+	faultHAPhase(t, h, "HA failover (primary SIGKILLed)", func() *brokertest.Broker { return h.backup }, func() (string, time.Time) {
 		out := h.run(t, "ha-kill", "primary")
 		killed = true
-		return "kill: " + strings.TrimSpace(strings.ReplaceAll(out, "\n", " "))
+		ms, err := strconv.ParseInt(envValue(out, "ARTEMIS_HA_KILLED_AT_MS"), 10, 64)
+		require.NoError(t, err, "ha-kill prints the moment of the SIGKILL: %q", out)
+		return "primary SIGKILLed, the backup took over", time.UnixMilli(ms)
 	})
 	st := h.run(t, "ha-status")
 	require.Contains(t, st, "backup: active", "after the failover: %s", st)
 
-	faultHAPhase(t, h, "HA fail-back (primary restarted)", func() *brokertest.Broker { return h.primary }, func() string {
+	faultHAPhase(t, h, "HA fail-back (primary restarted)", func() *brokertest.Broker { return h.primary }, func() (string, time.Time) {
 		h.run(t, "ha-restart", "primary")
 		killed = false
-		return "primary restarted, the backup handed back"
+		return "primary restarted, the backup handed back", time.Time{}
 	})
 	st = h.run(t, "ha-status")
 	assert.Contains(t, st, "primary: active", "after the fail-back: %s", st)

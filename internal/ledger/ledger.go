@@ -47,6 +47,7 @@ type Ledger struct {
 	leftOrder   []string
 	handledOK   int      // ids with a call that returned nil
 	waiters     []waiter // WaitHandled calls
+	journal     []call   // every handler call, in start order
 	cuts        int
 	inHandler   int // sum over cuts of the deliveries in a handler
 	slack       int // sum over cuts of the per-cut slack
@@ -113,11 +114,14 @@ func (l *Ledger) Start(id string) (done func(ok bool)) {
 	l.mu.Lock()
 	l.calls[id]++
 	l.running[id]++
+	idx := len(l.journal)
+	l.journal = append(l.journal, call{start: l.now()})
 	l.mu.Unlock()
 	var once sync.Once
 	return func(ok bool) {
 		once.Do(func() {
 			l.mu.Lock()
+			l.journal[idx].end = l.now()
 			if l.running[id]--; l.running[id] == 0 {
 				delete(l.running, id)
 			}
@@ -134,6 +138,9 @@ func (l *Ledger) Start(id string) (done func(ok bool)) {
 		})
 	}
 }
+
+// call is one handler call's span; end is zero while it runs.
+type call struct{ start, end time.Time }
 
 type waiter struct {
 	n  int
@@ -235,6 +242,28 @@ func (l *Ledger) CutAround(slack int, fault func()) int {
 	l.inHandler += n
 	l.slack += slack
 	return n
+}
+
+// CutAt records a fault that struck at `at` and that the consumer saw at
+// seen (a loss event; seen = at when it saw it at once): the bound gains
+// the handler calls in progress at `at` and those that started after it
+// up to seen (on a connection nobody knew was dead yet: their accepts went
+// nowhere), plus slack. It returns the two numbers.
+func (l *Ledger) CutAt(at, seen time.Time, slack int) (inHandler, blind int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.journal {
+		switch {
+		case !c.start.After(at) && (c.end.IsZero() || c.end.After(at)):
+			inHandler++
+		case c.start.After(at) && !c.start.After(seen):
+			blind++
+		}
+	}
+	l.cuts++
+	l.inHandler += inHandler + blind
+	l.slack += slack
+	return inHandler, blind
 }
 
 // AddSlack adds n to the bound's slack without a cut (what a scenario

@@ -134,3 +134,24 @@ func TestConsumeResumesBeyondTheWindow(t *testing.T) {
 	d, _ := l.Resume(Consume)
 	assert.Equal(t, 300*time.Millisecond, d)
 }
+
+func TestCutAtCountsCallsAcrossTheFaultAndBeforeItWasSeen(t *testing.T) {
+	c := &clock{t: time.Unix(100, 0)}
+	l := newLedger(c.now)
+	l.Start("done-before")(true)   // [100, 100]
+	endAcross := l.Start("across") // starts at 100
+	c.t = time.Unix(102, 0)
+	at := c.t
+	c.t = time.Unix(103, 0)
+	l.Start("blind")(true) // 103: after the fault, before it was seen
+	endAcross(true)        // ends at 103
+	c.t = time.Unix(105, 0)
+	seen := c.t
+	c.t = time.Unix(106, 0)
+	endLate := l.Start("after") // 106: after it was seen
+	in, blind := l.CutAt(at, seen, 4)
+	endLate(true)
+	assert.Equal(t, 1, in, "across")
+	assert.Equal(t, 1, blind, "blind")
+	assert.Equal(t, 6, l.Figures().Bound())
+}
