@@ -51,8 +51,6 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 		next      atomic.Int64
 		okCount   atomic.Int64
 		killNow   = make(chan struct{})
-		firstErr  = make(chan struct{})
-		errOnce   sync.Once
 		wg        sync.WaitGroup
 		fatal     = make(chan error, workers)
 	)
@@ -113,7 +111,6 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 						l.Unknown(env.Meta.ID)
 					}
 					mu.Unlock()
-					errOnce.Do(func() { close(firstErr) })
 					select {
 					case <-time.After(pause.Delay(attempt, rand.Float64())):
 					case <-ctx.Done():
@@ -129,7 +126,9 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	mark := events.mark()
 	fb.kill(t)
 	okAtKill := okCount.Load()
-	waitClosed(t, firstErr, faultWait, func() string { return "a failed publish" })
+	// (A publish may fail during the outage, or, where Publish waits for the
+	// connection within its context, wait until the restart: either is
+	// fine; what counts is what ends up on the queue.)
 	events.wait(t, mark, artemis.EventDisconnected, "", faultWait)
 	fb.restart(t)
 	l.Mark(ledger.Publish) // resume: from the broker's restart to the next acknowledged publish
@@ -204,7 +203,6 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 			t.Errorf("seq %d stored %d times", seq, n)
 		}
 	}
-	assert.Positive(t, errTotal, "the kill made publishes fail")
 	assert.Equal(t, len(retried), retriedStoredOnce, "messages resent after an error are stored once")
 	assert.Zero(t, failures["other"], "publish errors other than ErrOutcomeUnknown, ErrConnect, ErrNotAccepted or a deadline")
 }

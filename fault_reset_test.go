@@ -23,7 +23,9 @@ const (
 
 // TestFaultResetsUnderPublish: 20,000 duplicate-detected publishes from 8
 // goroutines through one Client.Publisher (default options) while a fault
-// proxy resets the connection every 1 to 3 s. A failed publish is sent
+// proxy resets the connection every 1 to 3 s. Each goroutine waits 6 ms
+// after an acknowledged publish, so the run spans several resets (at most
+// about 1,300/s: 15 s or more). A failed publish is sent
 // again with the same envelope. Every acknowledged message is on the
 // queue, once.
 func TestFaultResetsUnderPublish(t *testing.T) {
@@ -45,7 +47,7 @@ func TestFaultResetsUnderPublish(t *testing.T) {
 		p.Reset()
 	})
 	start := time.Now()
-	done := faultPublishLoop(ctx, pub, q, faultResetTotal, 8, 30*time.Second, 30*time.Second, 0, l, &st)
+	done := faultPublishLoop(ctx, pub, q, faultResetTotal, 8, 30*time.Second, 30*time.Second, 6*time.Millisecond, l, &st)
 	select {
 	case <-done:
 	case <-ctx.Done():
