@@ -244,7 +244,7 @@ func faultRecordStoredAndLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledg
 func faultReport(t *testing.T, l *ledger.Ledger, scenario string, extra ...string) ledger.Figures {
 	t.Helper()
 	line := l.Line(scenario, extra...)
-	fmt.Printf("%s\n", line) // stdout, not t.Log: shown with -v off too, and once
+	fmt.Printf("%s\n", line) // stdout, not t.Log: at the start of a line, and not only with -v in directory mode
 	f := l.Figures()
 	assert.Zero(t, f.Lost, "acknowledged messages neither handled nor left on a queue")
 	assert.Zero(t, f.StoredTwice, "copies stored beyond one per meta.id")
