@@ -16,6 +16,22 @@ import (
 // TLS, SASL, AMQP open and begin) and one link attach.
 const DefaultDialTimeout = 15 * time.Second
 
+// DefaultIdleTimeout is the go-amqp idle timeout the Client sets unless
+// ConnOptions says otherwise: a connection on which nothing arrives for this
+// long is failed and re-dialed, so a half-open network (no FIN, no RST) is
+// noticed within it. go-amqp advertises half of it to the broker, and
+// Artemis sends an empty frame at half of what was advertised, so an idle
+// but healthy connection carries a heartbeat every 2.5 s.
+const DefaultIdleTimeout = 10 * time.Second
+
+// DefaultOutcomeTimeouts is the number of outcome timeouts in a row that
+// declare a connection dead (ClientOptions.OutcomeTimeouts).
+const DefaultOutcomeTimeouts = 3
+
+// MinOutcomeWait is how long a transfer must have waited for its outcome
+// for its timeout to count toward ClientOptions.OutcomeTimeouts.
+const MinOutcomeWait = time.Second
+
 // ClientOptions configures a Client. The zero value (or nil) is usable:
 // credentials from the URLs' userinfo, no events, no logging.
 type ClientOptions struct {
@@ -29,20 +45,49 @@ type ClientOptions struct {
 	// TLSConfig is used for amqps:// URLs (direct TLS, what an Artemis
 	// acceptor with sslEnabled=true speaks). go-amqp clones it per
 	// connection and sets ServerName to the URL's host when it is empty.
+	// nil means ConnOptions.TLSConfig, else go-amqp's default (the system
+	// roots).
 	TLSConfig *tls.Config
 
 	// ConnOptions are the base go-amqp connection options (idle timeout,
 	// container id, frame size ...). SASLType and TLSConfig are replaced by
 	// the fields above when those are set; leave HostName empty when there
-	// is more than one URL.
+	// is more than one URL. An IdleTimeout of 0 becomes DefaultIdleTimeout
+	// (go-amqp's own default is a minute); a negative one turns the idle
+	// check off, as in go-amqp.
 	ConnOptions *amqp.ConnOptions
 
 	// DialTimeout bounds each connection attempt to one URL and each link
 	// attach (default DefaultDialTimeout).
 	DialTimeout time.Duration
 
-	// Backoff paces Consume's re-attach attempts (default DefaultBackoff()).
+	// Backoff paces the Client's re-dials and Consume's re-attach attempts
+	// (default DefaultBackoff()). After a loss the Client re-dials at once;
+	// after each failed round over the URL list it waits the next backoff
+	// step before dialing again. One re-dial runs at a time per Client,
+	// shared by every publisher and consume loop, so an outage costs one
+	// round of dials (and one round of log lines) per step, however many
+	// goroutines are publishing.
 	Backoff *Backoff
+
+	// FailFast makes a publish (and a consume loop's dead-letter write) that
+	// finds no connection fail at once with ErrConnect, without waiting for
+	// the re-dial: during a backoff step it returns the last round's error
+	// without dialing. The default (false) is to wait for the connection to
+	// come back, within the call's context: the publish returns ErrConnect
+	// (nothing sent) only when its context ends, or the Client is closed,
+	// first.
+	FailFast bool
+
+	// OutcomeTimeouts is how many transfers in a row on one connection may
+	// end by their context while waiting for the broker's outcome, with no
+	// outcome received in between, before the Client declares the
+	// connection dead, drops it and re-dials (the next URL first). Only
+	// transfers that waited at least MinOutcomeWait count: a context too
+	// short for any broker says nothing about the connection. The default,
+	// DefaultOutcomeTimeouts, catches a half-open connection that still
+	// carries heartbeats; a negative value turns the check off.
+	OutcomeTimeouts int
 
 	// OnEvent, when set, hears every connection and link event: each loss
 	// and each recovery. It is called synchronously from the goroutine that
@@ -55,9 +100,21 @@ type ClientOptions struct {
 	OnEvent func(ConnectionEvent)
 
 	// Logger receives the same events: losses and failures at warn,
-	// recoveries at info, backoff waits at debug. No password is ever
-	// logged. The default logs nothing.
+	// recoveries at info, backoff waits at debug, each with a short fixed
+	// message ("connection lost") and the event, url, address and error as
+	// attributes. No password is ever logged. When Logger is nil and
+	// OnEvent is nil too, the warn lines (losses and failures) go to
+	// slog.Default(), so an outage is never silent; with OnEvent set and
+	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
+	// to slog.Default() when Logger is nil. To log nothing at all, set
+	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
+
+	// Observer, when set, hears every publish of the Client's publishers
+	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
+	// per-call WithPublishObserver replaces it. The consumers given to
+	// Consume take theirs with WithObserver.
+	Observer Observer
 }
 
 // Client owns one AMQP connection and session to Artemis, re-dialing them
@@ -66,28 +123,41 @@ type ClientOptions struct {
 // optional: Publisher and Consumer work on any go-amqp link you manage.
 // A Client is safe for concurrent use.
 type Client struct {
-	brokers     []broker
-	dialTimeout time.Duration
-	backoff     Backoff
-	onEvent     func(ConnectionEvent)
-	logger      *slog.Logger
-	red         redactor
+	brokers         []broker
+	dialTimeout     time.Duration
+	backoff         Backoff
+	failFast        bool
+	outcomeTimeouts int
+	onEvent         func(ConnectionEvent)
+	logger          *slog.Logger
+	red             redactor
+
+	observer Observer // every Client.Publisher's, unless it has its own
+	health   health   // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
-	dial   dialFunc
-	random func() float64
-	after  func(time.Duration) <-chan time.Time
-	now    func() time.Time
-	joined func() // hears of a caller waiting for another's dial
+	dial           dialFunc
+	random         func() float64
+	after          func(time.Duration) <-chan time.Time
+	now            func() time.Time
+	joined         func()        // hears of a caller waiting for another's dial
+	minOutcomeWait time.Duration // MinOutcomeWait; tests shorten it
+	closeGrace     time.Duration // bounds Consume's detaches after its ctx ended
 
-	done chan struct{} // closed by Close
+	done  chan struct{}   // closed by Close
+	ctx   context.Context // ended by Close: every dial runs under it
+	abort context.CancelFunc
 
 	mu        sync.Mutex
 	closed    bool
 	cur       *connection
-	next      int  // index of the broker URL to try first
-	connected bool // a connection was opened before: the next one is a reconnect
+	last      *connection // the newest connection opened, dead or alive
+	next      int         // index of the broker URL to try first
+	connected bool        // a connection was opened before: the next one is a reconnect
 	dialing   *dialCall
+	failures  int        // dial rounds failed in a row
+	pause     *dialPause // the backoff wait before the next dial round, if any
+	lastErr   error      // why the last dial round failed
 }
 
 // Dial connects to the first of urls that answers, trying them in turn (an
@@ -103,6 +173,7 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 		return nil, err
 	}
 	if _, err := c.connection(ctx); err != nil {
+		_ = c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -114,16 +185,25 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		o = *opts
 	}
 	c := &Client{
-		dialTimeout: o.DialTimeout,
-		backoff:     DefaultBackoff(),
-		onEvent:     o.OnEvent,
-		logger:      o.Logger,
-		dial:        dial,
-		random:      rand.Float64,
-		after:       time.After,
-		now:         time.Now,
-		done:        make(chan struct{}),
+		dialTimeout:     o.DialTimeout,
+		backoff:         DefaultBackoff(),
+		failFast:        o.FailFast,
+		outcomeTimeouts: o.OutcomeTimeouts,
+		onEvent:         o.OnEvent,
+		logger:          o.Logger,
+		dial:            dial,
+		random:          rand.Float64,
+		after:           time.After,
+		now:             time.Now,
+		done:            make(chan struct{}),
+		closeGrace:      closeGrace,
+		minOutcomeWait:  MinOutcomeWait,
 	}
+	c.ctx, c.abort = context.WithCancel(context.Background())
+	if c.outcomeTimeouts == 0 {
+		c.outcomeTimeouts = DefaultOutcomeTimeouts
+	}
+	c.observer = o.Observer
 	c.red.add(o.Password)
 	for _, raw := range urls {
 		c.red.addURLPassword(raw)
@@ -151,9 +231,6 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		}
 		c.backoff = *o.Backoff
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
 	base := amqp.ConnOptions{}
 	if o.ConnOptions != nil {
 		base = *o.ConnOptions
@@ -161,15 +238,21 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 	if o.TLSConfig != nil {
 		base.TLSConfig = o.TLSConfig
 	}
+	if base.IdleTimeout == 0 {
+		base.IdleTimeout = DefaultIdleTimeout
+	}
 	for i := range c.brokers {
 		c.brokers[i].opts = base
 	}
 	return c, nil
 }
 
-// Close closes the connection and every link on it. Consume loops return
-// ErrClosed and publishes fail with ErrClosed. Cancel Consume's context
-// first for a graceful stop that lets handlers in flight settle.
+// Close closes the connection and every link on it, and cuts short a dial
+// in flight or a backoff wait between dials: Consume loops return
+// ErrClosed, and publishes fail with ErrClosed (those that were waiting
+// for the connection with an error that matches both ErrConnect and
+// ErrClosed). It waits for no dial. Cancel Consume's context first for a
+// graceful stop that lets handlers in flight settle.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -178,6 +261,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.done)
+	c.abort()
 	cn := c.cur
 	c.cur = nil
 	c.mu.Unlock()

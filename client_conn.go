@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -31,6 +32,16 @@ type connection struct {
 	sess amqpSession
 	idx  int    // index of the broker URL
 	url  string // shown URL
+
+	// replaced is closed when a newer connection opened.
+	replaced chan struct{}
+	// lost ends, with the cause, once the connection is known to be dead
+	// or dropped: a hook for whatever runs on it.
+	lost context.Context
+	lose context.CancelCauseFunc
+	// timeouts counts transfers in a row that ended by their context while
+	// waiting for an outcome.
+	timeouts atomic.Int32
 }
 
 func (cn *connection) dead() bool {
@@ -42,9 +53,21 @@ func (cn *connection) dead() bool {
 	}
 }
 
+// dialCall is one round over the URL list that callers wait for.
 type dialCall struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	cancel  context.CancelFunc
+	err     error // set before done is closed
+	waiters int   // guarded by Client.mu
+	patient int   // guarded by Client.mu: waiters that wait through a failure
+	aborted bool  // guarded by Client.mu: cancelled, no one waited any more
+}
+
+// dialPause is the backoff wait before the next dial round.
+type dialPause struct {
+	done      chan struct{}
+	event     ConnectionEvent // EventBackoff, reported once
+	announced bool            // guarded by Client.mu
 }
 
 func parseBroker(raw string, o *ClientOptions) (broker, error) {
@@ -77,13 +100,38 @@ func parseBroker(raw string, o *ClientOptions) (broker, error) {
 	return b, nil
 }
 
-// connection returns the open connection, dialing when there is none or it
-// died. Concurrent callers share one dial.
+// connection returns the open connection, dialing once over the URL list
+// when there is none or it died (Dial, and callers that fail fast).
 func (c *Client) connection(ctx context.Context) (*connection, error) {
-	for {
+	return c.conn(ctx, false)
+}
+
+// awaitConnection returns the open connection, waiting within ctx for the
+// Client's re-dials (paced by its backoff) while there is none.
+func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, true)
+}
+
+// publishConnection is the connection a publish or a dead-letter write
+// uses: awaited, unless ClientOptions.FailFast.
+func (c *Client) publishConnection(ctx context.Context) (*connection, error) {
+	return c.conn(ctx, !c.failFast)
+}
+
+// conn returns the open connection. When there is none, concurrent callers
+// share one dial, which runs under the Client's own context (Close cuts it
+// short) and goes on for as long as anyone waits for it. After a failed
+// round over the URL list the next one waits a backoff step: a caller that
+// waits sleeps through it, one that does not returns that round's error at
+// once, without dialing.
+func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
+	for waited := false; ; waited = true {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
+			if waited {
+				return nil, c.gaveUp(ErrClosed, nil)
+			}
 			return nil, ErrClosed
 		}
 		if cn := c.cur; cn != nil {
@@ -94,55 +142,170 @@ func (c *Client) connection(ctx context.Context) (*connection, error) {
 			c.drop(cn, cn.conn.Err())
 			continue
 		}
-		if call := c.dialing; call != nil {
+		if p := c.pause; p != nil {
+			err := c.lastErr
+			announce := wait && !p.announced
+			p.announced = p.announced || wait
 			c.mu.Unlock()
-			if c.joined != nil {
-				c.joined()
+			if !wait {
+				return nil, err
+			}
+			if announce {
+				// Once per step, when someone waits through it.
+				c.emit(p.event)
 			}
 			select {
-			case <-call.done:
-				// Another caller's dial ended; if it gave up only because
-				// that caller's context ended, dial again.
-				if call.err == nil || ctx.Err() == nil && isContextError(call.err) {
-					continue
-				}
-				return nil, call.err
+			case <-p.done:
+				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, c.gaveUp(ctx.Err(), err)
+			case <-c.done:
+				return nil, c.gaveUp(ErrClosed, err)
 			}
 		}
-		call := &dialCall{done: make(chan struct{})}
-		c.dialing = call
-		start := c.next
+		call := c.dialing
+		joined := call != nil
+		if !joined {
+			call = c.startDial()
+		}
+		call.waiters++
+		if wait {
+			call.patient++
+		}
 		c.mu.Unlock()
+		if joined && c.joined != nil {
+			c.joined()
+		}
+		select {
+		case <-call.done:
+			if call.err == nil || wait || call.aborted {
+				continue
+			}
+			return nil, call.err
+		case <-ctx.Done():
+			c.leave(call, wait)
+			return nil, c.gaveUp(ctx.Err(), nil)
+		case <-c.done:
+			return nil, c.gaveUp(ErrClosed, nil)
+		}
+	}
+}
 
-		cn, err := c.connect(ctx, start)
-
+// gaveUp is the error of a caller that stopped waiting for a connection:
+// it matches ErrConnect and why (ctx's error or ErrClosed), and quotes the
+// last round's failure when there was one.
+func (c *Client) gaveUp(why, last error) error {
+	if last == nil {
 		c.mu.Lock()
-		c.dialing = nil
-		if err == nil && c.closed {
-			_ = cn.conn.Close()
-			err = ErrClosed
-		}
-		reconnect := c.connected
-		if err == nil {
-			c.cur = cn
-			c.connected = true
-		}
-		call.err = err
-		close(call.done)
+		last = c.lastErr
 		c.mu.Unlock()
-		if err != nil {
-			return nil, err
+	}
+	if last != nil && !errors.Is(why, ErrClosed) {
+		return fmt.Errorf("%w: gave up waiting for a connection: %w (last attempt: %w)", ErrConnect, why, last)
+	}
+	return fmt.Errorf("%w: gave up waiting for a connection: %w", ErrConnect, why)
+}
+
+// leave takes a waiter off call; the dial is cancelled when no one is left
+// waiting for it, and the next caller dials afresh.
+func (c *Client) leave(call *dialCall, wait bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	call.waiters--
+	if wait {
+		call.patient--
+	}
+	if call.waiters == 0 && c.dialing == call {
+		call.aborted = true
+		c.dialing = nil
+		call.cancel()
+	}
+}
+
+// startDial starts a round over the URL list in the background. c.mu is
+// held.
+func (c *Client) startDial() *dialCall {
+	dctx, cancel := context.WithCancel(c.ctx)
+	call := &dialCall{done: make(chan struct{}), cancel: cancel}
+	c.dialing = call
+	start := c.next
+	go c.runDial(dctx, call, start)
+	return call
+}
+
+func (c *Client) runDial(ctx context.Context, call *dialCall, start int) {
+	cn, err := c.connect(ctx, start)
+	call.cancel()
+
+	c.mu.Lock()
+	if c.dialing == call {
+		c.dialing = nil
+	}
+	aborted := call.aborted
+	switch {
+	case err == nil && c.closed:
+		_ = cn.conn.Close()
+		err = ErrClosed
+	case err == nil && aborted:
+		// No one waits for it any more; a newer dial may be running.
+		_ = cn.conn.Close()
+		err = context.Canceled
+	}
+	reconnect := c.connected
+	var backoff *ConnectionEvent
+	switch {
+	case err == nil:
+		c.cur = cn
+		c.connected = true
+		c.failures = 0
+		c.lastErr = nil
+		if c.last != nil {
+			close(c.last.replaced)
 		}
+		c.last = cn
+	case !aborted && !c.closed:
+		delay := c.backoff.Delay(c.failures, c.random())
+		c.failures++
+		c.lastErr = err
+		p := &dialPause{done: make(chan struct{}), event: ConnectionEvent{Kind: EventBackoff, Attempt: c.failures, Delay: delay, Err: err}}
+		c.pause = p
+		if call.patient > 0 {
+			// Once per step, when someone waits through it.
+			p.announced = true
+			backoff = &p.event
+		}
+		go c.endPause(p, delay)
+	}
+	call.err = err
+	c.mu.Unlock()
+
+	if backoff != nil {
+		c.emit(*backoff)
+	}
+	if err == nil {
 		kind := EventConnected
 		if reconnect {
 			kind = EventReconnected
 		}
 		c.emit(ConnectionEvent{Kind: kind, URL: cn.url})
 		go c.watch(cn)
-		return cn, nil
 	}
+	close(call.done)
+}
+
+// endPause ends a backoff wait between dial rounds after delay (or at
+// Close).
+func (c *Client) endPause(p *dialPause, delay time.Duration) {
+	select {
+	case <-c.after(delay):
+	case <-c.done:
+	}
+	c.mu.Lock()
+	if c.pause == p {
+		c.pause = nil
+	}
+	c.mu.Unlock()
+	close(p.done)
 }
 
 // connect tries each broker URL once, from start on.
@@ -173,7 +336,9 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 		var sess amqpSession
 		sess, err = conn.NewSession(dctx, nil)
 		if err == nil {
-			return &connection{conn: conn, sess: sess, idx: idx, url: b.shown}, nil
+			cn := &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}
+			cn.lost, cn.lose = context.WithCancelCause(context.Background())
+			return cn, nil
 		}
 		_ = conn.Close()
 		err = fmt.Errorf("begin session: %w", err)
@@ -188,6 +353,11 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 // seen even while every link is idle.
 func (c *Client) watch(cn *connection) {
 	<-cn.conn.Done()
+	err := cn.conn.Err()
+	if err == nil {
+		err = ErrClosed
+	}
+	cn.lose(err)
 	c.drop(cn, cn.conn.Err())
 }
 
@@ -195,6 +365,11 @@ func (c *Client) watch(cn *connection) {
 // with the URL after the one that was lost (the backup of a live/backup
 // pair).
 func (c *Client) drop(cn *connection, cause error) {
+	if cause != nil {
+		cn.lose(cause)
+	} else {
+		cn.lose(&amqp.ConnError{})
+	}
 	c.mu.Lock()
 	if c.cur != cn {
 		c.mu.Unlock()
@@ -204,13 +379,28 @@ func (c *Client) drop(cn *connection, cause error) {
 	c.next = (cn.idx + 1) % len(c.brokers)
 	closed := c.closed
 	c.mu.Unlock()
-	_ = cn.conn.Close()
+	// In the background: closing a half-open connection must not hold up
+	// the caller that noticed it.
+	go func() { _ = cn.conn.Close() }()
 	if !closed {
 		if cause == nil {
 			cause = &amqp.ConnError{}
 		}
 		c.emit(ConnectionEvent{Kind: EventDisconnected, URL: cn.url, Err: cause})
 	}
+}
+
+// outcomeTimedOut counts a transfer on cn that ended by its context while
+// waiting for the broker's outcome. Enough of them in a row, with no
+// outcome in between, and cn is taken for dead (a half-open network that
+// still carries heartbeats, or a broker that stopped answering): it is
+// dropped, so the next caller re-dials, starting with the next URL.
+func (c *Client) outcomeTimedOut(cn *connection, err error) {
+	n := cn.timeouts.Add(1)
+	if c.outcomeTimeouts <= 0 || int(n) < c.outcomeTimeouts {
+		return
+	}
+	c.drop(cn, fmt.Errorf("babelqueue: %d transfers in a row got no outcome before their context ended; taking the connection for dead: %w", n, err))
 }
 
 // linkFailed is told of every failure of a link on cn; when the failure
@@ -221,11 +411,13 @@ func (c *Client) linkFailed(cn *connection, err error) {
 	}
 }
 
-// sleep waits d, and reports false when ctx ended or the Client was closed
-// first.
-func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until wake is closed (nil: never), and reports false
+// when ctx ended or the Client was closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	select {
 	case <-c.after(d):
+		return true
+	case <-wake:
 		return true
 	case <-ctx.Done():
 		return false

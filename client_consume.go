@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -41,13 +43,19 @@ type ConsumeOptions struct {
 // exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
 // connection is gone, re-attaches and resumes Listen, for as long as ctx
 // lasts. The wait grows with each failed attempt and starts over once an
-// attachment has stayed up for Backoff.Max.
+// attachment has settled a delivery (or stayed up for Backoff.Max). A
+// wait after the connection was lost ends as soon as the Client has a new
+// one (re-dialled for a publisher, say), and is skipped when it already
+// has.
 //
 // cons is not modified: Consume listens with a copy that has the
 // dead-letter sender and, when WithQueue was not given, queue as its queue
 // name. An invalid cons or opts is returned at once, matching
 // ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
-// before Consume returns.
+// before Consume returns; then the receiver and the dead-letter sender are
+// detached side by side, each given at most 2 s, so an unresponsive
+// network does not hold Consume longer. A failed link's detach is bounded
+// by ctx and the dial timeout.
 func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
@@ -82,12 +90,18 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	if run.dlq == nil && !o.NoDeadLetter {
 		dlq = c.newSender(dlqAddress(run.queue))
 		run.dlq = dlq
-		defer func() { _ = dlq.close(context.WithoutCancel(ctx)) }()
 	}
 
 	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: int32(credit)}
-	return l.run(ctx)
+	err := l.run(ctx)
+	l.detach(ctx)
+	return err
 }
+
+// closeGrace bounds each detach Consume makes once its context has ended
+// (the receiver's and the dead-letter sender's, side by side), so a
+// half-open network cannot hold Consume past it.
+const closeGrace = 2 * time.Second
 
 type consumeLoop struct {
 	c      *Client
@@ -97,6 +111,7 @@ type consumeLoop struct {
 	credit int32
 
 	attachedBefore bool
+	last           linkReceiver // the receiver attached when ctx ended, detached on the way out
 }
 
 func (l *consumeLoop) run(ctx context.Context) error {
@@ -108,20 +123,33 @@ func (l *consumeLoop) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		uptime, err := l.attachment(ctx)
+		a, err := l.attachment(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if l.c.isClosed() {
 			return ErrClosed
 		}
-		if uptime >= l.c.backoff.Max {
+		if a.handled || a.uptime >= l.c.backoff.Max {
+			// It attached again and got a message through: the failures
+			// before are over.
 			failures = 0
+		}
+		var redialled <-chan struct{}
+		if a.cn != nil && a.cn.dead() {
+			redialled = a.cn.replaced
+			select {
+			case <-redialled:
+				// Another part of the Client has already re-dialled: no
+				// backoff for a connection that is back.
+				continue
+			default:
+			}
 		}
 		delay := l.c.backoff.Delay(failures, l.c.random())
 		failures++
 		l.c.emit(ConnectionEvent{Kind: EventBackoff, Address: l.queue, Attempt: failures, Delay: delay, Err: err})
-		if !l.c.sleep(ctx, delay) {
+		if !l.c.sleep(ctx, delay, redialled) {
 			if l.c.isClosed() {
 				return ErrClosed
 			}
@@ -130,27 +158,36 @@ func (l *consumeLoop) run(ctx context.Context) error {
 	}
 }
 
-// attachment attaches, listens until the link fails or ctx ends, and
-// returns how long the attachment was up (-1 when it never was) and why it
-// ended.
-func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
-	cn, err := l.c.connection(ctx)
+// attached is what one attachment came to.
+type attached struct {
+	cn      *connection   // the connection it used (nil when there was none)
+	uptime  time.Duration // how long Listen ran (-1 when it never did)
+	handled bool          // a delivery was settled on it
+}
+
+// attachment attaches, listens until the link fails or ctx ends, and says
+// how it went and why it ended.
+func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
+	a := attached{uptime: -1}
+	cn, err := l.c.awaitConnection(ctx)
 	if err != nil {
-		return -1, err
+		return a, err
 	}
+	a.cn = cn
 	actx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
-	r, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit))
+	lr, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit))
 	cancel()
 	if err != nil {
 		l.c.linkFailed(cn, err)
-		return -1, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
+		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
 	}
+	r := &countingReceiver{linkReceiver: lr}
 	if l.dlq != nil {
 		// Attached now, not on the first dead-letter write, so a refused
 		// dead-letter address is seen at once (and Artemis creates it).
-		if _, err := l.dlq.link(ctx); err != nil {
+		if _, err := l.dlq.link(ctx, true); err != nil {
 			l.closeReceiver(ctx, r)
-			return -1, err
+			return a, err
 		}
 	}
 	kind := EventConsumerAttached
@@ -161,26 +198,78 @@ func (l *consumeLoop) attachment(ctx context.Context) (time.Duration, error) {
 	l.c.emit(ConnectionEvent{Kind: kind, URL: cn.url, Address: l.queue})
 
 	start := l.c.now()
-	err = l.cons.Listen(ctx, r)
-	uptime := l.c.now().Sub(start)
+	err = l.cons.listen(ctx, r, cn.lost)
+	a.uptime = l.c.now().Sub(start)
+	a.handled = r.settled.Load()
 	if ctx.Err() != nil {
 		// Deliveries pushed ahead on credit that Listen never took go back
 		// with the link: Artemis returns them uncounted on a clean detach.
-		l.closeReceiver(ctx, r)
-		return uptime, nil
+		// Consume detaches it on its way out (detach).
+		l.last = r
+		return a, nil
 	}
-	l.closeReceiver(ctx, r)
 	l.c.linkFailed(cn, err)
+	l.closeReceiver(ctx, r)
 	if !l.c.isClosed() {
 		l.c.emit(ConnectionEvent{Kind: EventConsumerLost, URL: cn.url, Address: l.queue, Err: err})
 	}
-	return uptime, err
+	return a, err
 }
 
+// countingReceiver notes that a delivery was settled on its link.
+type countingReceiver struct {
+	linkReceiver
+	settled atomic.Bool
+}
+
+func (r *countingReceiver) note(err error) error {
+	if err == nil {
+		r.settled.Store(true)
+	}
+	return err
+}
+
+func (r *countingReceiver) AcceptMessage(ctx context.Context, msg *amqp.Message) error {
+	return r.note(r.linkReceiver.AcceptMessage(ctx, msg))
+}
+
+func (r *countingReceiver) ReleaseMessage(ctx context.Context, msg *amqp.Message) error {
+	return r.note(r.linkReceiver.ReleaseMessage(ctx, msg))
+}
+
+func (r *countingReceiver) ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error {
+	return r.note(r.linkReceiver.ModifyMessage(ctx, msg, opts))
+}
+
+// Address is the receiver's source address, when its link knows it.
+func (r *countingReceiver) Address() string {
+	if a, ok := r.linkReceiver.(interface{ Address() string }); ok {
+		return a.Address()
+	}
+	return ""
+}
+
+// closeReceiver detaches a failed receiver, bounded by ctx (Consume's) and
+// the dial timeout.
 func (l *consumeLoop) closeReceiver(ctx context.Context, r linkReceiver) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.dialTimeout)
+	cctx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
 	defer cancel()
 	_ = r.Close(cctx)
+}
+
+// detach closes the last receiver and the dead-letter sender as Consume
+// returns, side by side, each bounded by closeGrace.
+func (l *consumeLoop) detach(ctx context.Context) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.closeGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	if r := l.last; r != nil {
+		wg.Go(func() { _ = r.Close(gctx) })
+	}
+	if l.dlq != nil {
+		wg.Go(func() { _ = l.dlq.close(gctx) })
+	}
+	wg.Wait()
 }
 
 // receiverOptions attach with the queue capability and ask the broker to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,6 +141,9 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			require.NotNil(t, r.Options.RequestedSenderSettleMode)
 			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.Options.RequestedSenderSettleMode, "the consumer settles every delivery itself")
 
+			// The dead-letter sender attaches after the receiver, before
+			// Consume reports the consumer attached.
+			h.ev.wait(t, EventConsumerAttached)
 			dlqs := h.fb.conn(0).sendersTo("orders.dlq")
 			require.Len(t, dlqs, 1, "the dead-letter sender is attached with the receiver")
 			assert.Equal(t, []string{"queue"}, dlqs[0].Options.TargetCapabilities)
@@ -478,4 +482,51 @@ func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, fakelink.Accepted, d, "the handler in flight settled before Consume returned")
 	assert.True(t, r.Closed())
+}
+
+// Once the Client knows its connection is dead (here: dropped, as after
+// outcome timeouts), Consume's Listen starts no handler for the deliveries
+// its receiver still holds: they are not replayed into handlers, only the
+// one in a handler at the loss finishes.
+func TestConsumeStartsNoHandlerAfterTheClientDropsTheConnection(t *testing.T) {
+	msgs := []*amqp.Message{orderMessage(t, 0), orderMessage(t, 0), orderMessage(t, 0)}
+	attached := make(chan *fakelink.Receiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attached = attached
+			if fb.connCount() == 1 {
+				c.deliveries = func() []*amqp.Message { return msgs }
+			}
+		}
+	})
+	require.NoError(t, h.dial())
+	inHandler, release := make(chan string, 3), make(chan struct{})
+	var calls atomic.Int32
+	cons := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		calls.Add(1)
+		inHandler <- env.Meta.ID
+		<-release
+		return nil
+	}})
+	run := startConsume(h, "orders", cons, nil)
+	r1 := attachedReceiver(t, attached)
+	first := <-inHandler
+
+	cn, err := h.c.connection(context.Background())
+	require.NoError(t, err)
+	h.c.drop(cn, &amqp.ConnError{})
+	close(release)
+
+	r2 := attachedReceiver(t, attached)
+	assert.NotSame(t, r1, r2, "Consume re-attached on a new connection")
+	assert.Equal(t, messageID(msgs[0]), first)
+	assert.Equal(t, int32(1), calls.Load(), "no handler ran for the deliveries held after the loss")
+	for _, m := range msgs[1:] {
+		d, ok := r1.Disposition(m)
+		if ok {
+			assert.NotEqual(t, fakelink.Accepted, d, "a delivery after the loss was never handled")
+		}
+	}
+	run.cancel()
+	require.NoError(t, run.wait(t))
 }

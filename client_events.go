@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 )
 
@@ -35,7 +34,10 @@ const (
 	// why); it will re-attach after a backoff.
 	EventConsumerLost
 	// EventBackoff: Consume waits Delay before attempt number Attempt to
-	// re-attach to Address; Err is the failure that caused it.
+	// re-attach to Address; Err is the failure that caused it. With an
+	// empty Address it is the Client's own wait between two dial rounds
+	// (Attempt counts the failed rounds in a row), reported once per step
+	// when a publish or a consume loop waits through it.
 	EventBackoff
 	// EventSenderAttached: a publisher's or a consumer's dead-letter sender
 	// attached to Address for the first time.
@@ -94,21 +96,44 @@ type ConnectionEvent struct {
 	Err error
 }
 
-// emit reports an event to the callback and the logger, scrubbed.
+// emit reports an event to the callback and the logger, scrubbed, and
+// keeps the health Status reports.
 func (c *Client) emit(ev ConnectionEvent) {
 	ev.URL = c.red.string(ev.URL)
 	ev.Err = c.red.error(ev.Err)
+	c.track(ev)
 	c.log(ev)
 	if c.onEvent == nil {
 		return
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			c.logger.LogAttrs(context.Background(), slog.LevelError, "babelqueue: connection event callback panicked",
-				slog.String("panic", c.red.string(fmt.Sprint(p))))
+			l := c.logger
+			if l == nil {
+				l = slog.Default()
+			}
+			l.LogAttrs(context.Background(), slog.LevelError, "connection event callback panicked",
+				slog.String("event", ev.Kind.String()), slog.String("panic", c.red.string(fmt.Sprint(p))))
 		}
 	}()
 	c.onEvent(ev)
+}
+
+// logTo returns the logger a line at level goes to, or nil: the Logger
+// option; else, without an OnEvent callback either, slog.Default() for
+// warn and above; else (the callback is the report) none.
+func (c *Client) logTo(ctx context.Context, level slog.Level) *slog.Logger {
+	l := c.logger
+	if l == nil {
+		if c.onEvent != nil || level < slog.LevelWarn {
+			return nil
+		}
+		l = slog.Default()
+	}
+	if !l.Enabled(ctx, level) {
+		return nil
+	}
+	return l
 }
 
 func (c *Client) log(ev ConnectionEvent) {
@@ -120,7 +145,8 @@ func (c *Client) log(ev ConnectionEvent) {
 		level = slog.LevelDebug
 	}
 	ctx := context.Background()
-	if !c.logger.Enabled(ctx, level) {
+	l := c.logTo(ctx, level)
+	if l == nil {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 6)
@@ -137,5 +163,34 @@ func (c *Client) log(ev ConnectionEvent) {
 	if ev.Err != nil {
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
-	c.logger.LogAttrs(ctx, level, "babelqueue: "+strings.ReplaceAll(ev.Kind.String(), "_", " "), attrs...)
+	l.LogAttrs(ctx, level, ev.Kind.message(), attrs...)
+}
+
+// message is the fixed log message of an event kind.
+func (k ConnectionEventKind) message() string {
+	switch k {
+	case EventConnected:
+		return "connected"
+	case EventReconnected:
+		return "reconnected"
+	case EventDisconnected:
+		return "connection lost"
+	case EventDialFailed:
+		return "dial failed"
+	case EventConsumerAttached:
+		return "consumer attached"
+	case EventConsumerResumed:
+		return "consumer resumed"
+	case EventConsumerLost:
+		return "consumer link lost"
+	case EventBackoff:
+		return "backing off"
+	case EventSenderAttached:
+		return "sender attached"
+	case EventSenderReattached:
+		return "sender re-attached"
+	case EventPublishRetried:
+		return "publish retried on a new link"
+	}
+	return k.String()
 }

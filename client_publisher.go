@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/Azure/go-amqp"
 )
@@ -51,8 +52,11 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
 	s := c.newSender(queue)
-	if _, err := s.link(ctx); err != nil {
+	if _, err := s.link(ctx, !c.failFast); err != nil {
 		return nil, err
+	}
+	if c.observer != nil {
+		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
 	}
 	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), sender: s}, nil
 }
@@ -68,9 +72,9 @@ type clientSender struct {
 	c    *Client
 	addr string
 
-	sem      chan struct{} // a lock that a waiting caller's ctx can abandon
-	cur      *senderLink   // guarded by sem
-	attached bool          // guarded by sem: the next attach is a re-attach
+	sem      chan struct{}              // held while attaching; a waiting caller's ctx can abandon it
+	cur      atomic.Pointer[senderLink] // the current link, nil before the first attach and after a loss
+	attached bool                       // guarded by sem: the next attach is a re-attach
 	closed   atomic.Bool
 }
 
@@ -79,6 +83,8 @@ type senderLink struct {
 	link   linkSender
 	broken atomic.Bool
 }
+
+func (sl *senderLink) usable() bool { return !sl.broken.Load() && !sl.cn.dead() }
 
 func (c *Client) newSender(addr string) *clientSender {
 	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}
@@ -91,35 +97,50 @@ func senderOptions() *amqp.SenderOptions {
 	return &amqp.SenderOptions{TargetCapabilities: []string{"queue"}, SettlementMode: &mode}
 }
 
-// link returns a live link, attaching one (and dialing) when needed.
-func (s *clientSender) link(ctx context.Context) (*senderLink, error) {
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// link returns a live link, attaching one when needed. The connection is
+// obtained first, with no lock held, waiting for the Client's re-dial when
+// wait is set; only the attach itself is serialised, bounded by ctx and the
+// dial timeout.
+func (s *clientSender) link(ctx context.Context, wait bool) (*senderLink, error) {
+	for {
+		if s.closed.Load() {
+			return nil, ErrClosed
+		}
+		if sl := s.cur.Load(); sl != nil && sl.usable() {
+			return sl, nil
+		}
+		cn, err := s.c.conn(ctx, wait)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, ctx.Err())
+		}
+		sl, ev, err := s.attach(ctx, cn)
+		<-s.sem
+		if ev != nil {
+			s.c.emit(*ev)
+		}
+		if err != nil && wait && ctx.Err() == nil && !s.c.isClosed() && connectionLost(err) {
+			continue // the connection died under the attach: wait for the next one
+		}
+		return sl, err
 	}
-	sl, ev, err := s.linkLocked(ctx)
-	<-s.sem
-	if ev != nil {
-		s.c.emit(*ev)
-	}
-	return sl, err
 }
 
-func (s *clientSender) linkLocked(ctx context.Context) (*senderLink, *ConnectionEvent, error) {
+// attach attaches a link on cn unless another caller already did. s.sem is
+// held.
+func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink, *ConnectionEvent, error) {
 	if s.closed.Load() {
 		return nil, nil, ErrClosed
 	}
-	if sl := s.cur; sl != nil {
-		if !sl.broken.Load() && !sl.cn.dead() {
+	if sl := s.cur.Load(); sl != nil {
+		if sl.usable() {
 			return sl, nil, nil
 		}
-		s.cur = nil
-		_ = s.closeLink(ctx, sl)
-	}
-	cn, err := s.c.connection(ctx)
-	if err != nil {
-		return nil, nil, err
+		s.retire(sl)
 	}
 	actx, cancel := context.WithTimeout(ctx, s.c.dialTimeout)
 	link, err := cn.sess.NewSender(actx, s.addr, senderOptions())
@@ -129,7 +150,7 @@ func (s *clientSender) linkLocked(ctx context.Context) (*senderLink, *Connection
 		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
 	sl := &senderLink{cn: cn, link: link}
-	s.cur = sl
+	s.cur.Store(sl)
 	ev := &ConnectionEvent{Kind: EventSenderAttached, URL: cn.url, Address: s.addr}
 	if s.attached {
 		ev.Kind = EventSenderReattached
@@ -138,8 +159,21 @@ func (s *clientSender) linkLocked(ctx context.Context) (*senderLink, *Connection
 	return sl, ev, nil
 }
 
+// retire forgets a broken link and closes it in the background: its detach
+// may hang on a half-open network, and no caller waits for it.
+func (s *clientSender) retire(sl *senderLink) {
+	if !s.cur.CompareAndSwap(sl, nil) {
+		return
+	}
+	if sl.cn.dead() {
+		return // the connection took the link with it
+	}
+	go func() { _ = s.closeLink(context.Background(), sl) }()
+}
+
+// closeLink detaches sl, bounded by ctx and the dial timeout.
 func (s *clientSender) closeLink(ctx context.Context, sl *senderLink) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.dialTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.c.dialTimeout)
 	defer cancel()
 	return sl.link.Close(cctx)
 }
@@ -151,6 +185,8 @@ func (s *clientSender) failed(sl *senderLink, err error) {
 	s.c.linkFailed(sl.cn, err)
 }
 
+// close detaches the link, bounded by ctx (the detach goes on in the
+// background, bounded by the dial timeout, when ctx ends first).
 func (s *clientSender) close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
@@ -160,28 +196,38 @@ func (s *clientSender) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.sem }()
-	sl := s.cur
-	s.cur = nil
-	if sl == nil || sl.broken.Load() || sl.cn.dead() {
+	sl := s.cur.Swap(nil)
+	<-s.sem
+	if sl == nil || !sl.usable() {
 		return nil
 	}
-	if err := s.closeLink(ctx, sl); err != nil && !linkLost(err) {
-		return s.c.red.error(err)
+	done := make(chan error, 1)
+	go func() { done <- s.closeLink(context.WithoutCancel(ctx), sl) }()
+	select {
+	case err := <-done:
+		if err != nil && !linkLost(err) {
+			return s.c.red.error(err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil
 }
 
 // SendOutcome sends msg on the current link and returns the broker's
 // outcome, re-attaching first when the link is known to be gone. After an
 // ambiguous failure it retries once only when msg carries a duplicate id
 // (see Client.Publisher).
+//
+// Without a connection it waits for the Client's re-dial within ctx
+// (ClientOptions.FailFast: it does not). The retry after an unknown outcome
+// never waits: it re-dials at most once, as a fail-fast publish does.
 func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	sl, err := s.link(ctx)
+	sl, err := s.link(ctx, !s.c.failFast)
 	if err != nil {
 		return nil, err // nothing was sent
 	}
-	state, err := transfer(ctx, sl.link, msg)
+	state, err := s.transfer(ctx, sl, msg)
 	if err == nil || !mayBeStored(err) {
 		return state, s.c.red.error(err)
 	}
@@ -190,16 +236,35 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 		return nil, s.unknown(err)
 	}
 	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: sl.cn.url, Address: s.addr, Err: err})
-	retry, lerr := s.link(ctx)
+	retry, lerr := s.link(ctx, false)
 	if lerr != nil {
 		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %w)", err, lerr))
 	}
-	state, err = transfer(ctx, retry.link, msg)
+	state, err = s.transfer(ctx, retry, msg)
 	if err == nil || !mayBeStored(err) {
 		return state, s.c.red.error(err)
 	}
 	s.failed(retry, err)
 	return nil, s.unknown(err)
+}
+
+// transfer sends msg on sl and keeps its connection's count of outcome
+// timeouts (ClientOptions.OutcomeTimeouts): any answer from the broker
+// resets it.
+func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.Message) (amqp.DeliveryState, error) {
+	start := time.Now()
+	state, err := transfer(ctx, sl.link, msg)
+	switch {
+	case err != nil && isContextError(err) && ctx.Err() != nil:
+		// A context too short for any broker to answer in says nothing
+		// about the connection.
+		if time.Since(start) >= s.c.minOutcomeWait {
+			s.c.outcomeTimedOut(sl.cn, err)
+		}
+	case err == nil || !linkLost(err):
+		sl.cn.timeouts.Store(0)
+	}
+	return state, err
 }
 
 // Send is SendOutcome for the Sender interface: nil only for an accepted

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -254,7 +255,7 @@ func TestPublisherReattachesALostLinkOnTheSameConnection(t *testing.T) {
 	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
 	senders := h.fb.conn(0).sendersTo("orders")
 	require.Len(t, senders, 2)
-	assert.True(t, senders[0].Closed(), "the dead link is closed")
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "the dead link is closed (in the background)")
 	assert.Len(t, h.keptOn("orders"), 1)
 }
 

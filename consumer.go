@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
+
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -78,7 +78,8 @@ type Consumer struct {
 	dlqTimeout  time.Duration
 	retryDelay  time.Duration
 	concurrency int
-	logger      *slog.Logger
+	logger      *slog.Logger // nil: see logTo
+	observer    Observer
 	now         func() time.Time
 	// after is the clock the dead-letter retry hold waits on (time.After; a
 	// test gives a channel it controls).
@@ -110,7 +111,9 @@ func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
 }
 
 // WithOnError sets the callback that receives every reported error. It is
-// called from the goroutine handling the delivery; a panic in it is recovered.
+// called from the goroutine handling the delivery; a panic in it is
+// recovered and logged. With a callback and no WithLogger, the callback is
+// the report: nothing is logged.
 func WithOnError(fn ErrorHandler) ConsumerOption {
 	return func(c *Consumer) { c.onError = fn }
 }
@@ -135,14 +138,27 @@ func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 }
 
 // WithConcurrency sets how many handlers Listen runs at once (default 1,
-// which keeps the queue's order). Give the receiver at least this much credit.
+// which keeps the queue's order). Deliveries that share an AMQP group-id
+// are still handled one at a time, in the order received (see Listen).
+// Give the receiver at least this much credit.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) { c.concurrency = n }
 }
 
-// WithLogger sets a structured logger: settlement decisions at debug, errors
-// at warn and error, with the URN, meta.id, trace_id, attempts and the
-// disposition as attributes; never a payload. The default logs nothing.
+// WithLogger sets a structured logger: settlements at debug, reported errors
+// at warn (a retry, a dead-letter copy) and error (a drop, a failed
+// dead-letter write, a failed settlement), each with a short fixed message
+// ("handler failed, retrying") and the queue, urn, message_id, trace_id,
+// attempts, disposition and error (the cause) as attributes; never a
+// payload.
+//
+// Without WithLogger and without WithOnError, the warn and error lines go
+// to slog.Default() (the debug lines do not), so nothing is dropped,
+// dead-lettered or left unsettled silently. With WithOnError and no
+// WithLogger nothing is logged: the callback is the report. A panic in the
+// callback or in the Observer is always logged at error, to slog.Default()
+// when there is no logger. WithLogger(nil) is the default; to log nothing
+// at all, pass slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) ConsumerOption {
 	return func(c *Consumer) { c.logger = l }
 }
@@ -177,7 +193,6 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		dlqTimeout:  DefaultDeadLetterTimeout,
 		retryDelay:  DefaultDeadLetterRetryDelay,
 		concurrency: DefaultConcurrency,
-		logger:      slog.New(slog.DiscardHandler),
 		now:         time.Now,
 		after:       time.After,
 	}
@@ -204,81 +219,7 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		c.unknown != UnknownURNDelete && c.unknown != UnknownURNDeadLetter:
 		c.err = fmt.Errorf("%w: unknown-URN strategy %q", ErrInvalidConfig, string(c.unknown))
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
 	return c
-}
-
-// Listen receives from r and handles each delivery until ctx ends or the
-// link fails. On ctx's end it stops receiving, lets the handlers in flight
-// finish and settle (their context is not cancelled with ctx), gives back a
-// message it took but did not start with a plain release, and returns nil.
-// When the link fails it returns the receive error, wrapped.
-func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
-	if c.err != nil {
-		return c.err
-	}
-	hctx := context.WithoutCancel(ctx)
-	stop := ctx.Done()
-	if c.concurrency == 1 {
-		for {
-			msg, err := r.Receive(ctx, nil)
-			if err != nil {
-				return c.receiveError(ctx, err)
-			}
-			if ctx.Err() != nil {
-				c.giveBack(hctx, r, msg)
-				return nil
-			}
-			_ = c.handle(hctx, stop, r, msg)
-		}
-	}
-
-	work := make(chan *amqp.Message)
-	var wg sync.WaitGroup
-	for range c.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range work {
-				_ = c.handle(hctx, stop, r, msg)
-			}
-		}()
-	}
-	defer func() {
-		close(work)
-		wg.Wait()
-	}()
-	for {
-		msg, err := r.Receive(ctx, nil)
-		if err != nil {
-			return c.receiveError(ctx, err)
-		}
-		select {
-		case work <- msg:
-		case <-stop:
-			c.giveBack(hctx, r, msg)
-			return nil
-		}
-	}
-}
-
-func (c *Consumer) receiveError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return fmt.Errorf("babelqueue: receive: %w", err)
-}
-
-// giveBack releases a delivery that was taken but never started.
-func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
-	if msg == nil {
-		return
-	}
-	if err := r.ReleaseMessage(ctx, msg); err != nil {
-		c.report(ctx, &DeliveryError{Kind: ErrSettlement, Disposition: Pending, Err: err}, nil, msg)
-	}
 }
 
 // Handle runs one delivery through the gate, routing, decoding and the
@@ -295,11 +236,13 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 		}
 		return err
 	}
-	return c.handle(ctx, ctx.Done(), r, msg)
+	return c.handle(ctx, ctx.Done(), r, msg, nil)
 }
 
-func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message) error {
-	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop,
+// handle runs one delivery to its disposition. lost, when not nil, hears
+// of every settlement that failed (Listen stops on a lost link).
+func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message, lost func(error)) error {
+	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop, lost: lost,
 		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
@@ -329,20 +272,41 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	if h == nil {
 		return d.unknownURN()
 	}
-	herr := callHandler(withMessage(ctx, msg), h, env, msg)
+	return d.call(withMessage(ctx, msg), h)
+}
+
+// call runs the handler and settles the delivery by its result. A panic is
+// a failed attempt (a *PanicError); so is a handler that exits its
+// goroutine with runtime.Goexit (t.FailNow and require.* in tests do): the
+// delivery is settled as failed with ErrHandlerExited on the way out, then
+// the goroutine goes on exiting.
+func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
+	returned := false
+	defer func() {
+		if returned {
+			return // a panic in the settlement itself is not the handler's
+		}
+		if d.c.observer != nil {
+			d.handler = d.c.now().Sub(d.start)
+		}
+		if p := recover(); p != nil {
+			err = d.handlerFailed(&PanicError{Value: p, Stack: debug.Stack()})
+			return
+		}
+		_ = d.handlerFailed(ErrHandlerExited)
+	}()
+	if d.c.observer != nil {
+		d.start = d.c.now()
+	}
+	herr := h(ctx, d.env, d.msg)
+	returned = true
+	if d.c.observer != nil {
+		d.handler = d.c.now().Sub(d.start)
+	}
 	if herr == nil {
 		return d.finish(nil, nil, Accepted, d.accept)
 	}
 	return d.handlerFailed(herr)
-}
-
-func callHandler(ctx context.Context, h HandlerFunc, env *Envelope, msg *amqp.Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
-		}
-	}()
-	return h(ctx, env, msg)
 }
 
 // unreadableBody renders a body that is not a string, binary or data
@@ -372,10 +336,6 @@ func (c *Consumer) report(ctx context.Context, err error, env *Envelope, msg *am
 	if c.onError == nil {
 		return
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			c.logger.LogAttrs(ctx, slog.LevelError, "babelqueue: error callback panicked", slog.Any("panic", p))
-		}
-	}()
+	defer recoverHook(c.logger, "error callback panicked")
 	c.onError(ctx, err, env, msg)
 }

@@ -290,7 +290,13 @@ func TestListenShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 				}
 			}
 			assert.Equal(t, workers, accepted, "exactly the in-flight messages were handled")
-			assert.LessOrEqual(t, released, 1, "at most the one message taken but not started is released")
+			// Taken but not started: the one the loop holds and, with
+			// several workers, the hand-off buffer (one per worker).
+			limit := 1
+			if workers > 1 {
+				limit += workers
+			}
+			assert.LessOrEqual(t, released, limit, "at most the messages taken but not started are released")
 			assert.Equal(t, 10, accepted+released+r.Queued(), "every message is accounted for")
 		})
 	}

@@ -1,8 +1,11 @@
 package artemis
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -60,7 +63,7 @@ func appendOptString(b []byte, s *string) []byte {
 }
 
 // newDeadLetter fills the block for a failure. cause may be nil; exception
-// names the Go type of the error (or of a panic's value).
+// names its Go type as exceptionName does.
 func newDeadLetter(reason string, cause error, queue string, attempts int, now time.Time) *DeadLetter {
 	dl := &DeadLetter{
 		Reason:        reason,
@@ -72,14 +75,77 @@ func newDeadLetter(reason string, cause error, queue string, attempts int, now t
 	if cause != nil {
 		text := cause.Error()
 		dl.Error = &text
-		typ := fmt.Sprintf("%T", cause)
-		var p *PanicError
-		if errors.As(cause, &p) {
-			typ = fmt.Sprintf("%T", p.Value)
-		}
+		typ := exceptionName(cause)
 		dl.Exception = &typ
 	}
 	return dl
+}
+
+// The types that tell an operator nothing about a failure: errors.New's,
+// fmt.Errorf's (with one %w, with several) and errors.Join's.
+var anonymousErrors = [...]reflect.Type{
+	reflect.TypeOf(errors.New("")),
+	reflect.TypeOf(fmt.Errorf("%w", errors.ErrUnsupported)),
+	reflect.TypeOf(fmt.Errorf("%w%w", errors.ErrUnsupported, errors.ErrUnsupported)),
+	reflect.TypeOf(errors.Join(errors.ErrUnsupported)),
+}
+
+// exceptionName is dead_letter.exception for a failure (CONTRACT.md section
+// 5): the Go type of the first error in cause's chain, depth first through
+// Unwrap() error and Unwrap() []error, that has a type of its own, else
+// "error". Looked through on the way: the anonymous types above and the
+// library's own envelopes around a handler's failure, *DeliveryError and
+// *PanicError, so the name is the handler's error type, not the library's.
+// A panic is "panic: " and its value's type, an error value named the same
+// way (panic(errors.New("x")) is "panic: error"). An *OutcomeError, a
+// broker outcome of its own, is named as it is.
+func exceptionName(cause error) string {
+	if name, ok := ownType(cause); ok {
+		return name
+	}
+	return "error"
+}
+
+func ownType(err error) (string, bool) {
+	switch e := err.(type) {
+	case nil:
+		return "", false
+	case *PanicError:
+		if v, ok := e.Value.(error); ok {
+			return "panic: " + exceptionName(v), true
+		}
+		return fmt.Sprintf("panic: %T", e.Value), true
+	case *DeliveryError:
+		return ownType(e.Err)
+	case interface{ Unwrap() []error }:
+		if isAnonymous(err) {
+			for _, inner := range e.Unwrap() {
+				if name, ok := ownType(inner); ok {
+					return name, true
+				}
+			}
+			return "", false
+		}
+	case interface{ Unwrap() error }:
+		if isAnonymous(err) {
+			return ownType(e.Unwrap())
+		}
+	default:
+		if isAnonymous(err) {
+			return "", false
+		}
+	}
+	return fmt.Sprintf("%T", err), true
+}
+
+func isAnonymous(err error) bool {
+	t := reflect.TypeOf(err)
+	for _, a := range anonymousErrors {
+		if t == a {
+			return true
+		}
+	}
+	return false
 }
 
 // dlqAddress is where dead-letter copies of a queue's messages go.
@@ -100,8 +166,50 @@ func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue 
 	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
 	msg := projection(&cp, string(body), stringProperties(src))
 	setTo(msg, dlqAddress(queue))
+	setDeadLetterID(msg, src, dl.Reason, queue)
 	return msg
 }
+
+// setDeadLetterID gives msg, the DLQ copy of src, an _AMQ_DUPL_ID that is
+// the same every time this one stored message is dead-lettered from queue
+// for reason, so Artemis stores one copy when a dead-lettering is repeated
+// because the source's accept was lost. It is derived from what the
+// broker keeps unchanged across redeliveries (message-id, creation-time,
+// the source's own _AMQ_DUPL_ID) and never from the delivery count, so a
+// re-published message (a redrive: new _AMQ_DUPL_ID, new creation-time)
+// that fails again is a new dead-lettering. A source without a message-id
+// carries nothing to tell two of them apart: its copy gets no duplicate id.
+func setDeadLetterID(msg, src *amqp.Message, reason, queue string) {
+	props := make(map[string]any, len(msg.ApplicationProperties)+1)
+	for k, v := range msg.ApplicationProperties {
+		props[k] = v
+	}
+	delete(props, PropDuplicateID)
+	msg.ApplicationProperties = props
+	if src.Properties == nil || src.Properties.MessageID == nil {
+		return
+	}
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(strconv.AppendInt(nil, int64(len(s)), 10))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	field(fmt.Sprintf("%T:%v", src.Properties.MessageID, src.Properties.MessageID))
+	if t := src.Properties.CreationTime; t != nil {
+		field(strconv.FormatInt(t.UnixMilli(), 10))
+	} else {
+		field("")
+	}
+	dup, _ := src.ApplicationProperties[PropDuplicateID].(string)
+	field(dup)
+	field(reason)
+	field(queue)
+	props[PropDuplicateID] = deadLetterIDPrefix + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// deadLetterIDPrefix starts the _AMQ_DUPL_ID of every DLQ copy.
+const deadLetterIDPrefix = "bq-dlq-"
 
 // stringProperties keeps the string application properties that are not
 // contract properties: the out-of-band headers to carry forward.
@@ -133,7 +241,9 @@ func setTo(msg *amqp.Message, addr string) {
 // forwardCopy is the message as received, for the DLQ: the same body section
 // kind byte for byte, the same properties, application properties and
 // annotations, less scheduled-delivery annotations (they would delay the DLQ
-// copy) and the delivery details of this hop. A DLQ copy is always durable.
+// copy) and the delivery details of this hop, and with the DLQ copy's own
+// _AMQ_DUPL_ID (setDeadLetterID) for the source's. A DLQ copy is always
+// durable.
 func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
@@ -161,5 +271,6 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 		}
 	}
 	setTo(msg, dlqAddress(queue))
+	setDeadLetterID(msg, src, "forward", queue)
 	return msg
 }

@@ -21,16 +21,22 @@ const Lang = "go"
 
 // Envelope is one BabelQueue message: the JSON object that travels as the body.
 //
-// Data holds the raw JSON of the data object, so big integers and every byte
-// of the payload survive a decode and re-encode. Keys this library does not
-// know, at the top level or in meta, are kept in their original order and
-// written back by Encode.
+// Data holds the JSON of the data object in canonical form (CONTRACT.md
+// section 1: no whitespace, strings without needless escapes, number
+// literals exactly as received), so big integers and every value of the
+// payload survive a decode and re-encode. Keys this library does not know,
+// at the top level or in meta, are kept in their original order, in the
+// same canonical form, and written back by Encode.
 type Envelope struct {
 	// Job is the message URN, for example "urn:babel:orders:created".
 	Job string
 	// TraceID is minted by the first producer and kept unchanged across hops.
 	TraceID string
-	// Data is the business payload: the raw JSON of an object.
+	// Data is the business payload: the JSON of an object. Decode and
+	// NewEnvelope make it canonical; Encode writes any other JSON object
+	// assigned here in canonical form too. (Bytes of a Decode or
+	// NewEnvelope Data changed in place are not checked again: assign a
+	// new slice instead.)
 	Data json.RawMessage
 	// Meta is the immutable metadata block.
 	Meta Meta
@@ -42,6 +48,9 @@ type Envelope struct {
 
 	extra  []rawField // unknown top-level keys, in input order
 	issues string     // why Validate must fail, found while decoding
+	// canon is the Data this library made canonical (Decode, NewEnvelope):
+	// while Data is still that slice, Encode copies it as it is.
+	canon json.RawMessage
 }
 
 // Meta is the envelope's metadata block.
@@ -60,10 +69,10 @@ type Meta struct {
 	extra []rawField // unknown meta keys, in input order
 }
 
-// rawField is a key/value pair kept as the exact JSON text it arrived as.
+// rawField is an unknown member, kept as canonical JSON text.
 type rawField struct {
-	key   string // the quoted key, as it appeared in the input
-	value string // the raw JSON value
+	key   string // the quoted key
+	value string // the JSON value
 }
 
 // EnvelopeOption configures NewEnvelope.
@@ -146,6 +155,7 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 		Job:     urn,
 		TraceID: traceID,
 		Data:    raw,
+		canon:   raw,
 		Meta: Meta{
 			ID:            id,
 			Queue:         cfg.queue,
@@ -199,19 +209,23 @@ func (e *Envelope) Bind(v any) error {
 
 // Validate reports whether a consumer accepts the envelope: a non-blank URN,
 // schema_version exactly 1, data an object, attempts >= 0 and a non-blank
-// trace id. The error wraps ErrInvalidEnvelope and says what is wrong.
+// trace id. The error wraps ErrInvalidEnvelope and says which rule fails in
+// the contract's words ("data is not an object"), then the detail ("it is
+// [1,2]").
 func (e *Envelope) Validate() error {
 	switch {
 	case e.issues != "":
 		return fmt.Errorf("%w: %s", ErrInvalidEnvelope, e.issues)
 	case strings.TrimSpace(e.Job) == "":
-		return fmt.Errorf("%w: the URN (job, or urn) is missing or blank", ErrInvalidEnvelope)
+		return fmt.Errorf("%w: the URN (job, else urn) is missing or blank", ErrInvalidEnvelope)
 	case e.Meta.SchemaVersion != SchemaVersion:
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)
+	case len(e.Data) == 0:
+		return fmt.Errorf("%w: data is not an object: it is missing", ErrInvalidEnvelope)
 	case !isJSONObject(e.Data):
-		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+		return fmt.Errorf("%w: data is not an object: it is %s", ErrInvalidEnvelope, truncate(string(e.Data)))
 	case e.Attempts < 0:
-		return fmt.Errorf("%w: attempts is %d, want >= 0", ErrInvalidEnvelope, e.Attempts)
+		return fmt.Errorf("%w: attempts is not an integer >= 0: it is %d", ErrInvalidEnvelope, e.Attempts)
 	case strings.TrimSpace(e.TraceID) == "":
 		return fmt.Errorf("%w: trace_id is missing or blank", ErrInvalidEnvelope)
 	}
@@ -220,12 +234,30 @@ func (e *Envelope) Validate() error {
 
 // Encode returns the canonical bytes of the envelope: keys in contract order
 // (job, trace_id, data, meta, attempts, then unknown keys, then dead_letter),
-// no whitespace, no HTML or slash escaping, non-ASCII written as UTF-8.
+// no whitespace, no HTML or slash escaping, non-ASCII written as UTF-8, and
+// number literals as they came. A decoded envelope re-encodes canonically
+// too, whatever whitespace and escapes its body had. Data that is not one
+// JSON object in valid UTF-8 is an error wrapping ErrInvalidEnvelope.
 func (e *Envelope) Encode() ([]byte, error) {
-	if !isJSONObject(e.Data) && len(e.Data) != 0 {
-		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+	data, err := e.canonicalData()
+	if err != nil {
+		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
-	return e.appendEncode(make([]byte, 0, e.encodedSizeHint())), nil
+	return e.appendEncodeData(make([]byte, 0, e.encodedSizeHint()), data), nil
+}
+
+// canonicalData is Data in canonical form, nil for no data.
+func (e *Envelope) canonicalData() (json.RawMessage, error) {
+	if len(e.Data) == 0 || e.dataIsCanon() {
+		return e.Data, nil
+	}
+	return canonicalObject(e.Data)
+}
+
+// dataIsCanon reports whether Data is still the slice this library made
+// canonical.
+func (e *Envelope) dataIsCanon() bool {
+	return len(e.Data) == len(e.canon) && unsafe.SliceData(e.Data) == unsafe.SliceData(e.canon)
 }
 
 func (e *Envelope) encodedSizeHint() int {
@@ -242,16 +274,27 @@ func (e *Envelope) encodedSizeHint() int {
 	return n
 }
 
+// appendEncode is Encode for the library's own writers (publish, DLQ
+// copies), which have checked Data already; Data that still fails the
+// check is written as it is, as Encode would refuse it.
 func (e *Envelope) appendEncode(b []byte) []byte {
+	data, err := e.canonicalData()
+	if err != nil {
+		data = e.Data
+	}
+	return e.appendEncodeData(b, data)
+}
+
+func (e *Envelope) appendEncodeData(b []byte, data json.RawMessage) []byte {
 	b = append(b, `{"job":`...)
 	b = appendString(b, e.Job)
 	b = append(b, `,"trace_id":`...)
 	b = appendString(b, e.TraceID)
 	b = append(b, `,"data":`...)
-	if len(e.Data) == 0 {
+	if len(data) == 0 {
 		b = append(b, "{}"...)
 	} else {
-		b = append(b, e.Data...)
+		b = append(b, data...)
 	}
 	b = append(b, `,"meta":{"id":`...)
 	b = appendString(b, e.Meta.ID)
@@ -275,7 +318,9 @@ func (e *Envelope) appendEncode(b []byte) []byte {
 }
 
 // Decode parses an envelope body. It resolves the urn alias (used when job
-// is absent) and keeps unknown keys and the raw data object, but does not
+// is absent) and keeps unknown keys and the data object, both in canonical
+// form (whitespace removed, strings re-escaped by the canonical rules,
+// number literals untouched), but does not
 // apply the consumer's acceptance rules: call Validate for that. It fails,
 // wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
 // envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys

@@ -5,11 +5,11 @@ package artemis
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeString decodes from a string so the consumer can pass an AMQP string
@@ -49,19 +49,19 @@ func decodeFast(s string, copyData bool) (*Envelope, bool) {
 // walks the members, so its errors name the first problem in that order.
 func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("%w: the body is not valid UTF-8", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is not valid UTF-8: at byte %d", ErrInvalidEnvelope, invalidUTF8At(s))
 	}
 	if strings.HasPrefix(s, "\ufeff") {
 		// RFC 8259 lets a parser ignore a byte order mark; the envelope is
 		// exchanged byte for byte, so a body that carries one is not canonical.
-		return nil, fmt.Errorf("%w: the body starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is not valid JSON: at byte 1: it starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
 	}
 	if !json.Valid(stringBytes(s)) {
 		return nil, fmt.Errorf("%w: the body is not valid JSON: %w", ErrInvalidEnvelope, jsonSyntaxError(s))
 	}
 	start := skipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
-		return nil, fmt.Errorf("%w: the body is JSON but not an object", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the body is JSON but not an object: it is %s", ErrInvalidEnvelope, jsonKind(s[start:]))
 	}
 	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
 	if err := eachMember(s, start, d.member); err != nil {
@@ -76,7 +76,19 @@ type envelopeDecoder struct {
 	seen           uint8 // one bit per known key, to refuse duplicates
 	urnAlias       string
 	hasJob, hasURN bool
-	urnIdx         int // where urn sits in env.extra, -1 when absent
+	urnIdx         int  // where urn sits in env.extra, -1 when absent
+	dataCopied     bool // Data was rewritten into its own memory
+	noSchema       bool // meta came without schema_version
+}
+
+// newRawField keeps an unknown member in canonical form: the key and the
+// value as they came when they are canonical already (the common case, no
+// copy), else rewritten.
+func newRawField(qkey, val string, clean bool) rawField {
+	if strings.IndexByte(qkey, '\\') >= 0 {
+		qkey = canonicalValue(qkey, false)
+	}
+	return rawField{key: qkey, value: canonicalValue(val, clean)}
 }
 
 // walkMember is the fast path's member: a meta object is checked and
@@ -88,12 +100,13 @@ func (d *envelopeDecoder) walkMember(qkey, key, s string, i int) (int, error) {
 			return scanMember(qkey, key, s, i, 2, md.member)
 		})
 		d.seen |= 1 << 4
+		d.noSchema = md.seen&(1<<3) == 0
 		return end, err
 	}
 	return scanMember(qkey, key, s, i, 1, d.member)
 }
 
-func (d *envelopeDecoder) member(qkey, key, val string) error {
+func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	env := d.env
 	var bit uint8
 	switch key {
@@ -101,19 +114,19 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		bit = 1 << 0
 		v, err := stringValue(val, "job")
 		if err != nil {
-			return err
+			return fmt.Errorf("the URN (job, else urn) is not a string: job is %s", truncate(val))
 		}
 		env.Job, d.hasJob = v, val != "null"
 	case "urn":
 		bit = 1 << 1
 		v, err := stringValue(val, "urn")
 		if err != nil {
-			return err
+			return fmt.Errorf("the URN (job, else urn) is not a string: urn is %s", truncate(val))
 		}
 		d.urnAlias, d.hasURN = v, true
 		// Kept in place as an unknown key until we know job is present.
 		d.urnIdx = len(env.extra)
-		env.extra = append(env.extra, rawField{key: qkey, value: val})
+		env.extra = append(env.extra, newRawField(qkey, val, clean))
 	case "trace_id":
 		bit = 1 << 2
 		v, err := stringValue(val, "trace_id")
@@ -123,20 +136,24 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		env.TraceID = v
 	case "data":
 		bit = 1 << 3
-		env.Data = stringBytes(val)
+		c := canonicalValue(val, clean)
+		env.Data = stringBytes(c)
+		d.dataCopied = unsafe.StringData(c) != unsafe.StringData(val)
 	case "meta":
 		bit = 1 << 4
 		if val[0] != '{' {
-			return errors.New("meta is not an object")
+			return fmt.Errorf("meta is not an object: it is %s", truncate(val))
 		}
-		if err := env.Meta.decode(val); err != nil {
+		seen, err := env.Meta.decode(val)
+		if err != nil {
 			return err
 		}
+		d.noSchema = seen&(1<<3) == 0
 	case "attempts":
 		bit = 1 << 5
 		n, ok := intValue(val)
 		if !ok {
-			env.issues = "attempts is not an integer: " + truncate(val)
+			env.issues = "attempts is not an integer >= 0: it is " + truncate(val)
 		} else {
 			env.Attempts = n
 		}
@@ -145,16 +162,16 @@ func (d *envelopeDecoder) member(qkey, key, val string) error {
 		if val != "null" {
 			dl := &DeadLetter{}
 			if err := json.Unmarshal(stringBytes(val), dl); err != nil {
-				return fmt.Errorf("dead_letter: %w", err)
+				return fmt.Errorf("dead_letter is not a valid block: %w", err)
 			}
 			env.DeadLetter = dl
 		}
 	default:
-		env.extra = append(env.extra, rawField{key: qkey, value: val})
+		env.extra = append(env.extra, newRawField(qkey, val, clean))
 		return nil
 	}
 	if d.seen&bit != 0 {
-		return fmt.Errorf("duplicate key %s", qkey)
+		return fmt.Errorf("the body is JSON but not an envelope: duplicate key %s", qkey)
 	}
 	d.seen |= bit
 	return nil
@@ -168,27 +185,33 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 		env.extra = append(env.extra[:d.urnIdx], env.extra[d.urnIdx+1:]...)
 	}
 	if d.seen&(1<<5) == 0 && env.issues == "" {
-		env.issues = "attempts is missing"
+		env.issues = "attempts is not an integer >= 0: it is missing"
 	}
 	if d.seen&(1<<4) == 0 && env.issues == "" {
-		env.issues = "meta is missing"
+		env.issues = "meta is not an object: it is missing"
+	}
+	if d.seen&(1<<4) != 0 && d.noSchema && env.issues == "" {
+		env.issues = "meta.schema_version is missing, want 1"
 	}
 	if d.seen&(1<<3) == 0 && env.issues == "" {
-		env.issues = "data is missing"
+		env.issues = "data is not an object: it is missing"
 	}
 	if env.Data != nil {
-		if copyData {
+		if copyData && !d.dataCopied {
 			env.Data = append(json.RawMessage(nil), env.Data...)
 		} else {
 			env.Data = env.Data[:len(env.Data):len(env.Data)]
 		}
 	}
+	env.canon = env.Data
 	return env
 }
 
-func (m *Meta) decode(s string) error {
+// decode fills m from the meta object s and says which known keys it held.
+func (m *Meta) decode(s string) (seen uint8, err error) {
 	md := metaDecoder{m: m}
-	return eachMember(s, 0, md.member)
+	err = eachMember(s, 0, md.member)
+	return md.seen, err
 }
 
 // metaDecoder collects the members of one meta object.
@@ -197,7 +220,7 @@ type metaDecoder struct {
 	seen uint8 // one bit per known key, to refuse duplicates
 }
 
-func (d *metaDecoder) member(qkey, key, val string) error {
+func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 	m := d.m
 	var bit uint8
 	var err error
@@ -216,7 +239,7 @@ func (d *metaDecoder) member(qkey, key, val string) error {
 		// Only the literal integer 1 is version 1; "1", 1.0 and true are not.
 		n, ok := intValue(val)
 		if !ok {
-			return fmt.Errorf("meta.schema_version is not an integer: %s", truncate(val))
+			return fmt.Errorf("meta.schema_version is %s, want 1", truncate(val))
 		}
 		m.SchemaVersion = n
 	case "created_at":
@@ -230,14 +253,14 @@ func (d *metaDecoder) member(qkey, key, val string) error {
 		}
 		m.CreatedAt = n
 	default:
-		m.extra = append(m.extra, rawField{key: qkey, value: val})
+		m.extra = append(m.extra, newRawField(qkey, val, clean))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if d.seen&bit != 0 {
-		return fmt.Errorf("duplicate key meta.%s", key)
+		return fmt.Errorf("the body is JSON but not an envelope: duplicate key meta.%s", key)
 	}
 	d.seen |= bit
 	return nil

@@ -165,7 +165,7 @@ func TestNewEnvelopeData(t *testing.T) {
 		{name: "raw compact", data: json.RawMessage(`{"order_id":1042}`), want: `{"order_id":1042}`},
 		{name: "raw with whitespace is compacted", data: json.RawMessage("  {\n  \"order_id\" : 1042 ,\n  \"note\" : \"a  b\"\n}\n"), want: `{"order_id":1042,"note":"a  b"}`},
 		{name: "raw pointer", data: ptr(json.RawMessage(`{ "x" : [ 1 , 2 ] }`)), want: `{"x":[1,2]}`},
-		{name: "raw keeps escapes and big numbers", data: json.RawMessage(`{"s":"caf\u00e9","n":123456789012345678901234567890}`), want: `{"s":"caf\u00e9","n":123456789012345678901234567890}`},
+		{name: "raw is made canonical and keeps big numbers", data: json.RawMessage(`{"s":"caf\u00e9 \/","n":123456789012345678901234567890}`), want: `{"s":"café /","n":123456789012345678901234567890}`},
 		{name: "json.Number keeps digits", data: map[string]any{"n": json.Number("9007199254740993")}, want: `{"n":9007199254740993}`},
 		{name: "HTML and separators are not escaped", data: map[string]string{"h": "<a href=\"/x?a=1&b=2\">", "s": "a\u2028b\u2029c"}, want: "{\"h\":\"<a href=\\\"/x?a=1&b=2\\\">\",\"s\":\"a\u2028b\u2029c\"}"},
 		{name: "escaped backslash before u003c stays", data: map[string]string{"s": `\u003c`}, want: `{"s":"\\u003c"}`},

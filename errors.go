@@ -33,6 +33,13 @@ var (
 	ErrInvalidConfig = errors.New("babelqueue: invalid configuration")
 )
 
+// ErrHandlerExited is the cause (DeliveryError.Err) of an ErrHandlerFailed
+// report when the handler exited its goroutine without returning
+// (runtime.Goexit; t.FailNow and require.* in tests do). The attempt counts
+// as failed, as a returned error does: redelivered below the limit,
+// dead-lettered at it.
+var ErrHandlerExited = errors.New("babelqueue: handler exited its goroutine without returning")
+
 // ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
 // NewEnvelope return for input that is not a valid envelope.
 var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")

@@ -1,16 +1,22 @@
 // The canonical JSON writer: strings without HTML or slash escaping, the
-// publish-side data marshal and the raw fields written back as they came.
+// publish-side data marshal, and the canonical re-encode (compaction) of the
+// raw JSON values a decoded envelope keeps: data and unknown values.
 
 package artemis
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 )
 
+// appendRawFields writes unknown members back; the decoder made their keys
+// and values canonical already.
 func appendRawFields(b []byte, fields []rawField) []byte {
 	for _, f := range fields {
 		b = append(b, ',')
@@ -37,7 +43,8 @@ func stringBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// marshalData turns the publish-side data into the raw JSON of an object.
+// marshalData turns the publish-side data into the canonical JSON of an
+// object.
 func marshalData(data any) (json.RawMessage, error) {
 	switch d := data.(type) {
 	case nil:
@@ -61,68 +68,232 @@ func marshalData(data any) (json.RawMessage, error) {
 	if !isJSONObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
 	}
-	return unescapeMarshal(b), nil
+	// json.Marshal output is compact, so only its escapes can differ from
+	// the canonical form: \u003c \u003e \u0026 \u2028 \u2029 \ufffd of its
+	// own, and whatever a json.RawMessage or a json.Marshaler inside data
+	// carried (\u00e9, \/). No backslash, nothing to rewrite.
+	if bytes.IndexByte(b, '\\') < 0 {
+		return b, nil
+	}
+	return appendCanonical(make([]byte, 0, len(b)), unsafe.String(&b[0], len(b))), nil
 }
 
+// rawObject checks a publish-side json.RawMessage and returns it canonical.
 func rawObject(d json.RawMessage) (json.RawMessage, error) {
-	if !json.Valid(d) {
-		return nil, fmt.Errorf("%w: data is not valid JSON", ErrInvalidEnvelope)
+	c, err := canonicalObject(d)
+	if err != nil {
+		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
-	if !utf8.Valid(d) {
-		return nil, fmt.Errorf("%w: data is not valid UTF-8", ErrInvalidEnvelope)
-	}
-	if !isJSONObject(d) {
-		return nil, fmt.Errorf("%w: data must be a JSON object", ErrInvalidEnvelope)
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(d))
-	if err := json.Compact(&buf, d); err != nil {
-		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
-	}
-	return buf.Bytes(), nil
+	return c, nil
 }
 
-// unescapeMarshal undoes the escapes encoding/json adds that the canonical
-// encoding forbids: \u003c \u003e \u0026 (HTML) and \u2028 \u2029. It works in
-// place and only touches escapes that are not themselves escaped.
-func unescapeMarshal(b []byte) []byte {
-	if !bytes.Contains(b, []byte(`\u`)) {
-		return b
+// errNotObject is canonicalObject's answer for valid JSON that is not an
+// object.
+var errNotObject = errors.New("must be a JSON object")
+
+// canonicalObject checks that raw is one JSON object (whitespace around it
+// allowed) in valid UTF-8 and returns its canonical form: raw itself when
+// it is canonical already, else a fresh copy.
+func canonicalObject(raw []byte) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, errNotObject
 	}
-	out := b[:0]
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c != '\\' || i+1 >= len(b) {
-			out = append(out, c)
+	s := unsafe.String(&raw[0], len(raw))
+	start := skipSpace(s, 0)
+	end, clean, ok := scanValue(s, start, 0)
+	if !ok {
+		// The scanner stops at maxScanDepth; encoding/json tells a deep
+		// but valid value from a broken one, and says what is broken.
+		switch {
+		case !utf8.Valid(raw):
+			return nil, errors.New("is not valid UTF-8")
+		case !json.Valid(raw):
+			return nil, fmt.Errorf("is not valid JSON: %w", jsonSyntaxError(s))
+		}
+		end, clean = skipValue(s, start), false
+	}
+	if skipSpace(s, end) != len(s) {
+		return nil, fmt.Errorf("is not valid JSON: %w", jsonSyntaxError(s))
+	}
+	if s[start] != '{' {
+		return nil, errNotObject
+	}
+	if clean && start == 0 && end == len(s) {
+		return raw, nil
+	}
+	return appendCanonical(nil, s[start:end]), nil
+}
+
+// canonicalValue returns the canonical text of the valid JSON value val:
+// val itself when the scanner found it clean (no whitespace, no escape the
+// canonical form does not use), else a rewritten copy.
+func canonicalValue(val string, clean bool) string {
+	if clean {
+		return val
+	}
+	b := appendCanonical(make([]byte, 0, len(val)), val)
+	if string(b) == val {
+		return val
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendCanonical writes the valid JSON value v in canonical form: no
+// whitespace between tokens, every string by appendCanonicalString, numbers
+// and literals exactly as they came (9007199254740993, 1.0, 1e21 and -0
+// stay as they are). v must be valid JSON in valid UTF-8.
+func appendCanonical(b []byte, v string) []byte {
+	start := 0
+	for i := 0; i < len(v); {
+		switch v[i] {
+		case ' ', '\t', '\n', '\r':
+			b = append(b, v[start:i]...)
+			i++
+			start = i
+		case '"':
+			b = append(b, v[start:i]...)
+			end := skipString(v, i)
+			b = appendCanonicalString(b, v[i:end])
+			i, start = end, end
+		default:
+			i++
+		}
+	}
+	return append(b, v[start:]...)
+}
+
+// appendCanonicalString rewrites the quoted JSON string q (valid, as
+// scanned) in canonical form: what appendString writes for the same text.
+// \/ becomes /, \u escapes of anything but a control character become the
+// character in UTF-8 (a surrogate pair one 4-byte character; a lone
+// surrogate, which no UTF-8 text can hold, U+FFFD as encoding/json decodes
+// it), and a control character takes its short escape (\b \f \n \r \t) or
+// \u00xx in lowercase hex.
+func appendCanonicalString(b []byte, q string) []byte {
+	body := q[1 : len(q)-1]
+	if strings.IndexByte(body, '\\') < 0 {
+		return append(b, q...)
+	}
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(body); {
+		if body[i] != '\\' {
+			i++
 			continue
 		}
-		if b[i+1] == 'u' && i+6 <= len(b) {
-			if r, ok := forbiddenEscape(b[i+2 : i+6]); ok {
-				out = utf8.AppendRune(out, r)
-				i += 5
-				continue
+		b = append(b, body[start:i]...)
+		c := body[i+1]
+		i += 2
+		var r rune
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+			start = i
+			continue
+		case '/':
+			r = '/'
+		case 'b':
+			r = '\b'
+		case 'f':
+			r = '\f'
+		case 'n':
+			r = '\n'
+		case 'r':
+			r = '\r'
+		case 't':
+			r = '\t'
+		case 'u':
+			r = hex4(body[i : i+4])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if i+6 <= len(body) && body[i] == '\\' && body[i+1] == 'u' {
+					r2 = hex4(body[i+2 : i+6])
+				}
+				if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+					r = pair
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
 			}
 		}
-		out = append(out, c, b[i+1])
-		i++
+		b = appendRune(b, r)
+		start = i
 	}
-	return out
+	b = append(b, body[start:]...)
+	return append(b, '"')
 }
 
-func forbiddenEscape(hex []byte) (rune, bool) {
-	switch string(hex) {
-	case "003c":
-		return '<', true
-	case "003e":
-		return '>', true
-	case "0026":
-		return '&', true
-	case "2028":
-		return '\u2028', true
-	case "2029":
-		return '\u2029', true
+// canonicalEscapes reports whether every escape in the quoted JSON string q
+// is one the canonical form writes: \" \\ \b \f \n \r \t, or \u00xx
+// (lowercase hex) for another control character.
+func canonicalEscapes(q string) bool {
+	for i := 1; i < len(q)-1; i++ {
+		if q[i] != '\\' {
+			continue
+		}
+		switch q[i+1] {
+		case '"', '\\', 'b', 'f', 'n', 'r', 't':
+			i++
+			continue
+		case 'u':
+			h := q[i+2 : i+6]
+			if h[0] != '0' || h[1] != '0' || h[2] > '1' || !isLowerHex(h[3]) {
+				return false
+			}
+			switch h[2:] {
+			case "08", "09", "0a", "0c", "0d":
+				return false
+			}
+			i += 5
+			continue
+		}
+		return false
 	}
-	return 0, false
+	return true
+}
+
+func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
+
+// appendRune writes one decoded character of a string canonically.
+func appendRune(b []byte, r rune) []byte {
+	if r >= 0x20 {
+		if r == '"' || r == '\\' {
+			return append(b, '\\', byte(r))
+		}
+		return utf8.AppendRune(b, r)
+	}
+	switch r {
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+}
+
+func hex4(h string) rune {
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := h[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 var hexDigits = "0123456789abcdef"

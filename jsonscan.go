@@ -14,11 +14,12 @@ import (
 // eachMember walks the members of the JSON object starting at s[start],
 // which the caller has already checked to be valid JSON (so nesting deeper
 // than the fast path's limit is fine: values are skipped, not scanned). It
-// passes each key raw (quoted), unquoted, and the raw value text.
-func eachMember(s string, start int, fn func(qkey, key, val string) error) error {
+// passes each key raw (quoted), unquoted, and the raw value text, which it
+// has not checked for canonical form (clean is false).
+func eachMember(s string, start int, fn func(qkey, key, val string, clean bool) error) error {
 	_, err := walkObject(s, start, func(qkey, key, s string, i int) (int, error) {
 		end := skipValue(s, i)
-		return end, fn(qkey, key, s[i:end])
+		return end, fn(qkey, key, s[i:end], false)
 	})
 	return err
 }
@@ -81,77 +82,105 @@ func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error
 }
 
 // scanMember checks the value starting at s[i], inside depth open objects,
-// and hands its raw text to member.
-func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string) error) (int, error) {
-	end, ok := scanValue(s, i, depth)
+// and hands its raw text to member, with whether it is canonical already.
+func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string, clean bool) error) (int, error) {
+	end, clean, ok := scanValue(s, i, depth)
 	if !ok {
 		return 0, errScan
 	}
-	return end, member(qkey, key, s[i:end])
+	return end, member(qkey, key, s[i:end], clean)
 }
 
 // scanValue returns the index just past the JSON value starting at s[i],
 // inside depth open objects and arrays, and false when it is not valid JSON
 // or its strings are not valid UTF-8. Only what follows a value (a comma, a
-// closing bracket, the end) is left to the caller.
-func scanValue(s string, i, depth int) (int, bool) {
+// closing bracket, the end) is left to the caller. clean reports that the
+// value is in canonical form already (no whitespace between its tokens, no
+// escape the canonical form does not write), so it needs no rewrite.
+func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 	if i >= len(s) {
-		return 0, false
+		return 0, false, false
 	}
 	switch c := s[i]; c {
 	case '"':
-		end, _, ok := scanString(s, i)
-		return end, ok
+		end, escaped, ok := scanString(s, i)
+		if !ok {
+			return 0, false, false
+		}
+		return end, !escaped || canonicalEscapes(s[i:end]), true
 	case '{', '[':
 		if depth >= maxScanDepth {
-			return 0, false
+			return 0, false, false
 		}
 		closing := byte('}')
 		if c == '[' {
 			closing = ']'
 		}
-		i = skipSpace(s, i+1)
+		clean = true
+		j := skipSpace(s, i+1)
+		if j != i+1 {
+			clean = false
+		}
+		i = j
 		if i < len(s) && s[i] == closing {
-			return i + 1, true
+			return i + 1, clean, true
 		}
 		for {
 			if c == '{' {
 				if i >= len(s) || s[i] != '"' {
-					return 0, false
+					return 0, false, false
 				}
-				end, _, ok := scanString(s, i)
+				end, escaped, ok := scanString(s, i)
 				if !ok {
-					return 0, false
+					return 0, false, false
+				}
+				if escaped && !canonicalEscapes(s[i:end]) {
+					clean = false
 				}
 				i = skipSpace(s, end)
 				if i >= len(s) || s[i] != ':' {
-					return 0, false
+					return 0, false, false
 				}
-				i = skipSpace(s, i+1)
+				j := skipSpace(s, i+1)
+				if i != end || j != i+1 {
+					clean = false
+				}
+				i = j
 			}
-			end, ok := scanValue(s, i, depth+1)
+			end, vclean, ok := scanValue(s, i, depth+1)
 			if !ok {
-				return 0, false
+				return 0, false, false
 			}
 			i = skipSpace(s, end)
+			if !vclean || i != end {
+				clean = false
+			}
 			switch {
 			case i >= len(s):
-				return 0, false
+				return 0, false, false
 			case s[i] == closing:
-				return i + 1, true
+				return i + 1, clean, true
 			case s[i] != ',':
-				return 0, false
+				return 0, false, false
 			}
-			i = skipSpace(s, i+1)
+			j := skipSpace(s, i+1)
+			if j != i+1 {
+				clean = false
+			}
+			i = j
 		}
 	case 't':
-		return scanLiteral(s, i, "true")
+		end, ok := scanLiteral(s, i, "true")
+		return end, true, ok
 	case 'f':
-		return scanLiteral(s, i, "false")
+		end, ok := scanLiteral(s, i, "false")
+		return end, true, ok
 	case 'n':
-		return scanLiteral(s, i, "null")
+		end, ok := scanLiteral(s, i, "null")
+		return end, true, ok
 	}
-	return scanNumber(s, i)
+	end, ok = scanNumber(s, i)
+	return end, true, ok
 }
 
 func scanLiteral(s string, i int, lit string) (int, bool) {
@@ -351,17 +380,67 @@ func isJSONObject(raw []byte) bool {
 	return i < len(raw) && raw[i] == '{'
 }
 
+// jsonSyntaxError says where and why s is not valid JSON: "at byte N: "
+// and encoding/json's reason. N counts from 1 and is the byte encoding/json
+// stopped at, as its SyntaxError.Offset.
 func jsonSyntaxError(s string) error {
 	var v any
 	err := json.Unmarshal(stringBytes(s), &v)
 	if err == nil {
 		return errors.New("unexpected input")
 	}
+	if skipSpace(s, 0) == len(s) {
+		if s == "" {
+			return fmt.Errorf("it is empty: %w", err)
+		}
+		return fmt.Errorf("it holds only whitespace: %w", err)
+	}
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
 	// encoding/json stops at 10000 levels with the terse "invalid character
 	// '[' exceeded max depth"; say what happened instead.
-	var se *json.SyntaxError
-	if errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth") {
-		return fmt.Errorf("arrays and objects are nested more than 10000 levels deep (at byte %d)", se.Offset)
+	if strings.HasSuffix(se.Error(), "exceeded max depth") {
+		return fmt.Errorf("at byte %d: arrays and objects are nested more than 10000 levels deep", se.Offset)
 	}
-	return err
+	if se.Offset >= int64(len(s)) && strings.HasPrefix(se.Error(), "unexpected end") {
+		return fmt.Errorf("at byte %d: %w (the body ends too early)", se.Offset, err)
+	}
+	return fmt.Errorf("at byte %d: %w", se.Offset, err)
+}
+
+// invalidUTF8At is the position (counting from 1) of the first byte of s
+// that is not part of a valid UTF-8 sequence.
+func invalidUTF8At(s string) int {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i + 1
+		}
+		i += size
+	}
+	return len(s) + 1
+}
+
+// jsonKind names the JSON value that starts s, which is valid JSON, for an
+// error: "an array", "a string", "a number", "true", "false", "null", or
+// "empty" for no value at all.
+func jsonKind(s string) string {
+	if s == "" {
+		return "empty"
+	}
+	switch s[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't':
+		return "true"
+	case 'f':
+		return "false"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }

@@ -13,7 +13,7 @@ import (
 
 // scanValid is the fast path's verdict on a whole JSON text.
 func scanValid(s string) bool {
-	end, ok := scanValue(s, skipSpace(s, 0), 0)
+	end, _, ok := scanValue(s, skipSpace(s, 0), 0)
 	return ok && skipSpace(s, end) == len(s)
 }
 

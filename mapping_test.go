@@ -445,12 +445,12 @@ func TestHostileMaximalDeliveryCount(t *testing.T) {
 
 func TestHostileBodyAttempts(t *testing.T) {
 	for _, tc := range []struct{ name, attempts, want string }{
-		{"minus one", "-1", "attempts is -1, want >= 0"},
-		{"1e400", "1e400", "attempts is not an integer: 1e400"},
-		{"2^70", "1180591620717411303424", "attempts is not an integer: 1180591620717411303424"},
-		{"a fraction", "1.5", "attempts is not an integer: 1.5"},
-		{"a string", `"1"`, `attempts is not an integer: "1"`},
-		{"null", "null", "attempts is not an integer: null"},
+		{"minus one", "-1", "attempts is not an integer >= 0: it is -1"},
+		{"1e400", "1e400", "attempts is not an integer >= 0: it is 1e400"},
+		{"2^70", "1180591620717411303424", "attempts is not an integer >= 0: it is 1180591620717411303424"},
+		{"a fraction", "1.5", "attempts is not an integer >= 0: it is 1.5"},
+		{"a string", `"1"`, `attempts is not an integer >= 0: it is "1"`},
+		{"null", "null", "attempts is not an integer >= 0: it is null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := strings.Replace(fuzzEnvelope, `"attempts":0`, `"attempts":`+tc.attempts, 1)

@@ -51,6 +51,7 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 	}
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
+		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
 		return "", err
 	}
 	return p.publish(ctx, env, &cfg)
@@ -71,8 +72,11 @@ func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...
 	return p.publish(ctx, env, &cfg)
 }
 
-func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (string, error) {
-	var err error
+func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
+	if cfg.observer != nil {
+		start := cfg.clock()
+		defer func() { cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err) }()
+	}
 	if s, ok := p.sender.(*amqp.Sender); ok {
 		if err := checkPublishable(env, cfg); err != nil {
 			return "", err
@@ -181,6 +185,8 @@ type publishConfig struct {
 	headers map[string]string
 	dupID   bool
 	now     func() time.Time
+	// observer hears the publish (WithPublishObserver).
+	observer Observer
 }
 
 // WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.

@@ -1,6 +1,8 @@
 package artemis
 
 import (
+	"context"
+	"errors"
 	"net/url"
 	"strings"
 )
@@ -85,14 +87,52 @@ func (r *redactor) addURLPassword(raw string) {
 			r.add(p)
 		}
 	}
+	var found []string
 	for _, exact := range []bool{true, false} {
 		if start, end, ok := userinfoPassword(raw, exact); ok {
-			r.add(raw[start:end])
-			if p, err := url.PathUnescape(raw[start:end]); err == nil {
-				r.add(p)
-			}
+			found = append(found, raw[start:end])
 		}
 	}
+	found = append(found, passwordReadings(raw)...)
+	for _, p := range found {
+		r.add(p)
+		if d, err := url.PathUnescape(p); err == nil {
+			r.add(d)
+		}
+		if d, err := url.QueryUnescape(p); err == nil {
+			r.add(d)
+		}
+	}
+}
+
+// passwordReadings finds a password in URL text however it is malformed:
+// "amqp:user:pass@host", "amqp:/user:pass@host", "amqp//user:pass@host",
+// "amqps:\\user:pass@host", "user:pass@host" and the like. The userinfo is
+// taken to run to the last "@" and the password to start after a colon:
+// the first one (a scheme-less "user:pass", unless slashes follow it), and
+// the first one after the scheme's colon and any slashes or backslashes
+// that follow it. Reading too much hides more than the password, never
+// less.
+func passwordReadings(raw string) []string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return nil
+	}
+	userinfo := raw[:at]
+	first := strings.Index(userinfo, ":")
+	if first < 0 {
+		return nil
+	}
+	var out []string
+	after := userinfo[first+1:]
+	if !strings.HasPrefix(after, "/") && !strings.HasPrefix(after, `\`) {
+		out = append(out, after) // "user:pass@host", or "amqp:user:pass@host" read generously
+	}
+	rest := strings.TrimLeft(after, "/\\")
+	if i := strings.Index(rest, ":"); i >= 0 {
+		out = append(out, rest[i+1:])
+	}
+	return out
 }
 
 // ownWords are words of the library's own messages. A secret found inside
@@ -174,7 +214,20 @@ func (r *redactor) error(err error) error {
 	if err == nil || len(r.secrets) == 0 || !r.leaks(err) {
 		return err
 	}
-	return &redactedError{text: r.string(err.Error())}
+	re := &redactedError{text: r.string(err.Error())}
+	for _, s := range keptSentinels {
+		if errors.Is(err, s) {
+			re.kinds = append(re.kinds, s)
+		}
+	}
+	return re
+}
+
+// keptSentinels are the errors a redacted error still matches when the
+// original did: their texts are the library's own and show no secret.
+var keptSentinels = []error{
+	ErrInvalidConfig, ErrConnect, ErrClosed, ErrOutcomeUnknown, ErrNotAccepted,
+	context.Canceled, context.DeadlineExceeded,
 }
 
 // leaks walks err's tree looking for a secret in any error's text.
@@ -202,8 +255,14 @@ func (r *redactor) leaks(err error) bool {
 // keeps the text with the password replaced by xxxxx, and deliberately does
 // not wrap the original.
 type redactedError struct {
-	text string
+	text  string
+	kinds []error // the kept sentinels the original matched
 }
 
 // Error returns the scrubbed text.
 func (e *redactedError) Error() string { return e.text }
+
+// Unwrap returns only the library's sentinels (and context errors) the
+// original matched, so errors.Is(err, ErrConnect) still holds and no chain
+// walk can reach the secret.
+func (e *redactedError) Unwrap() []error { return e.kinds }

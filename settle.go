@@ -18,9 +18,16 @@ type delivery struct {
 	msg      *amqp.Message
 	ctx      context.Context
 	stop     <-chan struct{}
+	lost     func(error) // hears of a failed settlement (Listen's loop)
 	env      *Envelope
 	urn      string
 	attempts int
+	// quiet: the strategy settles without a report (unknown URN under
+	// release and delete); the observer still hears why.
+	quiet bool
+	// start and handler are read only when the consumer has an observer.
+	start   time.Time
+	handler time.Duration
 }
 
 var failedAttempt = &amqp.ModifyMessageOptions{DeliveryFailed: true}
@@ -61,11 +68,14 @@ func (d *delivery) handlerFailed(cause error) error {
 }
 
 func (d *delivery) unknownURN() error {
+	d.begin()
 	switch d.c.unknown {
 	case UnknownURNRelease:
-		return d.finish(nil, nil, Abandoned, d.abandon)
+		d.quiet = true
+		return d.finish(ErrUnknownURN, nil, Abandoned, d.abandon)
 	case UnknownURNDelete:
-		return d.finish(nil, nil, Dropped, d.accept)
+		d.quiet = true
+		return d.finish(ErrUnknownURN, nil, Dropped, d.accept)
 	}
 	// Only the strategies that report need the cause.
 	cause := errors.New("no handler is registered for " + strconv.Quote(d.urn))
@@ -85,6 +95,7 @@ func (d *delivery) unknownURN() error {
 // gated settles a message whose bq_schema_version is not "1" on its first
 // delivery: forwarded to the DLQ as received, or dropped.
 func (d *delivery) gated(cause error) error {
+	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
 		return d.finish(ErrVersionGated, cause, Dropped, d.accept)
 	}
@@ -94,6 +105,7 @@ func (d *delivery) gated(cause error) error {
 // poison settles a body that is not a valid envelope: a poison record on
 // the DLQ, or dropped. It is never retried.
 func (d *delivery) poison(body string, cause error) error {
+	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
 		return d.finish(ErrPoison, cause, Dropped, d.accept)
 	}
@@ -140,14 +152,15 @@ func (d *delivery) wait(dur time.Duration) {
 
 func (d *delivery) queue() string { return d.c.queueName(d.r) }
 
-// finish settles with settle, then reports kind (when non-nil) with the
-// disposition that was really sent, and a failed settlement on its own.
-// The report for a dead-letter failure goes out before the hold, so the
+// finish settles with settle, then reports kind (when non-nil and the
+// delivery is not quiet) with the disposition that was really sent, and a
+// failed settlement on its own; the observer hears the final fate. The
+// report for a dead-letter failure goes out before the hold, so the
 // callback hears of it at once.
 func (d *delivery) finish(kind, cause error, disp Disposition, settle func() error) error {
 	var reported *DeliveryError
 	reportFirst := errors.Is(kind, ErrDeadLetterFailed)
-	if kind != nil {
+	if kind != nil && !d.quiet {
 		reported = d.deliveryError(kind, cause, disp)
 		if reportFirst {
 			d.c.report(d.ctx, reported, d.env, d.msg)
@@ -156,31 +169,44 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 	}
 	serr := settle()
 	if serr != nil {
+		if d.lost != nil {
+			// First, so Listen starts nothing more on a dead link while
+			// this delivery is still being reported.
+			d.lost(serr)
+		}
 		settleErr := d.deliveryError(ErrSettlement, serr, Pending)
 		if reported != nil && !reportFirst {
 			reported.Disposition = Pending
 			d.c.report(d.ctx, reported, d.env, d.msg)
+			d.log(level(reported), reported)
 		}
 		d.c.report(d.ctx, settleErr, d.env, d.msg)
 		d.log(slog.LevelError, settleErr)
+		d.observe(ErrSettlement, serr, Pending)
 		if reported != nil {
 			return fmt.Errorf("%w; %w", reported, settleErr)
 		}
 		return settleErr
 	}
+	d.observe(kind, cause, disp)
 	if reported == nil {
 		d.logSettled(disp)
 		return nil
 	}
 	if !reportFirst {
 		d.c.report(d.ctx, reported, d.env, d.msg)
-		level := slog.LevelWarn
-		if disp == Dropped {
-			level = slog.LevelError
-		}
-		d.log(level, reported)
+		d.log(level(reported), reported)
 	}
 	return reported
+}
+
+// level is the log level of a reported error: error for a loss (dropped)
+// or a failure to settle, warn for the rest (a retry, a dead-letter copy).
+func level(e *DeliveryError) slog.Level {
+	if e.Disposition == Dropped || e.Disposition == Pending || errors.Is(e.Kind, ErrSettlement) {
+		return slog.LevelError
+	}
+	return slog.LevelWarn
 }
 
 func (d *delivery) deliveryError(kind, cause error, disp Disposition) *DeliveryError {
@@ -192,25 +218,94 @@ func (d *delivery) deliveryError(kind, cause error, disp Disposition) *DeliveryE
 }
 
 func (d *delivery) logSettled(disp Disposition) {
-	if !d.c.logger.Enabled(d.ctx, slog.LevelDebug) {
+	l := d.c.logTo(d.ctx, slog.LevelDebug)
+	if l == nil {
 		return
 	}
-	d.c.logger.LogAttrs(d.ctx, slog.LevelDebug, "babelqueue: settled", d.attrs(disp)...)
+	l.LogAttrs(d.ctx, slog.LevelDebug, "settled", deliveryAttrs(d.queue(), d.urn, d.env, d.attempts, disp)...)
 }
 
 func (d *delivery) log(level slog.Level, err *DeliveryError) {
-	if !d.c.logger.Enabled(d.ctx, level) {
-		return
-	}
-	attrs := append(d.attrs(err.Disposition), slog.String("error", err.Error()))
-	d.c.logger.LogAttrs(d.ctx, level, "babelqueue: "+err.Kind.Error(), attrs...)
+	d.c.logError(d.ctx, level, err, d.queue(), d.env)
 }
 
-func (d *delivery) attrs(disp Disposition) []slog.Attr {
-	attrs := make([]slog.Attr, 0, 6)
-	attrs = append(attrs, slog.String("urn", d.urn))
-	if d.env != nil {
-		attrs = append(attrs, slog.String("message_id", d.env.Meta.ID), slog.String("trace_id", d.env.TraceID))
+// logTo returns the logger a line at level goes to, or nil for none. The
+// rule: the WithLogger logger when set; else, when no WithOnError callback
+// is set either, slog.Default() for warn and error (never the debug
+// lines), so nothing is dropped, dead-lettered or left unsettled without a
+// word; else (the callback is the report) nowhere.
+func (c *Consumer) logTo(ctx context.Context, level slog.Level) *slog.Logger {
+	l := c.logger
+	if l == nil {
+		if c.onError != nil || level < slog.LevelWarn {
+			return nil
+		}
+		l = slog.Default()
 	}
-	return append(attrs, slog.Int("attempts", d.attempts), slog.String("disposition", disp.String()))
+	if !l.Enabled(ctx, level) {
+		return nil
+	}
+	return l
+}
+
+// logError logs a reported error: a short fixed message that says what
+// happened and what was done, the rest in attributes, the cause alone as
+// the error attribute.
+func (c *Consumer) logError(ctx context.Context, level slog.Level, err *DeliveryError, queue string, env *Envelope) {
+	l := c.logTo(ctx, level)
+	if l == nil {
+		return
+	}
+	attrs := deliveryAttrs(queue, err.URN, env, err.Attempts, err.Disposition)
+	if err.Err != nil {
+		attrs = append(attrs, slog.String("error", err.Err.Error()))
+	}
+	l.LogAttrs(ctx, level, logMessage(err.Kind, err.Disposition), attrs...)
+}
+
+// logMessage is the fixed message of a reported error.
+func logMessage(kind error, disp Disposition) string {
+	if errors.Is(kind, ErrSettlement) {
+		return "settlement failed"
+	}
+	var what string
+	switch {
+	case errors.Is(kind, ErrHandlerFailed):
+		what = "handler failed"
+	case errors.Is(kind, ErrUnknownURN):
+		what = "no handler for the URN"
+	case errors.Is(kind, ErrPoison):
+		what = "poison message"
+	case errors.Is(kind, ErrVersionGated):
+		what = "unsupported schema version"
+	case errors.Is(kind, ErrDeadLetterFailed):
+		what = "dead-letter write failed"
+	default:
+		what = "delivery failed"
+	}
+	switch disp {
+	case Abandoned:
+		return what + ", retrying"
+	case Released:
+		return what + ", releasing"
+	case DeadLettered:
+		return what + ", dead-lettered"
+	case Dropped:
+		return what + ", dropped"
+	case Pending:
+		return what + ", not settled"
+	}
+	return what + ", " + disp.String()
+}
+
+func deliveryAttrs(queue, urn string, env *Envelope, attempts int, disp Disposition) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 8)
+	if queue != "" {
+		attrs = append(attrs, slog.String("queue", queue))
+	}
+	attrs = append(attrs, slog.String("urn", urn))
+	if env != nil {
+		attrs = append(attrs, slog.String("message_id", env.Meta.ID), slog.String("trace_id", env.TraceID))
+	}
+	return append(attrs, slog.Int("attempts", attempts), slog.String("disposition", disp.String()))
 }

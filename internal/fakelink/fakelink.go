@@ -49,6 +49,7 @@ type Receiver struct {
 	addr string
 
 	queue   chan *amqp.Message
+	again   chan *amqp.Message // redeliveries, sent ahead of queue
 	failed  chan struct{}
 	failErr error
 	once    sync.Once
@@ -59,8 +60,16 @@ type Receiver struct {
 	notify  chan *amqp.Message
 
 	// SettleErr, when set, is returned by every settlement call (after
-	// recording it), as a dead link would.
+	// recording it), as a dead link would. Set it before the consumer runs,
+	// or call SetSettleErr while it does.
 	SettleErr error
+
+	// Redeliver, set before the consumer runs, makes the fake broker send a
+	// delivery again once it was modified or released, as Artemis does: a
+	// copy (a new delivery, settled on its own) ahead of every queued
+	// message, its delivery-count incremented when the disposition said
+	// delivery-failed.
+	Redeliver bool
 
 	// Options are the options the receiver was attached with, if a test
 	// attaches it through a seam that has them.
@@ -83,6 +92,7 @@ func NewReceiver(t testing.TB, addr string, msgs ...*amqp.Message) *Receiver {
 		t:       t,
 		addr:    addr,
 		queue:   make(chan *amqp.Message, 1<<16),
+		again:   make(chan *amqp.Message, 1<<16),
 		failed:  make(chan struct{}),
 		settled: make(map[*amqp.Message]Disposition),
 		notify:  make(chan *amqp.Message, 1<<16),
@@ -187,6 +197,15 @@ func (r *Receiver) receive(ctx context.Context) (*amqp.Message, error) {
 	default:
 	}
 	select {
+	case m := <-r.again:
+		r.Track(m)
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-r.again:
+		r.Track(m)
+		return m, nil
 	case m := <-r.queue:
 		r.Track(m)
 		return m, nil
@@ -234,13 +253,39 @@ func (r *Receiver) settle(m *amqp.Message, d Disposition) error {
 	if !dup {
 		r.settled[m] = d
 	}
+	err := r.SettleErr
 	r.mu.Unlock()
 	if dup {
 		r.t.Errorf("fakelink: delivery settled twice: first %v, then %v: %v", prev, d, describe(m))
 		return errors.New("fakelink: already settled")
 	}
+	if err == nil && r.Redeliver && d != Accepted {
+		r.again <- redelivery(m, d.DeliveryFailed)
+	}
 	r.notify <- m
-	return r.SettleErr
+	return err
+}
+
+// SetSettleErr makes every settlement from now on fail with err (nil: succeed
+// again), as when the link or its connection drops under a running consumer.
+func (r *Receiver) SetSettleErr(err error) {
+	r.mu.Lock()
+	r.SettleErr = err
+	r.mu.Unlock()
+}
+
+// redelivery is the copy of m the broker sends again.
+func redelivery(m *amqp.Message, counted bool) *amqp.Message {
+	cp := *m
+	h := amqp.MessageHeader{}
+	if m.Header != nil {
+		h = *m.Header
+	}
+	if counted {
+		h.DeliveryCount++
+	}
+	cp.Header = &h
+	return &cp
 }
 
 func (r *Receiver) count(d Disposition) {

@@ -1,0 +1,304 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+func TestClientSetsAnIdleTimeout(t *testing.T) {
+	cases := []struct {
+		name string
+		opts *ClientOptions
+		want time.Duration
+	}{
+		{"default", nil, DefaultIdleTimeout},
+		{"no idle timeout given", &ClientOptions{ConnOptions: &amqp.ConnOptions{ContainerID: "svc"}}, DefaultIdleTimeout},
+		{"the caller's", &ClientOptions{ConnOptions: &amqp.ConnOptions{IdleTimeout: 4 * time.Second}}, 4 * time.Second},
+		{"turned off", &ClientOptions{ConnOptions: &amqp.ConnOptions{IdleTimeout: -1}}, -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, tc.opts, nil)
+			require.NoError(t, h.dial())
+			for _, b := range h.c.brokers {
+				assert.Equal(t, tc.want, b.opts.IdleTimeout)
+			}
+			assert.Equal(t, tc.want, h.fb.dials[0].opts.IdleTimeout, "the dialer is given it")
+		})
+	}
+	assert.Less(t, DefaultIdleTimeout, 20*time.Second, "a half-open connection is noticed well within 20 s")
+}
+
+// blackHoleFirst makes every transfer on connections to the live URL hang
+// until its context ends, as over a half-open network that still carries
+// heartbeats; the backup answers.
+func blackHoleFirst(fb *fakeBroker) {
+	fb.setup = func(c *fakeConn) {
+		if strings.Contains(c.addr, "live") {
+			c.outcome = fakelink.Hang
+		}
+	}
+}
+
+func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
+	h, p := newPublisherHarness(t, blackHoleFirst)
+	h.c.minOutcomeWait = 10 * time.Millisecond
+	for i := range DefaultOutcomeTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.Error(t, err, "publish %d", i)
+		assert.ErrorIs(t, err, ErrOutcomeUnknown)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	lost := h.ev.wait(t, EventDisconnected)
+	assert.Equal(t, "amqp://live:5672", lost.URL)
+	assert.Contains(t, lost.Err.Error(), "no outcome")
+
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err, "the backup takes over")
+	kept := h.keptOn("orders")
+	require.Len(t, kept, 1)
+	assert.Equal(t, id, kept[0].Properties.MessageID)
+	assert.Equal(t, []string{"amqp://live:5672", "amqp://backup:5672"}, h.fb.dialed())
+	assert.Eventually(t, h.fb.conn(0).dead, 5*time.Second, time.Millisecond, "the dead connection is closed")
+}
+
+func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
+	var hang atomic.Bool
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+				if hang.Load() {
+					return fakelink.Hang(ctx, m)
+				}
+				return fakelink.Accept(ctx, m)
+			}
+		}
+	})
+	h.c.minOutcomeWait = 0
+	timeOut := func(n int) {
+		hang.Store(true)
+		for range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			_, err := p.Publish(ctx, urnCreated, orderData)
+			cancel()
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+		}
+		hang.Store(false)
+	}
+	for range 3 {
+		timeOut(DefaultOutcomeTimeouts - 1)
+		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, h.fb.connCount(), "timeouts with outcomes in between never add up")
+	assert.False(t, h.fb.conn(0).dead())
+}
+
+func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, &ClientOptions{OutcomeTimeouts: -1}, blackHoleFirst)
+	require.NoError(t, h.dial())
+	h.c.minOutcomeWait = 0
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	for range 2 * DefaultOutcomeTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Equal(t, 1, h.fb.connCount())
+	assert.False(t, h.fb.conn(0).dead())
+}
+
+func TestShortContextsDoNotCountAsOutcomeTimeouts(t *testing.T) {
+	h, p := newPublisherHarness(t, blackHoleFirst)
+	assert.Equal(t, MinOutcomeWait, h.c.minOutcomeWait, "the default")
+	for range 2 * DefaultOutcomeTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Equal(t, 1, h.fb.connCount(), "a 5 ms context says nothing about the connection")
+	assert.False(t, h.fb.conn(0).dead())
+}
+
+// hangingCloses wraps the Client's dial seam so every link's Close waits
+// for its context, as a detach over a half-open network does.
+type hangingCloses struct {
+	mu     sync.Mutex
+	closes int
+}
+
+func (hc *hangingCloses) wrap(dial dialFunc) dialFunc {
+	return func(ctx context.Context, b *broker) (amqpConn, error) {
+		conn, err := dial(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		return hangConn{amqpConn: conn, hc: hc}, nil
+	}
+}
+
+func (hc *hangingCloses) hang(ctx context.Context) error {
+	hc.mu.Lock()
+	hc.closes++
+	hc.mu.Unlock()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (hc *hangingCloses) count() int {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.closes
+}
+
+type hangConn struct {
+	amqpConn
+	hc *hangingCloses
+}
+
+func (c hangConn) NewSession(ctx context.Context, opts *amqp.SessionOptions) (amqpSession, error) {
+	s, err := c.amqpConn.NewSession(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return hangSession{amqpSession: s, hc: c.hc}, nil
+}
+
+type hangSession struct {
+	amqpSession
+	hc *hangingCloses
+}
+
+func (s hangSession) NewSender(ctx context.Context, target string, opts *amqp.SenderOptions) (linkSender, error) {
+	l, err := s.amqpSession.NewSender(ctx, target, opts)
+	if err != nil {
+		return nil, err
+	}
+	return hangSender{linkSender: l, hc: s.hc}, nil
+}
+
+func (s hangSession) NewReceiver(ctx context.Context, source string, opts *amqp.ReceiverOptions) (linkReceiver, error) {
+	r, err := s.amqpSession.NewReceiver(ctx, source, opts)
+	if err != nil {
+		return nil, err
+	}
+	return hangReceiver{linkReceiver: r, hc: s.hc}, nil
+}
+
+type hangSender struct {
+	linkSender
+	hc *hangingCloses
+}
+
+func (s hangSender) Close(ctx context.Context) error {
+	_ = s.linkSender.Close(ctx)
+	return s.hc.hang(ctx)
+}
+
+type hangReceiver struct {
+	linkReceiver
+	hc *hangingCloses
+}
+
+func (r hangReceiver) Close(ctx context.Context) error {
+	_ = r.linkReceiver.Close(ctx)
+	return r.hc.hang(ctx)
+}
+
+func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {
+	var calls atomic.Int32
+	hc := &hangingCloses{}
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+				if calls.Add(1) == 1 {
+					return nil, &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}}
+				}
+				return fakelink.Accept(ctx, m)
+			}
+		}
+	})
+	h.c.dial = hc.wrap(h.fb.dial)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+
+	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the link broke after the transfer was written")
+
+	// The next publishes find the link broken: its detach hangs, but in the
+	// background, holding no lock they wait on.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := p.Publish(ctx, urnCreated, orderData)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	assert.Len(t, h.keptOn("orders"), 4)
+	assert.Eventually(t, func() bool { return hc.count() == 1 }, 5*time.Second, time.Millisecond, "the broken link's detach was started")
+}
+
+func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
+	hc := &hangingCloses{}
+	attached := make(chan *fakelink.Receiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{DialTimeout: time.Minute}, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	h.c.dial = hc.wrap(h.fb.dial)
+	h.c.closeGrace = 50 * time.Millisecond
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	r := attachedReceiver(t, attached)
+	h.ev.wait(t, EventConsumerAttached)
+
+	start := time.Now()
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	took := time.Since(start)
+	assert.Less(t, took, 2*time.Second, "the receiver and dead-letter detaches are bounded by the grace, not the dial timeout")
+	assert.True(t, r.Closed(), "the receiver's detach was sent")
+	assert.Equal(t, 2, hc.count(), "both detaches were tried")
+	t.Logf("Consume returned %v after cancel with two hanging detaches (grace %v, dial timeout 1m)", took.Round(time.Millisecond), h.c.closeGrace)
+}
+
+func TestConsumeCancelledWhileAFailedReceiverDetaches(t *testing.T) {
+	hc := &hangingCloses{}
+	attached := make(chan *fakelink.Receiver, 8)
+	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{DialTimeout: time.Minute}, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	h.c.dial = hc.wrap(h.fb.dial)
+	h.c.closeGrace = 50 * time.Millisecond
+	require.NoError(t, h.dial())
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	r := attachedReceiver(t, attached)
+	r.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
+	require.Eventually(t, func() bool { return hc.count() == 1 }, 5*time.Second, time.Millisecond, "the failed receiver's detach hangs")
+
+	start := time.Now()
+	run.cancel()
+	err := run.wait(t)
+	assert.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second, "the hanging detach is bounded by Consume's context")
+	assert.False(t, errors.Is(err, ErrClosed))
+}

@@ -1,0 +1,235 @@
+package artemis
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock is a virtual clock for the Client's after seam: every wait
+// moves the clock on by its length and fires at once, so a 20 s outage
+// takes no real time.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Duration
+	delays []time.Duration
+}
+
+func (f *fakeClock) after(d time.Duration) <-chan time.Time {
+	f.mu.Lock()
+	f.now += d
+	f.delays = append(f.delays, d)
+	f.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	ch <- time.Time{}
+	return ch
+}
+
+func (f *fakeClock) elapsed() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fakeClock) waits() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.delays...)
+}
+
+// countLines counts the log lines whose message is msg.
+func countLines(log, msg string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"`+msg+`"`) {
+			n++
+		}
+	}
+	return n
+}
+
+func countKind(evs []ConnectionEvent, kind ConnectionEventKind) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPublishRidesOutAnOutage(t *testing.T) {
+	const (
+		publishers = 8
+		each       = 5
+		outage     = 20 * time.Second
+	)
+	clock := &fakeClock{}
+	var down sync.Mutex
+	outageOn := false
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.dialErr = func(int, *broker) error {
+			down.Lock()
+			defer down.Unlock()
+			if outageOn && clock.elapsed() < outage {
+				return refused
+			}
+			return nil
+		}
+	})
+	h.c.after = clock.after
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+
+	down.Lock()
+	outageOn = true
+	down.Unlock()
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers*each)
+	for range publishers {
+		wg.Go(func() {
+			for range each {
+				_, err := p.Publish(context.Background(), urnCreated, orderData)
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "every publish waits for the connection and succeeds")
+	}
+	assert.Len(t, h.keptOn("orders"), publishers*each)
+
+	// The dial rounds the backoff allows in a 20 s outage: one at once,
+	// then one after each step, until the clock has passed the outage.
+	failedRounds, at := 0, time.Duration(0)
+	for at < outage {
+		at += h.c.backoff.Delay(failedRounds, 0.5)
+		failedRounds++
+	}
+	dials := len(h.fb.dialed()) - 1 // less the first connection
+	assert.Equal(t, failedRounds+1, dials, "one dial per backoff step, not one per publish")
+	assert.Len(t, clock.waits(), failedRounds, "one backoff wait per failed round")
+	evs := h.ev.list()
+	assert.Equal(t, failedRounds, countKind(evs, EventDialFailed))
+	assert.Equal(t, failedRounds, countKind(evs, EventBackoff), "the Client's wait is reported once per step")
+	assert.Equal(t, 1, countKind(evs, EventDisconnected))
+	assert.Equal(t, 1, countKind(evs, EventReconnected))
+	log := h.log.String()
+	assert.Equal(t, failedRounds, countLines(log, "dial failed"), "a warn line per step, not per call")
+	assert.Equal(t, failedRounds, countLines(log, "backing off"))
+	assert.Equal(t, 1, countLines(log, "reconnected"))
+	for i, d := range clock.waits() {
+		assert.Equal(t, h.c.backoff.Delay(i, 0.5), d, "step %d", i+1)
+	}
+	t.Logf("outage %v: %d publishes by %d goroutines, %d dials, %d dial_failed lines, %d backoff lines",
+		outage, publishers*each, publishers, dials, countLines(log, "dial failed"), countLines(log, "backing off"))
+}
+
+func TestPublishDuringAnOutageEndsWithItsContext(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.dialErr = func(n int, _ *broker) error {
+			if n > 1 {
+				return refused
+			}
+			return nil
+		}
+	})
+	h.timers.hold = true // the outage outlasts the publish
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	id, err := p.Publish(ctx, urnCreated, orderData)
+	require.Error(t, err)
+	assert.Empty(t, id)
+	assert.ErrorIs(t, err, ErrConnect, "nothing was sent")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, refused, "the last round's failure is quoted")
+	assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Empty(t, h.sentTo("orders"), "nothing was sent")
+}
+
+func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.block = func(ctx context.Context, _ *broker) error {
+			if fb.connCount() > 0 {
+				<-ctx.Done() // the re-dial hangs: only Close can end it
+				return ctx.Err()
+			}
+			return nil
+		}
+	})
+	joined := make(chan struct{}, 16)
+	h.c.joined = func() { joined <- struct{}{} }
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+
+	const waiting = 4
+	errs := make(chan error, waiting)
+	for range waiting {
+		go func() {
+			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			errs <- err
+		}()
+	}
+	for range waiting - 1 {
+		select {
+		case <-joined:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the publishers did not share the dial")
+		}
+	}
+	require.NoError(t, h.c.Close())
+	for range waiting {
+		select {
+		case err := <-errs:
+			assert.ErrorIs(t, err, ErrClosed)
+			assert.ErrorIs(t, err, ErrConnect, "nothing was sent")
+		case <-time.After(5 * time.Second):
+			t.Fatal("a publish waiting on the dial outlived Close")
+		}
+	}
+	assert.Empty(t, h.sentTo("orders"))
+	assert.Len(t, h.fb.dialed(), 2, "the hanging dial was the only one, and Close cut it short")
+}
+
+func TestFailFastPublishDoesNotWait(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{FailFast: true}, func(fb *fakeBroker) {
+		fb.dialErr = func(n int, _ *broker) error {
+			if n > 1 {
+				return refused
+			}
+			return nil
+		}
+	})
+	h.timers.hold = true // the backoff step after the first failed round never ends
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	h.ev.wait(t, EventDisconnected)
+
+	for i := range 20 {
+		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		assert.ErrorIs(t, err, ErrConnect, "publish %d", i)
+		assert.ErrorIs(t, err, refused)
+	}
+	assert.Len(t, h.fb.dialed(), 2, "one round, then the backoff step: no dial per publish")
+	assert.Equal(t, 1, countKind(h.ev.list(), EventDialFailed))
+	assert.Empty(t, h.sentTo("orders"))
+}

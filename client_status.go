@@ -1,0 +1,93 @@
+// The Client's health for a readiness probe, kept from its connection
+// events.
+
+package artemis
+
+import (
+	"sync"
+	"time"
+)
+
+// ClientStatus is a snapshot of a Client's connection, for a readiness or
+// liveness probe.
+type ClientStatus struct {
+	// Connected reports whether a connection is open now: dialled, not
+	// known to be lost, and the Client not closed.
+	Connected bool
+	// URL is the broker URL of the open connection, or of the last one,
+	// its password replaced by xxxxx ("" before the first connection).
+	URL string
+	// LastError is the last connection failure, a failed dial or a loss,
+	// passwords scrubbed; ErrClosed once the Client is closed; nil while
+	// nothing has failed. It is kept after a reconnect, as the reason for
+	// the last outage.
+	LastError error
+	// Since is when Connected last changed: the time of the connection,
+	// or of the loss or the first failed dial that left the Client without
+	// one. Zero before the first dial ended.
+	Since time.Time
+}
+
+// health is what Status reports, kept up to date by every emitted event.
+type health struct {
+	mu        sync.Mutex
+	connected bool
+	url       string
+	lastErr   error
+	since     time.Time
+}
+
+// track records an event that changes the connection's health. ev is
+// already scrubbed.
+func (c *Client) track(ev ConnectionEvent) {
+	switch ev.Kind {
+	case EventConnected, EventReconnected, EventDisconnected, EventDialFailed:
+	default:
+		return
+	}
+	now := c.now()
+	h := &c.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch ev.Kind {
+	case EventConnected, EventReconnected:
+		if !h.connected || h.since.IsZero() {
+			h.since = now
+		}
+		h.connected, h.url = true, ev.URL
+	case EventDisconnected:
+		if h.connected || h.since.IsZero() {
+			h.since = now
+		}
+		h.connected, h.url, h.lastErr = false, ev.URL, ev.Err
+	case EventDialFailed:
+		if h.since.IsZero() {
+			h.since = now
+		}
+		h.lastErr = ev.Err
+	}
+}
+
+// Status reports whether the Client is connected right now, to which URL,
+// since when, and its last connection error. It never blocks on the
+// network and is safe to call from any goroutine, as often as a probe
+// likes. A connection that died but whose loss was not noticed yet counts
+// as not connected.
+func (c *Client) Status() ClientStatus {
+	c.mu.Lock()
+	cn, closed := c.cur, c.closed
+	c.mu.Unlock()
+	h := &c.health
+	h.mu.Lock()
+	s := ClientStatus{Connected: h.connected, URL: h.url, LastError: h.lastErr, Since: h.since}
+	h.mu.Unlock()
+	switch {
+	case closed:
+		s.Connected, s.LastError = false, ErrClosed
+	case cn == nil || cn.dead():
+		s.Connected = false
+	default:
+		s.URL = cn.url
+	}
+	return s
+}

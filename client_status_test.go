@@ -1,0 +1,117 @@
+package artemis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStatusFollowsTheConnection(t *testing.T) {
+	clk := newStepClock()
+	live := "amqp://babel:" + secret + "@live.example:5672"
+	backup := "amqp://babel:" + secret + "@backup.example:5672"
+	h := newHarness(t, []string{live, backup}, nil, func(fb *fakeBroker) {
+		fb.dialErr = func(n int, b *broker) error {
+			if n == 1 && strings.Contains(b.addr, "live") {
+				return refused
+			}
+			return nil
+		}
+	})
+	h.c.now = clk.now
+
+	assert.Equal(t, ClientStatus{}, h.c.Status(), "nothing before the first dial")
+
+	t0 := clk.now()
+	require.NoError(t, h.dial())
+	s := h.c.Status()
+	assert.True(t, s.Connected)
+	assert.Equal(t, "amqp://babel:xxxxx@backup.example:5672", s.URL)
+	assert.ErrorIs(t, s.LastError, refused, "the live URL's refusal is the last error")
+	assert.NotContains(t, s.LastError.Error(), secret)
+	assert.Equal(t, t0, s.Since)
+
+	// A connection that died is not connected, even before the loss is
+	// reported.
+	clk.advance(time.Minute)
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	assert.False(t, h.c.Status().Connected)
+
+	// Noticed and re-dialed (the next URL after the lost one: live).
+	clk.advance(time.Minute)
+	_, err := h.c.connection(context.Background())
+	require.NoError(t, err)
+	h.ev.wait(t, EventReconnected)
+	s = h.c.Status()
+	assert.True(t, s.Connected)
+	assert.Equal(t, "amqp://babel:xxxxx@live.example:5672", s.URL)
+	var ce *amqp.ConnError
+	assert.ErrorAs(t, s.LastError, &ce, "the loss is kept as the reason for the last outage")
+	assert.Equal(t, t0.Add(2*time.Minute), s.Since, "connected again since the re-dial")
+
+	require.NoError(t, h.c.Close())
+	s = h.c.Status()
+	assert.False(t, s.Connected)
+	assert.ErrorIs(t, s.LastError, ErrClosed)
+}
+
+func TestStatusWhileNoURLAnswers(t *testing.T) {
+	clk := newStepClock()
+	h := newHarness(t, []string{"amqp://babel:" + secret + "@a.example"}, nil, func(fb *fakeBroker) {
+		fb.dialErr = func(int, *broker) error { return refused }
+	})
+	h.c.now = clk.now
+	require.Error(t, h.dial())
+	s := h.c.Status()
+	assert.False(t, s.Connected)
+	assert.Empty(t, s.URL, "never connected")
+	assert.ErrorIs(t, s.LastError, refused)
+	assert.NotContains(t, s.LastError.Error(), secret)
+	assert.Equal(t, clk.now(), s.Since, "without a connection since the first failed dial")
+}
+
+func TestStatusIsSafeForConcurrentProbes(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			_ = h.c.Status()
+		}
+	}()
+	for range 20 {
+		h.fb.conn(h.fb.connCount() - 1).kill(nil)
+		_, err := h.c.connection(context.Background())
+		require.NoError(t, err)
+	}
+	<-done
+	assert.True(t, h.c.Status().Connected)
+}
+
+func TestClientObserverHearsItsPublishers(t *testing.T) {
+	obs, own := &observed{}, &observed{}
+	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{Observer: obs}, nil)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	require.Len(t, obs.publishes(), 1)
+	ev := obs.publishes()[0]
+	assert.Equal(t, PublishEvent{Queue: "orders", URN: urnCreated, MessageID: id, Outcome: PublishAccepted, Duration: ev.Duration}, ev)
+
+	// A publisher's own observer replaces the Client's.
+	p2, err := h.c.Publisher(context.Background(), "invoices", WithPublishObserver(own))
+	require.NoError(t, err)
+	_, err = p2.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	assert.Len(t, obs.publishes(), 1)
+	require.Len(t, own.publishes(), 1)
+	assert.Equal(t, "invoices", own.publishes()[0].Queue)
+}

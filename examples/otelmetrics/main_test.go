@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
+)
+
+func TestMetricsThroughTheBroker(t *testing.T) {
+	url := exampletest.URL(t)
+	queue := exampletest.Queue(t, "ex-otelmetrics")
+	s := exampletest.Session(t, url)
+	exampletest.Purge(t, s, queue+".dlq")
+	reader := sdkmetric.NewManualReader()
+
+	var out strings.Builder
+	if err := run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, Reader: reader}, &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	lines := Lines(rm)
+	t.Logf("output:\n%s\nmetrics:\n%s", out.String(), strings.Join(lines, "\n"))
+
+	byName := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			byName[m.Name] = m
+		}
+	}
+
+	// Publishes: five, all accepted, each timed.
+	sent := sums(t, byName["messaging.client.sent.messages"])
+	if len(sent) != 1 || sent[key(queue, "messaging.operation.name", "send")] != Orders {
+		t.Errorf("messaging.client.sent.messages %v, want %d accepted sends to %s", sent, Orders, queue)
+	}
+	sendTime := histograms(t, byName["messaging.client.operation.duration"])
+	if h := sendTime[key(queue, "messaging.operation.name", "send")]; h.Count != Orders || h.Sum <= 0 {
+		t.Errorf("messaging.client.operation.duration count %d sum %v, want %d publishes with a positive time", h.Count, h.Sum, Orders)
+	}
+
+	// Settlements: four orders accepted, the failing one abandoned twice
+	// then dead-lettered.
+	settled := sums(t, byName["babelqueue.settlements"])
+	want := map[string]int64{
+		key(queue, "babelqueue.disposition", "accepted"):                                      Orders - 1,
+		key(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     MaxTries - 1,
+		key(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
+	}
+	if !equal(settled, want) {
+		t.Errorf("babelqueue.settlements\n got %v\nwant %v", settled, want)
+	}
+	settleTime := histograms(t, byName["babelqueue.settlement.duration"])
+	var n uint64
+	for _, h := range settleTime {
+		n += h.Count
+	}
+	if n != Settlements {
+		t.Errorf("babelqueue.settlement.duration counts %d settlements, want %d", n, Settlements)
+	}
+
+	// The handler ran once per delivery: 4 successes, 3 failures.
+	process := histograms(t, byName["messaging.process.duration"])
+	if ok, failed := process[key(queue, "messaging.operation.name", "process")].Count,
+		process[key(queue, "error.type", "handler_failed", "messaging.operation.name", "process")].Count; ok != Orders-1 || failed != MaxTries {
+		t.Errorf("messaging.process.duration: %d successful and %d failed handler runs, want %d and %d", ok, failed, Orders-1, MaxTries)
+	}
+
+	// The failing order's copy is on the DLQ.
+	if dlq := exampletest.Browse(t, s, queue+".dlq"); len(dlq) != 1 {
+		t.Errorf("%d messages on %s.dlq, want the failing order's copy", len(dlq), queue)
+	}
+	if !strings.Contains(out.String(), "7 settlements observed") {
+		t.Errorf("the output lacks the settlement count:\n%s", out.String())
+	}
+}
+
+// key renders a data point's attributes as labels does, plus the two
+// every point carries, in attribute.Set order.
+func key(queue string, kv ...string) string {
+	attrs := []attribute.KeyValue{attribute.String("messaging.system", "activemq"), attribute.String("messaging.destination.name", queue)}
+	for i := 0; i < len(kv); i += 2 {
+		attrs = append(attrs, attribute.String(kv[i], kv[i+1]))
+	}
+	set := attribute.NewSet(attrs...)
+	return set.Encoded(attribute.DefaultEncoder())
+}
+
+func sums(t *testing.T, m metricdata.Metrics) map[string]int64 {
+	t.Helper()
+	data, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s: %T, want an int64 sum", m.Name, m.Data)
+	}
+	if !data.IsMonotonic {
+		t.Errorf("%s is not monotonic: want a counter", m.Name)
+	}
+	out := map[string]int64{}
+	for _, dp := range data.DataPoints {
+		out[dp.Attributes.Encoded(attribute.DefaultEncoder())] = dp.Value
+	}
+	return out
+}
+
+func histograms(t *testing.T, m metricdata.Metrics) map[string]metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	data, ok := m.Data.(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("%s: %T, want a float64 histogram", m.Name, m.Data)
+	}
+	out := map[string]metricdata.HistogramDataPoint[float64]{}
+	for _, dp := range data.DataPoints {
+		out[dp.Attributes.Encoded(attribute.DefaultEncoder())] = dp
+	}
+	return out
+}
+
+func equal(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

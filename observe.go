@@ -1,0 +1,226 @@
+// Observability hooks: the Observer the Consumer and the publishers call
+// for every settlement and every publish, so metrics need no wrapping of
+// handlers and no dependency in this module.
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Observer hears of every settlement a Consumer makes and of every publish
+// a Publisher (or a Client's publisher) makes: what counters, histograms
+// and traces are built from. Set it with WithObserver on a Consumer,
+// WithPublishObserver on a Publisher or ClientOptions.Observer on a Client.
+//
+// Its methods are called synchronously on the goroutine that settled the
+// delivery or made the publish: a Listen worker, a Consume loop, the
+// caller of Publish. They may be called from several goroutines at once,
+// so an Observer must be safe for concurrent use, and it must not block:
+// the next delivery of that worker waits for it. A panic in a method is
+// recovered and logged; it never changes the settlement or the publish.
+// An event is passed by value and its fields are only read, so an Observer
+// that only counts allocates nothing.
+type Observer interface {
+	// Settled is called once for every delivery the Consumer settled (or
+	// failed to settle), after the disposition went to the broker.
+	Settled(SettleEvent)
+	// Published is called once for every publish, after the broker's
+	// outcome (or the failure) is known.
+	Published(PublishEvent)
+}
+
+// SettleEvent is one delivery's settlement.
+type SettleEvent struct {
+	// Queue is the consumer's queue (WithQueue, else the receiver's address).
+	Queue string
+	// URN is the routing URN ("" when none was found).
+	URN string
+	// MessageID is meta.id ("" when the body was not decoded).
+	MessageID string
+	// Disposition is what was sent to the broker; Pending when the
+	// settlement itself failed.
+	Disposition Disposition
+	// Kind is nil when the handler succeeded, else the sentinel saying what
+	// happened: ErrHandlerFailed, ErrUnknownURN (also under the release and
+	// delete strategies, which report nothing), ErrPoison, ErrVersionGated,
+	// ErrDeadLetterFailed, or ErrSettlement when the disposition could not
+	// be sent (Disposition is then Pending).
+	Kind error
+	// Err is the cause: the handler's error, the decode error, the
+	// dead-letter write error, the settlement error; nil on success.
+	Err error
+	// Attempts is the reconciled attempts of the delivery.
+	Attempts int
+	// Handler is how long the handler ran (0 when it was not called).
+	Handler time.Duration
+	// Latency is the time from the start of the handler (for a delivery
+	// that reaches no handler: from the decision to settle it) to the end
+	// of its settlement: the handler, a dead-letter write and its retry
+	// hold, and the disposition. The gate and the decoding before it, a few
+	// microseconds at most, are left out, which spares a clock read.
+	Latency time.Duration
+}
+
+// PublishOutcome says how a publish ended.
+type PublishOutcome int
+
+// The publish outcomes, read from the publish's error.
+const (
+	// PublishAccepted: the broker accepted the transfer.
+	PublishAccepted PublishOutcome = iota + 1
+	// PublishNotAccepted: the broker rejected, released or modified it (the
+	// error matches ErrNotAccepted); the message is not stored.
+	PublishNotAccepted
+	// PublishUnknown: the transfer may have been written but its outcome
+	// never came (the error matches ErrOutcomeUnknown, which the Client's
+	// publishers report); the broker may have stored the message.
+	PublishUnknown
+	// PublishFailed: any other error: refused before a transfer (an invalid
+	// envelope or option, ErrClosed, ErrConnect), or a link or context error
+	// of a plain Sender, which cannot tell whether the transfer was written.
+	PublishFailed
+)
+
+// String names the outcome.
+func (o PublishOutcome) String() string {
+	switch o {
+	case PublishAccepted:
+		return "accepted"
+	case PublishNotAccepted:
+		return "not_accepted"
+	case PublishUnknown:
+		return "unknown"
+	case PublishFailed:
+		return "error"
+	}
+	return fmt.Sprintf("PublishOutcome(%d)", int(o))
+}
+
+// publishOutcome classifies a publish's error.
+func publishOutcome(err error) PublishOutcome {
+	switch {
+	case err == nil:
+		return PublishAccepted
+	case errors.Is(err, ErrNotAccepted):
+		return PublishNotAccepted
+	case errors.Is(err, ErrOutcomeUnknown):
+		return PublishUnknown
+	}
+	return PublishFailed
+}
+
+// PublishEvent is one publish.
+type PublishEvent struct {
+	// Queue is the publisher's queue.
+	Queue string
+	// URN is the envelope's URN.
+	URN string
+	// MessageID is meta.id ("" when no envelope was built).
+	MessageID string
+	// Outcome says how the publish ended.
+	Outcome PublishOutcome
+	// Err is the publish's error, nil when accepted.
+	Err error
+	// Duration is the time from the projection of the envelope to the
+	// broker's outcome (0 when no envelope was built).
+	Duration time.Duration
+}
+
+// WithObserver sets the Observer the Consumer calls for every settlement
+// (default none).
+func WithObserver(o Observer) ConsumerOption {
+	return func(c *Consumer) { c.observer = o }
+}
+
+// WithPublishObserver sets the Observer called for every publish. Given to
+// NewPublisher or Client.Publisher, it hears every publish of that
+// publisher; a per-call one replaces it for that call.
+func WithPublishObserver(o Observer) PublishOption {
+	return func(c *publishConfig) { c.observer = o }
+}
+
+// clock is the publish's clock: time.Now unless a test set one.
+func (c *publishConfig) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// observePublish reports one publish that started at start (zero: it never
+// got to the projection) to the observer, if any.
+func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, err error) {
+	if c.observer == nil {
+		return
+	}
+	ev := PublishEvent{Queue: queue, URN: urn, MessageID: id, Outcome: publishOutcome(err), Err: err}
+	if !start.IsZero() {
+		ev.Duration = c.clock().Sub(start)
+	}
+	defer recoverHook(nil, "publish observer panicked")
+	c.observer.Published(ev)
+}
+
+// observe reports the delivery's settlement to the observer, if any.
+func (d *delivery) observe(kind, cause error, disp Disposition) {
+	if d.c.observer == nil {
+		return
+	}
+	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
+		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
+	if d.env != nil {
+		ev.MessageID = d.env.Meta.ID
+	}
+	defer recoverHook(d.c.logger, "settlement observer panicked")
+	d.c.observer.Settled(ev)
+}
+
+// recoverHook, deferred around a call into user code, recovers a panic and
+// logs it at error to l, or slog.Default() when l is nil: a callback that
+// panics has lost what it was told, so that is never silent.
+func recoverHook(l *slog.Logger, msg string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(context.Background(), slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
+}
+
+// begin marks the start of a settlement that no handler comes before.
+func (d *delivery) begin() {
+	if d.c.observer != nil {
+		d.start = d.c.now()
+	}
+}
+
+// KindName names Kind for a metric attribute or a log field: "" when the
+// handler succeeded, else "handler_failed", "unknown_urn", "poison",
+// "version_gated", "dead_letter_failed" or "settlement_failed".
+func (e SettleEvent) KindName() string {
+	k := e.Kind
+	switch {
+	case k == nil:
+		return ""
+	case errors.Is(k, ErrHandlerFailed):
+		return "handler_failed"
+	case errors.Is(k, ErrUnknownURN):
+		return "unknown_urn"
+	case errors.Is(k, ErrPoison):
+		return "poison"
+	case errors.Is(k, ErrVersionGated):
+		return "version_gated"
+	case errors.Is(k, ErrDeadLetterFailed):
+		return "dead_letter_failed"
+	case errors.Is(k, ErrSettlement):
+		return "settlement_failed"
+	}
+	return "error"
+}

@@ -1,0 +1,416 @@
+package artemis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+// observed records every event an Observer hears.
+type observed struct {
+	mu        sync.Mutex
+	settled   []SettleEvent
+	published []PublishEvent
+}
+
+func (o *observed) Settled(ev SettleEvent) {
+	o.mu.Lock()
+	o.settled = append(o.settled, ev)
+	o.mu.Unlock()
+}
+
+func (o *observed) Published(ev PublishEvent) {
+	o.mu.Lock()
+	o.published = append(o.published, ev)
+	o.mu.Unlock()
+}
+
+func (o *observed) settlements() []SettleEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]SettleEvent(nil), o.settled...)
+}
+
+func (o *observed) publishes() []PublishEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]PublishEvent(nil), o.published...)
+}
+
+// stepClock is a clock that moves only when told to.
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newStepClock() *stepClock { return &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *stepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// taking is a handler that takes d on clk, then returns err.
+func taking(clk *stepClock, d time.Duration, err error) HandlerFunc {
+	return func(context.Context, *Envelope, *amqp.Message) error {
+		clk.advance(d)
+		return err
+	}
+}
+
+func TestObserverHearsEverySettlement(t *testing.T) {
+	boom := errors.New("boom")
+	const handlerTime, dlqTime = 250 * time.Millisecond, 40 * time.Millisecond
+	cases := []struct {
+		name     string
+		handler  func(clk *stepClock) HandlerFunc
+		opts     []ConsumerOption
+		dlq      func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) // nil: no DLQ sender
+		delivery uint32
+		msg      func(t *testing.T, dc uint32) *amqp.Message
+		settle   error // what the receiver's settlement returns
+
+		disp     Disposition
+		kind     error
+		cause    error // errors.Is of Err; nil: Err is nil
+		decoded  bool  // MessageID is meta.id
+		ran      bool  // the handler ran: Handler is handlerTime
+		reported bool  // the error callback heard of it
+	}{
+		{name: "accepted", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
+			disp: Accepted, decoded: true, ran: true},
+		{name: "handler failed, retried", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
+			disp: Abandoned, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+		{name: "handler failed at the limit, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
+			dlq: fakelink.Accept, delivery: 2,
+			disp: DeadLettered, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+		{name: "handler failed at the limit, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
+			delivery: 2,
+			disp:     Dropped, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+		{name: "dead-letter write rejected: released", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
+			dlq: fakelink.Reject, delivery: 2, opts: []ConsumerOption{WithDeadLetterRetryDelay(0)},
+			disp: Released, kind: ErrDeadLetterFailed, cause: ErrNotAccepted, decoded: true, ran: true, reported: true},
+		{name: "unknown URN, fail", opts: []ConsumerOption{WithUnknownURN(UnknownURNFail)},
+			disp: Abandoned, kind: ErrUnknownURN, reported: true, cause: errAny},
+		{name: "unknown URN, release: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNRelease)},
+			disp: Abandoned, kind: ErrUnknownURN},
+		{name: "unknown URN, delete: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNDelete)},
+			disp: Dropped, kind: ErrUnknownURN},
+		{name: "unknown URN, dead_letter", opts: []ConsumerOption{WithUnknownURN(UnknownURNDeadLetter)}, dlq: fakelink.Accept,
+			disp: DeadLettered, kind: ErrUnknownURN, decoded: true, reported: true, cause: errAny},
+		{name: "poison, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
+			dlq: fakelink.Accept, msg: func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
+			disp: DeadLettered, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+		{name: "poison, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
+			msg:  func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
+			disp: Dropped, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+		{name: "schema version gated", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
+			dlq: fakelink.Accept, msg: func(t *testing.T, dc uint32) *amqp.Message {
+				m := orderMessage(t, dc)
+				m.ApplicationProperties[PropSchemaVersion] = "2"
+				return m
+			},
+			disp: DeadLettered, kind: ErrVersionGated, reported: true, cause: errAny},
+		{name: "settlement failed", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
+			settle: fakelink.ErrLinkClosed,
+			disp:   Pending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+		{name: "handler failed and its settlement too", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
+			settle: fakelink.ErrLinkClosed,
+			disp:   Pending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newStepClock()
+			obs := &observed{}
+			reports := 0
+			opts := append([]ConsumerOption{WithObserver(obs), WithQueue("orders-q"),
+				WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { reports++ })}, tc.opts...)
+			if tc.dlq != nil {
+				outcome := tc.dlq
+				opts = append(opts, WithDeadLetterSender(&fakelink.Sender{Outcome: func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+					clk.advance(dlqTime)
+					return outcome(ctx, m)
+				}}))
+			}
+			handlers := Handlers{}
+			if tc.handler != nil {
+				handlers[urnCreated] = tc.handler(clk)
+			}
+			c := mustConsumer(t, handlers, opts...)
+			c.now = clk.now
+			msg := orderMessage(t, tc.delivery)
+			if tc.msg != nil {
+				msg = tc.msg(t, tc.delivery)
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			r.SettleErr = tc.settle
+			r.Track(msg)
+			_ = c.Handle(context.Background(), r, msg)
+
+			evs := obs.settlements()
+			require.Len(t, evs, 1, "one event per delivery")
+			ev := evs[0]
+			assert.Equal(t, "orders-q", ev.Queue)
+			assert.Equal(t, tc.disp, ev.Disposition)
+			assert.Equal(t, tc.kind, ev.Kind, "Kind is the sentinel itself")
+			switch {
+			case tc.cause == nil:
+				assert.NoError(t, ev.Err)
+			case errors.Is(tc.cause, errAny):
+				assert.Error(t, ev.Err)
+			default:
+				assert.ErrorIs(t, ev.Err, tc.cause)
+			}
+			assert.Equal(t, int(tc.delivery), ev.Attempts)
+			if tc.msg == nil || errors.Is(tc.kind, ErrVersionGated) {
+				assert.Equal(t, urnCreated, ev.URN)
+			}
+			if tc.decoded {
+				assert.Equal(t, msg.Properties.MessageID, ev.MessageID)
+			} else {
+				assert.Empty(t, ev.MessageID)
+			}
+			want := time.Duration(0)
+			if tc.ran {
+				want = handlerTime
+			}
+			assert.Equal(t, want, ev.Handler, "handler time")
+			if tc.dlq != nil && (!errors.Is(tc.kind, ErrUnknownURN) || tc.disp == DeadLettered) && !errors.Is(tc.kind, ErrSettlement) {
+				want += dlqTime
+			}
+			assert.Equal(t, want, ev.Latency, "latency: the handler and the dead-letter write")
+			assert.Equal(t, tc.reported, reports > 0, "reported")
+		})
+	}
+}
+
+// errAny stands for "some error" in the cases above.
+var errAny = errors.New("any error")
+
+func TestObserverClocksAreNotReadWithoutAnObserver(t *testing.T) {
+	c := mustConsumer(t, Handlers{urnCreated: succeeding})
+	c.now = func() time.Time {
+		t.Error("the clock was read: no observer is set")
+		return time.Now()
+	}
+	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
+	assert.Equal(t, fakelink.Accepted, got.disp)
+}
+
+func TestObserverPanicNeverChangesTheSettlement(t *testing.T) {
+	var logs bytes.Buffer
+	c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
+		WithObserver(panicking{}), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	got := handleOne(t, c, newRecorder(), nil, orderMessage(t, 0))
+	assert.Equal(t, fakelink.Failed, got.disp)
+	assert.ErrorIs(t, got.ret, ErrHandlerFailed, "Handle returns what it would without the observer")
+	assert.Contains(t, logs.String(), `level=ERROR msg="settlement observer panicked" panic="observer bug"`)
+
+	s := &fakelink.Sender{}
+	p := NewPublisher(s, "orders", WithPublishObserver(panicking{}))
+	id, err := p.Publish(context.Background(), urnCreated, map[string]int{"order_id": 1})
+	require.NoError(t, err, "the publish succeeds despite the observer")
+	assert.NotEmpty(t, id)
+	assert.Len(t, s.Kept(), 1)
+}
+
+type panicking struct{}
+
+func (panicking) Settled(SettleEvent)    { panic("observer bug") }
+func (panicking) Published(PublishEvent) { panic("observer bug") }
+
+func TestObserverUnderConcurrentWorkers(t *testing.T) {
+	const n = 200
+	obs := &observed{}
+	boom := errors.New("boom")
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		if env.Attempts%2 == 1 {
+			return boom
+		}
+		return nil
+	}}, WithObserver(obs), WithConcurrency(8), WithOnError(func(context.Context, error, *Envelope, *amqp.Message) {}))
+	r := fakelink.NewReceiver(t, "orders")
+	for i := range n {
+		r.Push(orderMessage(t, uint32(i%2)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Listen(ctx, r) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	require.NoError(t, r.WaitSettled(wctx, n))
+	cancel()
+	require.NoError(t, <-done)
+
+	counts := map[Disposition]int{}
+	for _, ev := range obs.settlements() {
+		counts[ev.Disposition]++
+	}
+	assert.Equal(t, map[Disposition]int{Accepted: n / 2, Abandoned: n / 2}, counts)
+}
+
+// outcomeUnknownSender fails every send as the Client's publisher does
+// when a transfer's outcome never came.
+type outcomeUnknownSender struct{}
+
+func (outcomeUnknownSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	return fmt.Errorf("%w: link detached", ErrOutcomeUnknown)
+}
+
+func TestObserverHearsEveryPublish(t *testing.T) {
+	const took = 30 * time.Millisecond
+	cases := []struct {
+		name    string
+		sender  func(clk *stepClock) Sender
+		urn     string
+		outcome PublishOutcome
+		cause   error
+		built   bool
+	}{
+		{name: "accepted", urn: urnCreated, outcome: PublishAccepted, built: true},
+		{name: "rejected", urn: urnCreated, outcome: PublishNotAccepted, cause: ErrNotAccepted, built: true,
+			sender: func(clk *stepClock) Sender { return timedSender(clk, took, fakelink.Reject) }},
+		{name: "released", urn: urnCreated, outcome: PublishNotAccepted, cause: ErrNotAccepted, built: true,
+			sender: func(clk *stepClock) Sender { return timedSender(clk, took, fakelink.Release) }},
+		{name: "outcome unknown", urn: urnCreated, outcome: PublishUnknown, cause: ErrOutcomeUnknown, built: true,
+			sender: func(*stepClock) Sender { return outcomeUnknownSender{} }},
+		{name: "link closed", urn: urnCreated, outcome: PublishFailed, cause: fakelink.ErrLinkClosed, built: true,
+			sender: func(clk *stepClock) Sender { return timedSender(clk, took, fakelink.Closed) }},
+		{name: "no URN: no envelope", urn: "", outcome: PublishFailed, cause: ErrInvalidEnvelope},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newStepClock()
+			obs := &observed{}
+			s := Sender(timedSender(clk, took, fakelink.Accept))
+			if tc.sender != nil {
+				s = tc.sender(clk)
+			}
+			p := NewPublisher(s, "orders", WithPublishObserver(obs), func(c *publishConfig) { c.now = clk.now })
+			id, err := p.Publish(context.Background(), tc.urn, map[string]int{"order_id": 1})
+
+			evs := obs.publishes()
+			require.Len(t, evs, 1)
+			ev := evs[0]
+			assert.Equal(t, "orders", ev.Queue)
+			assert.Equal(t, tc.urn, ev.URN)
+			assert.Equal(t, tc.outcome, ev.Outcome, "outcome %s", ev.Outcome)
+			if tc.cause == nil {
+				assert.NoError(t, ev.Err)
+				assert.Equal(t, id, ev.MessageID)
+			} else {
+				assert.ErrorIs(t, ev.Err, tc.cause)
+				assert.Equal(t, err, ev.Err, "the event carries the error Publish returned")
+			}
+			if !tc.built {
+				assert.Empty(t, ev.MessageID)
+				assert.Zero(t, ev.Duration)
+				return
+			}
+			assert.NotEmpty(t, ev.MessageID)
+			if _, ok := s.(outcomeUnknownSender); !ok {
+				assert.Equal(t, took, ev.Duration)
+			}
+		})
+	}
+}
+
+func TestPerCallPublishObserverReplacesThePublishers(t *testing.T) {
+	first, second := &observed{}, &observed{}
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(first))
+	_, err := p.Publish(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	env, err := NewEnvelope(urnCreated, nil)
+	require.NoError(t, err)
+	_, err = p.PublishEnvelope(context.Background(), env, WithPublishObserver(second))
+	require.NoError(t, err)
+	assert.Len(t, first.publishes(), 1)
+	require.Len(t, second.publishes(), 1)
+	assert.Equal(t, env.Meta.ID, second.publishes()[0].MessageID)
+}
+
+// timedSender is a fake broker whose every transfer takes d on clk.
+func timedSender(clk *stepClock, d time.Duration, outcome func(context.Context, *amqp.Message) (amqp.DeliveryState, error)) *fakelink.Sender {
+	return &fakelink.Sender{Outcome: func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+		clk.advance(d)
+		return outcome(ctx, m)
+	}}
+}
+
+func TestPublishOutcomeNames(t *testing.T) {
+	assert.Equal(t, "accepted", PublishAccepted.String())
+	assert.Equal(t, "not_accepted", PublishNotAccepted.String())
+	assert.Equal(t, "unknown", PublishUnknown.String())
+	assert.Equal(t, "error", PublishFailed.String())
+	assert.Equal(t, "PublishOutcome(0)", PublishOutcome(0).String())
+}
+
+func TestSettleEventKindName(t *testing.T) {
+	for kind, want := range map[error]string{
+		ErrHandlerFailed: "handler_failed", ErrUnknownURN: "unknown_urn", ErrPoison: "poison",
+		ErrVersionGated: "version_gated", ErrDeadLetterFailed: "dead_letter_failed", ErrSettlement: "settlement_failed",
+		errors.New("other"): "error",
+	} {
+		assert.Equal(t, want, SettleEvent{Kind: kind}.KindName())
+	}
+	assert.Empty(t, SettleEvent{}.KindName())
+}
+
+// TestObserverAllocatesNothing: an event costs no allocation, on either
+// path, beyond what the path allocates without an Observer.
+func TestObserverAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	msg := benchDelivery(t, benchURN)
+	r := fakelink.NewCountingReceiver()
+	obs := &benchObserver{}
+	plain := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
+	observed := mustConsumer(t, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
+	handle := func(c *Consumer) func() {
+		return func() {
+			if err := c.Handle(ctx, r, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base, with := testing.AllocsPerRun(200, handle(plain)), testing.AllocsPerRun(200, handle(observed))
+	if with > base {
+		t.Errorf("Handle: %v allocations with an observer, %v without", with, base)
+	}
+
+	s := &fakelink.Sender{Discard: true}
+	data := benchOrderStruct()
+	publish := func(p *Publisher) func() {
+		return func() {
+			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
+	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
+	if with > base {
+		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
+	}
+	if obs.published.Load() == 0 || obs.byDisposition[Accepted].Load() == 0 || obs.handler.Load() < 0 ||
+		time.Duration(obs.publishTime.Load()) < 0 {
+		t.Fatal("the observer heard nothing")
+	}
+}
