@@ -101,6 +101,7 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	defer cancel()
 	l := ledger.New()
 	l.ConsumeWindow(faultConsumeWindow(concurrency))
+	l.PublishWindow(8) // one outcome per publishing goroutine may have been read before the loss
 	qp, qc := faultQueue("ha-pub"), faultQueue("ha-con")
 	events := newFaultEvents()
 	var armed atomic.Bool

@@ -40,6 +40,7 @@ func TestFaultResetsUnderPublish(t *testing.T) {
 	require.NoError(t, err)
 
 	l := ledger.New()
+	l.PublishWindow(8) // one outcome per publishing goroutine may have been read before the reset
 	var st faultPubStats
 	stop := make(chan struct{})
 	resets := faultEvery(stop, faultResetMin, faultResetMax, 7, func() {

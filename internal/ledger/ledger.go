@@ -55,6 +55,8 @@ type Ledger struct {
 	// resume: the time from each Mark to the next progress of each stream.
 	window     int                  // Consume progresses once more than window ids were handled ok after the mark
 	markedOK   int                  // handledOK at the Consume mark
+	pubWindow  int                  // Publish progresses once more than pubWindow ids were acked after the mark
+	markedAck  int                  // len(acked) at the Publish mark
 	marked     map[string]time.Time // stream -> pending mark
 	resumeMax  map[string]time.Duration
 	resumeSeen map[string]int
@@ -90,7 +92,9 @@ func (l *Ledger) ExpectCalls(n int) {
 func (l *Ledger) Acked(id string) {
 	l.mu.Lock()
 	l.acked[id] = true
-	l.progress(Publish)
+	if len(l.acked) > l.markedAck+l.pubWindow {
+		l.progress(Publish)
+	}
 	l.mu.Unlock()
 }
 
@@ -276,17 +280,30 @@ func (l *Ledger) AddSlack(n int) {
 }
 
 // Mark starts a resume measurement on each stream: the time from now to
-// the stream's next progress: an Acked publish; for Consume, a new id
-// handled ok beyond the window (ConsumeWindow).
+// the stream's next progress: a new id acknowledged beyond PublishWindow,
+// a new id handled ok beyond ConsumeWindow.
 func (l *Ledger) Mark(streams ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range streams {
 		l.marked[s] = l.now()
-		if s == Consume {
+		switch s {
+		case Consume:
 			l.markedOK = l.handledOK
+		case Publish:
+			l.markedAck = len(l.acked)
 		}
 	}
+}
+
+// PublishWindow makes Publish progress only once more than n new ids were
+// acknowledged after a Mark: outcomes the client had already read when the
+// fault came (one per publishing goroutine at most) are no sign that
+// publishing resumed.
+func (l *Ledger) PublishWindow(n int) {
+	l.mu.Lock()
+	l.pubWindow = n
+	l.mu.Unlock()
 }
 
 // ConsumeWindow makes Consume progress only once more than n new ids were

@@ -155,3 +155,21 @@ func TestCutAtCountsCallsAcrossTheFaultAndBeforeItWasSeen(t *testing.T) {
 	assert.Equal(t, 1, blind, "blind")
 	assert.Equal(t, 6, l.Figures().Bound())
 }
+
+func TestPublishResumesBeyondTheWindow(t *testing.T) {
+	c := &clock{t: time.Unix(100, 0)}
+	l := newLedger(c.now)
+	l.PublishWindow(1)
+	l.Acked("old")
+	l.Mark(Publish)
+	c.t = c.t.Add(time.Second)
+	l.Acked("buffered")
+	l.Acked("buffered") // the same id again is not a new one
+	_, pending := l.Resume(Publish)
+	assert.True(t, pending)
+	c.t = c.t.Add(time.Second)
+	l.Acked("new")
+	d, pending := l.Resume(Publish)
+	assert.False(t, pending)
+	assert.Equal(t, 2*time.Second, d)
+}
