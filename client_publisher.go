@@ -47,6 +47,14 @@ type ClientPublisher struct {
 // WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
 // meta.id each call. A rejected, released or modified outcome is the
 // broker's answer, returned as an *OutcomeError and never retried.
+//
+// PublishWithReceipt pipelines over the current link (go-amqp's
+// SendWithReceipt), and the same rules hold for each receipt: a receipt
+// outstanding when the link or connection drops resolves to an error
+// matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
+// is sent once more on a re-dialed link and the receipt resolves with that
+// outcome. Those resends run one by one on the Publisher's resolving
+// goroutine, each bounded by twice the Client's DialTimeout.
 func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
@@ -231,6 +239,14 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 	if err == nil || !mayBeStored(err) {
 		return state, s.c.red.error(err)
 	}
+	return s.afterLoss(ctx, sl, msg, err)
+}
+
+// afterLoss handles a transfer on sl that failed after it may have been
+// written: sl is given up, and the message is sent once more on a new link
+// when it carries a duplicate id and ctx still runs; else the outcome is
+// unknown.
+func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {
 	s.failed(sl, err)
 	if ctx.Err() != nil || !hasDuplicateID(msg) {
 		return nil, s.unknown(err)
@@ -240,7 +256,7 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 	if lerr != nil {
 		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %w)", err, lerr))
 	}
-	state, err = s.transfer(ctx, retry, msg)
+	state, err := s.transfer(ctx, retry, msg)
 	if err == nil || !mayBeStored(err) {
 		return state, s.c.red.error(err)
 	}

@@ -165,6 +165,7 @@ func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue 
 	cp.DeadLetter = dl
 	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
 	msg := projection(&cp, string(body), stringProperties(src))
+	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	setDeadLetterID(msg, src, dl.Reason, queue)
 	return msg
@@ -270,6 +271,7 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 			msg.Annotations[k] = v
 		}
 	}
+	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	setDeadLetterID(msg, src, "forward", queue)
 	return msg

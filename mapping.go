@@ -66,6 +66,7 @@ func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
 	b := new(messageBlock)
 	b.project(env, unsafe.String(unsafe.SliceData(body), len(body)),
 		publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
+	b.applyOptions(cfg)
 	return &b.msg, nil
 }
 
@@ -92,6 +93,9 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 // option that cannot take effect on it: a built envelope already has its
 // trace id, so WithTraceID may only repeat it.
 func checkPublishable(env *Envelope, cfg *publishConfig) error {
+	if err := cfg.checkOptions(); err != nil {
+		return err
+	}
 	if id := strings.TrimSpace(cfg.traceID); id != "" && id != env.TraceID {
 		return fmt.Errorf("%w: WithTraceID(%q) on an envelope whose trace id is %q: a built envelope keeps its trace id (set it with EnvelopeTraceID)",
 			ErrInvalidConfig, truncate(id), truncate(env.TraceID))
@@ -136,6 +140,7 @@ type messageBlock struct {
 	header  amqp.MessageHeader
 	props   amqp.MessageProperties
 	subject string
+	groupID string
 	created time.Time
 }
 
@@ -166,6 +171,38 @@ func (b *messageBlock) project(env *Envelope, body string, props map[string]any,
 		Properties:            &b.props,
 		ApplicationProperties: props,
 		Value:                 body,
+	}
+}
+
+// applyOptions puts the header and property options of a publish on b.msg:
+// time to live, priority, group.
+func (b *messageBlock) applyOptions(cfg *publishConfig) {
+	b.header.TTL = cfg.ttlHeader()
+	if cfg.prioritySet {
+		b.header.Priority = uint8(cfg.priority)
+	}
+	if cfg.groupID != "" {
+		b.groupID = cfg.groupID
+		b.props.GroupID = &b.groupID
+	}
+}
+
+// keepForDeadLetter gives a dead-letter copy the group-id and priority of
+// the message it copies (contract section 5), and never its time to live or
+// expiry, so that the copy does not expire.
+func keepForDeadLetter(msg, src *amqp.Message) {
+	if msg.Header != nil {
+		msg.Header.TTL = 0
+		if src.Header != nil {
+			msg.Header.Priority = src.Header.Priority
+		}
+	}
+	if msg.Properties != nil {
+		msg.Properties.AbsoluteExpiryTime = nil
+		if src.Properties != nil && src.Properties.GroupID != nil {
+			g := *src.Properties.GroupID
+			msg.Properties.GroupID = &g
+		}
 	}
 }
 

@@ -38,20 +38,75 @@ func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
 // OutcomeSender, or from the receipt of an *amqp.Sender. A Sender that is
 // neither is trusted when Send returns nil (reported as accepted).
 func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
+	if os, ok := s.(OutcomeSender); ok {
+		// Before pendingSender: the Client's sender waits its own way.
+		return os.SendOutcome(ctx, msg)
+	}
+	p, err := startTransfer(ctx, s, msg)
+	if err != nil {
+		return nil, err
+	}
+	return p.wait(ctx)
+}
+
+// pendingSender is a Sender that can write a transfer and hand back its
+// outcome to be awaited later, as an *amqp.Sender does, while doing more
+// than an *amqp.Sender does about it (the Client's reconnecting sender).
+type pendingSender interface {
+	startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error)
+}
+
+// pendingTransfer is a transfer that was written and whose outcome is still
+// to come (or, from a Sender that only answers synchronously, already came).
+type pendingTransfer struct {
+	receipt    amqp.SendReceipt // from an *amqp.Sender, when hasReceipt
+	hasReceipt bool
+	// later waits for the outcome from a pendingSender; it may be called
+	// again after its ctx ended.
+	later func(context.Context) (amqp.DeliveryState, error)
+	state amqp.DeliveryState // the outcome known at once, else nil
+}
+
+// wait returns the outcome. It may be called again after ctx ended; once it
+// returned an outcome it returns that outcome. Not safe for concurrent use:
+// one goroutine waits.
+func (p *pendingTransfer) wait(ctx context.Context) (amqp.DeliveryState, error) {
+	switch {
+	case p.hasReceipt:
+		return p.receipt.Wait(ctx)
+	case p.later != nil:
+		return p.later(ctx)
+	}
+	return p.state, nil
+}
+
+// startTransfer writes msg and returns its pending outcome; an error means
+// the transfer was not written (or, from a Sender that answers
+// synchronously, failed). An *amqp.Sender returns once the transfer is
+// written, blocking while the link has no credit: so the transfers in flight
+// are bounded by the credit the broker gives. An OutcomeSender or a plain
+// Sender is waited on here, and the outcome is known when this returns.
+func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTransfer, error) {
 	switch s := s.(type) {
+	case pendingSender:
+		return s.startOutcome(ctx, msg)
 	case OutcomeSender:
-		return s.SendOutcome(ctx, msg)
+		state, err := s.SendOutcome(ctx, msg)
+		if err != nil {
+			return pendingTransfer{}, err
+		}
+		return pendingTransfer{state: state}, nil
 	case receiptSender:
 		receipt, err := s.SendWithReceipt(ctx, msg, nil)
 		if err != nil {
-			return nil, err
+			return pendingTransfer{}, err
 		}
-		return receipt.Wait(ctx)
+		return pendingTransfer{receipt: receipt, hasReceipt: true}, nil
 	}
 	if err := s.Send(ctx, msg, nil); err != nil {
-		return nil, err
+		return pendingTransfer{}, err
 	}
-	return &amqp.StateAccepted{}, nil
+	return pendingTransfer{state: &amqp.StateAccepted{}}, nil
 }
 
 // outcomeError maps a broker outcome to nil (accepted) or an *OutcomeError.

@@ -3,6 +3,8 @@ package artemis
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +21,11 @@ type Sender interface {
 // Publisher publishes envelopes to one queue over a Sender. It is safe for
 // concurrent use when the Sender is (*amqp.Sender is).
 type Publisher struct {
-	sender  Sender
-	queue   string
-	opts    []PublishOption
-	lastURN atomic.Pointer[urnAnnotations] // see annotations
+	sender   Sender
+	queue    string
+	base     *publishConfig                 // the Publisher's options, applied once (never written after)
+	lastURN  atomic.Pointer[urnAnnotations] // see annotations
+	receipts resolver                       // PublishWithReceipt's pending outcomes
 }
 
 // NewPublisher returns a Publisher that writes to s and stamps queue into
@@ -33,7 +36,14 @@ type Publisher struct {
 // makes an anycast queue; otherwise messages sent before a receiver attaches
 // may be lost on a multicast address.
 func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
-	return &Publisher{sender: s, queue: queue, opts: opts}
+	base := &noOptions
+	if len(opts) > 0 {
+		base = new(publishConfig)
+		for _, o := range opts {
+			o(base)
+		}
+	}
+	return &Publisher{sender: s, queue: queue, base: base}
 }
 
 // Publish builds an envelope for urn and data, projects it onto an AMQP
@@ -41,20 +51,18 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 // the transfer: a rejected, released or modified outcome is an error
 // matching ErrNotAccepted (when the Sender is an *amqp.Sender or an
 // OutcomeSender). data may be a struct, a map, a json.RawMessage or nil.
+//
+// Publish is PublishWithReceipt followed by Receipt.Wait, with the wait done
+// on the calling goroutine. To have many transfers in flight from one
+// goroutine, use PublishWithReceipt.
 func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...PublishOption) (string, error) {
-	var cfg publishConfig
-	for _, o := range p.opts {
-		o(&cfg)
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := p.config(opts)
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
 		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
 		return "", err
 	}
-	return p.publish(ctx, env, &cfg)
+	return p.publish(ctx, env, cfg)
 }
 
 // PublishEnvelope sends an envelope that is already built (for example one
@@ -62,41 +70,122 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 // its meta.id once the broker accepted it. The envelope keeps its trace id:
 // WithTraceID with another id is refused with ErrInvalidConfig.
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...PublishOption) (string, error) {
-	var cfg publishConfig
-	for _, o := range p.opts {
-		o(&cfg)
+	return p.publish(ctx, env, p.config(opts))
+}
+
+// config is the Publisher's configuration with opts applied on top. Without
+// per-call options it is the Publisher's own, applied once by NewPublisher
+// (or the shared zero configuration): a config handed to the options'
+// closures escapes to the heap, one allocation per publish that has them.
+func (p *Publisher) config(opts []PublishOption) *publishConfig {
+	if len(opts) == 0 {
+		return p.base
+	}
+	cfg := new(publishConfig)
+	*cfg = *p.base
+	if p.base.headers != nil {
+		cfg.headers = maps.Clone(p.base.headers) // WithHeaders adds to it
 	}
 	for _, o := range opts {
-		o(&cfg)
+		o(cfg)
 	}
-	return p.publish(ctx, env, &cfg)
+	return cfg
 }
+
+var noOptions publishConfig
 
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
 	if cfg.observer != nil {
 		start := cfg.clock()
 		defer func() { cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err) }()
 	}
-	if s, ok := p.sender.(*amqp.Sender); ok {
-		if err := checkPublishable(env, cfg); err != nil {
-			return "", err
-		}
-		err = p.sendReused(ctx, s, env, cfg)
+	if _, ok := p.sender.(*amqp.Sender); ok {
+		err = p.sendReused(ctx, p.sender, env, cfg)
 	} else {
-		msg, merr := newMessage(env, cfg)
-		if merr != nil {
-			return "", merr
+		var msg *amqp.Message
+		if msg, err = newMessage(env, cfg); err != nil {
+			return "", err
 		}
 		err = sendConfirmed(ctx, p.sender, msg)
 	}
+	if err != nil && !isRefusal(err) {
+		err = p.publishError(env.Job, err)
+	}
+	if cfg.onOutcome != nil {
+		cfg.onOutcome(env.Meta.ID, err)
+	}
 	if err != nil {
-		return "", fmt.Errorf("babelqueue: publish %s to %s: %w", env.Job, p.queue, err)
+		return "", err
 	}
 	return env.Meta.ID, nil
 }
 
+func (p *Publisher) publishError(urn string, err error) error {
+	return fmt.Errorf("babelqueue: publish %s to %s: %w", urn, p.queue, err)
+}
+
+// sendReused sends env's projection through s, which must only read the
+// message while Send runs, with a pooled message (see pooledMessage).
+func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
+	pm, err := p.reused(env, cfg)
+	if err != nil {
+		return err
+	}
+	if err = sendConfirmed(ctx, s, &pm.msg); err == nil {
+		pm.recycle()
+	}
+	return err
+}
+
+// startReused is sendReused without the wait for the outcome: the message
+// goes back to the pool once the transfer is written.
+func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) (pendingTransfer, error) {
+	pm, err := p.reused(env, cfg)
+	if err != nil {
+		return pendingTransfer{}, err
+	}
+	pt, err := startTransfer(ctx, s, &pm.msg)
+	if err == nil {
+		pm.recycle()
+	}
+	return pt, err
+}
+
+// reused checks env and cfg and projects env onto a pooled message.
+func (p *Publisher) reused(env *Envelope, cfg *publishConfig) (*pooledMessage, error) {
+	if err := checkPublishable(env, cfg); err != nil {
+		return nil, err
+	}
+	pm := messagePool.Get().(*pooledMessage)
+	if hint := env.encodedSizeHint(); cap(pm.body) < hint {
+		pm.body = make([]byte, 0, hint)
+	}
+	pm.body = env.appendEncode(pm.body[:0])
+	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
+		reusedProperties(env, cfg), p.annotations(env.Job, cfg))
+	pm.applyOptions(cfg)
+	return pm, nil
+}
+
 // pooledMessage is a projected message with its body buffer, reused from
 // one publish to the next.
+//
+// Reuse relies on (*amqp.Sender).Send and SendWithReceipt reading the
+// message only while they run: go-amqp v1.7.0 (sender.go, Sender.send)
+// marshals it into the link's own buffer and copies each frame's payload
+// out of that buffer before the transfer is queued, and keeps no reference
+// to the message. go-amqp does not document this, so
+// TestPooledMessageIsNotKeptByGoAMQP (integration_publish_test.go) checks it
+// on a real link, by overwriting every reused message as soon as the send
+// returned, and TestGoAMQPVersionIsTheOneCheckedForReuse pins the version it
+// was checked against. So the message, the memory it points to and the body
+// buffer come from a pool, and the maps that do not vary from one publish
+// to the next are shared, never written: the four bq_ properties of a fresh
+// envelope and the annotation of the URN published last. The message is the
+// one newMessage makes, byte for byte.
+//
+// A message whose send failed is not reused: with its link gone, go-amqp
+// may still hold a transfer that points into it.
 type pooledMessage struct {
 	messageBlock
 	body []byte
@@ -107,31 +196,13 @@ var messagePool = sync.Pool{New: func() any { return new(pooledMessage) }}
 // maxPooledBody bounds the body buffers kept for reuse.
 const maxPooledBody = 64 << 10
 
-// sendReused sends env's projection through s, which must only read the
-// message, and only while Send runs. An *amqp.Sender does: go-amqp encodes
-// the message into the link's own buffer before the transfer and keeps no
-// reference to it. So the message, the memory it points to and the body
-// buffer come from a pool, and the maps that do not vary from one publish
-// to the next are shared, never written: the four bq_ properties of a fresh
-// envelope and the annotation of the URN published last. The message is
-// the one newMessage makes, byte for byte.
-//
-// A message whose send failed is not reused: with its link gone, go-amqp
-// may still hold a transfer that points into it.
-func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
-	pm := messagePool.Get().(*pooledMessage)
-	if hint := env.encodedSizeHint(); cap(pm.body) < hint {
-		pm.body = make([]byte, 0, hint)
+// recycle gives pm back to the pool (nil: nothing to do).
+func (pm *pooledMessage) recycle() {
+	if pm == nil || cap(pm.body) > maxPooledBody {
+		return
 	}
-	pm.body = env.appendEncode(pm.body[:0])
-	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
-		reusedProperties(env, cfg), p.annotations(env.Job, cfg))
-	err := sendConfirmed(ctx, s, &pm.msg)
-	if err == nil && cap(pm.body) <= maxPooledBody {
-		pm.messageBlock = messageBlock{}
-		messagePool.Put(pm)
-	}
-	return err
+	pm.messageBlock = messageBlock{}
+	messagePool.Put(pm)
 }
 
 // freshProperties are the application properties of every envelope this
@@ -180,11 +251,16 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 type PublishOption func(*publishConfig)
 
 type publishConfig struct {
-	traceID string
-	delay   time.Duration
-	headers map[string]string
-	dupID   bool
-	now     func() time.Time
+	traceID     string
+	delay       time.Duration
+	headers     map[string]string
+	dupID       bool
+	ttl         time.Duration
+	priority    int
+	prioritySet bool
+	groupID     string
+	onOutcome   func(id string, err error)
+	now         func() time.Time
 	// observer hears the publish (WithPublishObserver).
 	observer Observer
 }
@@ -226,6 +302,71 @@ func WithHeaders(h map[string]string) PublishOption {
 // to meta.id, so a publish retried after an ambiguous failure is stored once.
 func WithDuplicateDetection() PublishOption {
 	return func(c *publishConfig) { c.dupID = true }
+}
+
+// WithTTL gives the message a time to live: the header ttl, in
+// milliseconds (a d below a millisecond is rounded up to one). Artemis sets
+// the message's expiry from it (JMSExpiration) and drops or moves an expired
+// message to its expiry address instead of delivering it. d = 0 means no
+// expiry; a negative d, or one over the header's 2^32-1 ms (49.7 days), is
+// refused with ErrInvalidConfig when publishing. Dead-letter copies never
+// carry it.
+func WithTTL(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.ttl = d }
+}
+
+// WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority); the
+// default is 4, as in JMS. Artemis delivers higher priorities first among
+// the messages waiting in a queue. A priority outside 0-9 is refused with
+// ErrInvalidConfig when publishing.
+func WithPriority(p int) PublishOption {
+	return func(c *publishConfig) { c.priority, c.prioritySet = p, true }
+}
+
+// WithGroupID puts the message in a message group: properties.group-id,
+// which JMS peers see as JMSXGroupID. Artemis hands all messages of one
+// group to one consumer at a time, in order. An empty key means no group.
+func WithGroupID(key string) PublishOption {
+	return func(c *publishConfig) { c.groupID = key }
+}
+
+// WithOnOutcome calls f once with the outcome of each publish: nil when the
+// broker accepted it, else the error Publish or Receipt.Wait returns
+// (matching ErrNotAccepted for a rejected, released or modified transfer).
+// For PublishWithReceipt it is called when the outcome arrives, whether or
+// not the receipt is waited on, from the goroutine that resolves the
+// Publisher's receipts (in the order they were written): it must not block
+// for long, or it holds up the receipts behind it. For Publish and
+// PublishEnvelope, for a publish refused or not written, and for a Sender
+// that answers synchronously, it is called on the calling goroutine before
+// the call returns.
+// Given to NewPublisher, it sees every publish: a place to count outcomes or
+// log the failures of receipts nobody waits on.
+func WithOnOutcome(f func(id string, err error)) PublishOption {
+	return func(c *publishConfig) { c.onOutcome = f }
+}
+
+// maxTTL is the largest header ttl: a uint32 of milliseconds.
+const maxTTL = time.Duration(math.MaxUint32) * time.Millisecond
+
+// checkOptions refuses option values that cannot go on the wire.
+func (c *publishConfig) checkOptions() error {
+	if c.ttl < 0 || c.ttl > maxTTL {
+		return fmt.Errorf("%w: WithTTL(%s): the time to live must be between 0 and %s", ErrInvalidConfig, c.ttl, maxTTL)
+	}
+	if c.prioritySet && (c.priority < 0 || c.priority > 9) {
+		return fmt.Errorf("%w: WithPriority(%d): the priority must be between 0 and 9", ErrInvalidConfig, c.priority)
+	}
+	return nil
+}
+
+// ttlHeader is the header ttl of cfg's time to live, rounded up to a
+// millisecond (0: none).
+func (c *publishConfig) ttlHeader() time.Duration {
+	if c.ttl <= 0 {
+		return 0
+	}
+	return (c.ttl + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 // deliveryTime is the x-opt-delivery-time of a delayed publish (Unix ms).

@@ -573,3 +573,21 @@ func TestWithTraceIDOnABuiltEnvelope(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "trace-3", s.Sent()[1].Properties.CorrelationID)
 }
+
+// The Publisher's options are applied once; a per-call WithHeaders adds to a
+// copy of its headers, never to the Publisher's own.
+func TestPerCallHeadersDoNotLeakIntoThePublisher(t *testing.T) {
+	s := &fakelink.Sender{}
+	p := NewPublisher(s, "orders", WithHeaders(map[string]string{"tenant": "acme"}))
+	ctx := context.Background()
+	_, err := p.Publish(ctx, urnCreated, nil, WithHeaders(map[string]string{"traceparent": "00-x"}))
+	require.NoError(t, err)
+	_, err = p.Publish(ctx, urnCreated, nil)
+	require.NoError(t, err)
+	sent := s.Sent()
+	require.Len(t, sent, 2)
+	assert.Equal(t, "acme", sent[0].ApplicationProperties["tenant"])
+	assert.Equal(t, "00-x", sent[0].ApplicationProperties["traceparent"])
+	assert.Equal(t, "acme", sent[1].ApplicationProperties["tenant"])
+	assert.NotContains(t, sent[1].ApplicationProperties, "traceparent", "a per-call header stays with its call")
+}

@@ -80,11 +80,21 @@ type config struct {
 	segment    int
 	rounds     int
 	size       int
-	credit     int
 	rawMsgs    int
 	rawJSON    bool
 	warmup     int
-	conc       []int
+	conc       []int // synchronous publish
+	windows    []int // pipelined publish
+	consConc   []int // consume
+	credits    []int
+	clientConc int
+	groups     int
+	groupConc  int
+	latRate    int
+	latDur     time.Duration
+	memN       int
+	memEvery   int
+	sections   map[string]bool
 	timeout    time.Duration
 	cpuprofile string
 	memprofile string
@@ -93,18 +103,28 @@ type config struct {
 
 func main() {
 	var cfg config
-	var conc string
+	var conc, windows, consConc, credits, sections string
 	flag.StringVar(&cfg.url, "url", os.Getenv("ARTEMIS_URL"), "broker URL, amqp://user:pass@host:port (default $ARTEMIS_URL)")
 	flag.StringVar(&cfg.prefix, "prefix", "", "queue name prefix (default bench.<random>); the queues are <prefix>.raw and <prefix>.lib")
 	flag.IntVar(&cfg.n, "n", 20000, "messages per side in each measurement")
 	flag.IntVar(&cfg.segment, "segment", 2000, "messages per segment: the sides alternate segment by segment")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; the table reports the medians")
 	flag.IntVar(&cfg.size, "size", 1024, "encoded envelope size in bytes (the padding is chosen to reach it)")
-	flag.IntVar(&cfg.credit, "credit", 100, "receiver link credit")
+	flag.StringVar(&credits, "credits", "100,1000", "comma-separated receiver link credits of the consume scenarios")
+	flag.StringVar(&windows, "windows", "64,256", "comma-separated windows (transfers in flight) of the pipelined publish: PublishWithReceipt against SendWithReceipt")
+	flag.StringVar(&consConc, "consume-conc", "1,8", "comma-separated concurrencies of the consume scenarios (Listen against raw receive loops)")
+	flag.IntVar(&cfg.clientConc, "client-conc", 8, "concurrency of the Client.Consume scenario, at each credit (0: none)")
+	flag.IntVar(&cfg.groups, "groups", 64, "message groups of the grouped-consume scenario (0: none)")
+	flag.IntVar(&cfg.groupConc, "group-conc", 8, "concurrency of the grouped-consume scenario (both sides)")
+	flag.IntVar(&cfg.latRate, "latency-rate", 2000, "messages per second of the latency measurement")
+	flag.DurationVar(&cfg.latDur, "latency-duration", 20*time.Second, "duration of the latency measurement per side")
+	flag.IntVar(&cfg.memN, "mem-n", 1000000, "messages through the pipelined publisher and then Client.Consume in the memory measurement")
+	flag.IntVar(&cfg.memEvery, "mem-every", 100000, "live heap sample interval of the memory measurement, in messages")
+	flag.StringVar(&sections, "sections", "throughput,latency,memory", "comma-separated sections to run: throughput, latency, memory")
 	flag.BoolVar(&cfg.rawJSON, "raw-json", false, "the raw side does the JSON work a go-amqp user would: the publisher builds every message (json.Marshal of an envelope struct, two fresh UUIDs, a hand-built *amqp.Message) and the consumer json.Unmarshals every body")
 	flag.IntVar(&cfg.rawMsgs, "raw-msgs", 1, "distinct prebuilt messages the raw publisher cycles through (1: one message reused for every send; each has its own meta.id, trace id and creation time)")
 	flag.IntVar(&cfg.warmup, "warmup", 2000, "messages per side in the unmeasured warm-up round (0: none)")
-	flag.StringVar(&conc, "conc", "1,8", "comma-separated concurrencies")
+	flag.StringVar(&conc, "conc", "1,8,32", "comma-separated concurrencies of the synchronous publish scenarios")
 	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "bound on one measurement")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (labels: side, scenario, run)")
 	flag.StringVar(&cfg.memprofile, "memprofile", "", "write an allocation profile at the end to this file")
@@ -112,14 +132,32 @@ func main() {
 	cfg.out = os.Stdout
 
 	var err error
-	if cfg.conc, err = parseInts(conc); err != nil {
-		fatalf("-conc: %v", err)
+	for _, l := range []struct {
+		name string
+		in   string
+		out  *[]int
+	}{{"conc", conc, &cfg.conc}, {"windows", windows, &cfg.windows}, {"consume-conc", consConc, &cfg.consConc}, {"credits", credits, &cfg.credits}} {
+		if *l.out, err = parseInts(l.in); err != nil {
+			fatalf("-%s: %v", l.name, err)
+		}
+	}
+	cfg.sections = map[string]bool{}
+	for _, f := range strings.Split(sections, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "throughput", "latency", "memory":
+			cfg.sections[f] = true
+		case "":
+		default:
+			fatalf("-sections: unknown section %q", f)
+		}
 	}
 	switch {
 	case cfg.url == "":
 		fatalf("no broker: set ARTEMIS_URL or -url (scripts/bench starts the local one)")
-	case cfg.n < 1, cfg.segment < 1, cfg.rounds < 1, cfg.credit < 1, cfg.rawMsgs < 1, cfg.warmup < 0:
-		fatalf("-n, -segment, -rounds, -credit and -raw-msgs must be >= 1, -warmup >= 0")
+	case cfg.n < 1, cfg.segment < 1, cfg.rounds < 1, cfg.rawMsgs < 1, cfg.warmup < 0:
+		fatalf("-n, -segment, -rounds and -raw-msgs must be >= 1, -warmup >= 0")
+	case cfg.latRate < 1, cfg.latDur <= 0, cfg.memN < 1, cfg.memEvery < 1, cfg.clientConc < 0, cfg.groups < 0, cfg.groupConc < 1:
+		fatalf("-latency-rate, -latency-duration, -mem-n, -mem-every and -group-conc must be positive, -client-conc and -groups >= 0")
 	}
 	if cfg.prefix == "" {
 		cfg.prefix = "bench." + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
@@ -173,15 +211,40 @@ func parseInts(s string) ([]int, error) {
 
 // scenario is one line of the table.
 type scenario struct {
-	kind  string // publish or consume
-	conc  int
-	raw   []result // one per round
-	lib   []result
-	pairs []float64 // library / raw msg/s of each pair of segments, all rounds
+	kind   string   // publish, pipelined, consume, client-consume or grouped
+	conc   int      // goroutines, workers, or the window of a pipelined publish
+	credit int      // receiver credit of the consume kinds
+	raw    []result // one per round
+	lib    []result
+	pairs  []float64 // library / raw msg/s of each pair of segments, all rounds
 }
 
-func (s *scenario) name() string  { return fmt.Sprintf("%s c=%d", s.kind, s.conc) }
-func (s *scenario) label() string { return fmt.Sprintf("%s-c%d", s.kind, s.conc) }
+func (s *scenario) name() string {
+	switch s.kind {
+	case "pipelined":
+		return fmt.Sprintf("pipelined w=%d", s.conc)
+	case "consume":
+		return fmt.Sprintf("consume c=%d cr=%d", s.conc, s.credit)
+	case "client-consume":
+		return fmt.Sprintf("Client.Consume c=%d cr=%d", s.conc, s.credit)
+	case "grouped":
+		return fmt.Sprintf("grouped c=%d cr=%d", s.conc, s.credit)
+	}
+	return fmt.Sprintf("%s c=%d", s.kind, s.conc)
+}
+
+func (s *scenario) label() string { return fmt.Sprintf("%s-c%d-cr%d", s.kind, s.conc, s.credit) }
+
+func (s *scenario) consumes() bool { return s.kind != "publish" && s.kind != "pipelined" }
+
+// sideNames says what the two columns measure: raw go-amqp and the library,
+// or, for grouped, the library without and with message groups.
+func (s *scenario) sideNames() (string, string) {
+	if s.kind == "grouped" {
+		return "ungrouped", "grouped"
+	}
+	return "raw", "lib"
+}
 
 // result is one side of one measurement.
 type result struct {
@@ -231,18 +294,60 @@ func run(cfg *config) error {
 		return err
 	}
 	w := cfg.out
-	r := &runner{b: b, cfg: cfg, data: data, rawMsgs: rawMsgs, qRaw: cfg.prefix + ".raw", qLib: cfg.prefix + ".lib"}
-	fmt.Fprintf(w, "bench: %s; queues %s and %s\n", redact(cfg.url), r.qRaw, r.qLib)
-	fmt.Fprintf(w, "bench: %d messages per side per measurement in segments of %d, envelope %d bytes (AMQP value body), durable, credit %d, %d rounds\n",
-		cfg.n, cfg.segment, bodyLen, cfg.credit, cfg.rounds)
+	r := &runner{b: b, cfg: cfg, data: data, rawMsgs: rawMsgs, qRaw: cfg.prefix + ".raw", qLib: cfg.prefix + ".lib",
+		qUngrouped: cfg.prefix + ".ungrouped", qGrouped: cfg.prefix + ".grouped", queued: map[string]int{}}
+	fmt.Fprintf(w, "bench: %s; queues %s.*\n", redact(cfg.url), cfg.prefix)
+	fmt.Fprintf(w, "bench: %d messages per side per measurement in segments of %d, envelope %d bytes (AMQP value body), durable, %d rounds\n",
+		cfg.n, cfg.segment, bodyLen, cfg.rounds)
 	fmt.Fprintf(w, "bench: %s, GOMAXPROCS=%d, NumCPU=%d, %s\n", runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
 	fmt.Fprintf(w, "memory at start: %s\n", memLine())
+	if cfg.sections["throughput"] {
+		if err := r.throughput(); err != nil {
+			return err
+		}
+	}
+	if cfg.sections["latency"] {
+		if err := r.latency(); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	if cfg.sections["memory"] {
+		if err := r.memory(); err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	fmt.Fprintf(w, "memory at end: %s\n", memLine())
+	fmt.Fprintf(w, "peak RSS (VmHWM): %s\n", procStatus("VmHWM"))
+	return nil
+}
 
-	// For each concurrency, the publish fills the queues the consume drains.
+// scenarios are the lines of the throughput table, in the order they run.
+func (r *runner) scenarios() []*scenario {
+	cfg := r.cfg
 	var scens []*scenario
 	for _, c := range cfg.conc {
-		scens = append(scens, &scenario{kind: "publish", conc: c}, &scenario{kind: "consume", conc: c})
+		scens = append(scens, &scenario{kind: "publish", conc: c})
 	}
+	for _, w := range cfg.windows {
+		scens = append(scens, &scenario{kind: "pipelined", conc: w})
+	}
+	for _, cr := range cfg.credits {
+		for _, c := range cfg.consConc {
+			scens = append(scens, &scenario{kind: "consume", conc: c, credit: cr})
+		}
+		if cfg.clientConc > 0 {
+			scens = append(scens, &scenario{kind: "client-consume", conc: cfg.clientConc, credit: cr})
+		}
+	}
+	if cfg.groups > 0 {
+		scens = append(scens, &scenario{kind: "grouped", conc: cfg.groupConc, credit: cfg.credits[0]})
+	}
+	return scens
+}
+
+func (r *runner) throughput() error {
+	cfg, w := r.cfg, r.cfg.out
+	scens := r.scenarios()
 	if cfg.warmup > 0 {
 		start := time.Now()
 		n := min(cfg.warmup, cfg.n)
@@ -263,28 +368,50 @@ func run(cfg *config) error {
 			s.raw = append(s.raw, raw)
 			s.lib = append(s.lib, lib)
 			s.pairs = append(s.pairs, pairs...)
-			fmt.Fprintf(w, "round %d  %-12s raw %7.0f msg/s %5.1f µs CPU/msg   lib %7.0f msg/s %5.1f µs CPU/msg   ratio %.3f  segment pairs: median %.3f, min %.3f, max %.3f\n",
-				round, s.name(), raw.rate(), raw.cpuPerMsg(), lib.rate(), lib.cpuPerMsg(), lib.rate()/raw.rate(),
-				median(pairs), slices.Min(pairs), slices.Max(pairs))
+			a, b := s.sideNames()
+			fmt.Fprintf(w, "round %d  %-24s %s %7.0f msg/s %5.1f µs CPU/msg   %s %7.0f msg/s %5.1f µs CPU/msg   ratio %.3f  segment pairs: median %.3f, min %.3f, max %.3f  (%s)\n",
+				round, s.name(), a, raw.rate(), raw.cpuPerMsg(), b, lib.rate(), lib.cpuPerMsg(), lib.rate()/raw.rate(),
+				median(pairs), slices.Min(pairs), slices.Max(pairs), loadavg())
 		}
 		fmt.Fprintf(w, "round %d  memory: %s\n", round, memLine())
 	}
 
 	fmt.Fprintf(w, "\nmedians of %d rounds (%.0f s), %d messages per side per measurement, %s:\n",
 		cfg.rounds, time.Since(start).Seconds(), cfg.n, loadavg())
-	fmt.Fprintf(w, "%-12s %10s %10s %7s %8s  %11s %11s\n", "scenario", "raw msg/s", "lib msg/s", "ratio", "paired", "raw µs CPU", "lib µs CPU")
+	fmt.Fprintf(w, "%-24s %10s %10s %7s %13s %8s  %11s %11s\n", "scenario", "raw msg/s", "lib msg/s", "ratio", "round range", "paired", "raw µs CPU", "lib µs CPU")
 	for _, s := range scens {
 		rate := func(r result) float64 { return r.rate() }
 		cpu := func(r result) float64 { return r.cpuPerMsg() }
 		mr, ml := medianOf(s.raw, rate), medianOf(s.lib, rate)
-		fmt.Fprintf(w, "%-12s %10.0f %10.0f %7.3f %8.3f  %11.1f %11.1f\n", s.name(), mr, ml, ml/mr, median(s.pairs),
-			medianOf(s.raw, cpu), medianOf(s.lib, cpu))
+		ratios := make([]float64, len(s.raw))
+		for i := range s.raw {
+			ratios[i] = s.lib[i].rate() / s.raw[i].rate()
+		}
+		fmt.Fprintf(w, "%-24s %10.0f %10.0f %7.3f %6.3f–%.3f %8.3f  %11.1f %11.1f\n", s.name(), mr, ml, ml/mr,
+			slices.Min(ratios), slices.Max(ratios), median(s.pairs), medianOf(s.raw, cpu), medianOf(s.lib, cpu))
 	}
-	fmt.Fprintln(w, "ratio: median library msg/s / median raw msg/s. paired: median of library / raw over every pair of adjacent segments.")
+	fmt.Fprintln(w, "ratio: median library msg/s / median raw msg/s (grouped: grouped / ungrouped, both the library). round range: the lowest and highest per-round ratio. paired: median of library / raw over every pair of adjacent segments.")
 	fmt.Fprintln(w, "µs CPU: this process's user + system CPU time per message (median of the rounds); the broker's is not in it.")
-	fmt.Fprintf(w, "memory at end: %s\n", memLine())
-	fmt.Fprintf(w, "peak RSS (VmHWM): %s\n", procStatus("VmHWM"))
+	if ml, mr := r.syncC1(scens); ml > 0 {
+		for _, s := range scens {
+			if s.kind == "pipelined" {
+				fmt.Fprintf(w, "%s: library %.0f msg/s = %.1fx the library's synchronous publish c=1 (%.0f msg/s; raw c=1 %.0f)\n",
+					s.name(), medianOf(s.lib, func(r result) float64 { return r.rate() }), medianOf(s.lib, func(r result) float64 { return r.rate() })/ml, ml, mr)
+			}
+		}
+	}
 	return nil
+}
+
+// syncC1 is the median msg/s of the synchronous publish at c=1, library and
+// raw (0 when it was not measured).
+func (r *runner) syncC1(scens []*scenario) (lib, raw float64) {
+	for _, s := range scens {
+		if s.kind == "publish" && s.conc == 1 {
+			return medianOf(s.lib, func(r result) float64 { return r.rate() }), medianOf(s.raw, func(r result) float64 { return r.rate() })
+		}
+	}
+	return 0, 0
 }
 
 // fixtures returns the data of the library's envelopes, padded so the
@@ -318,25 +445,32 @@ func fixtures(size, k int) (payload, []*amqp.Message, int, error) {
 }
 
 type runner struct {
-	b          *broker
-	cfg        *config
-	data       payload
-	rawMsgs    []*amqp.Message
-	qRaw, qLib string
+	b                    *broker
+	cfg                  *config
+	data                 payload
+	rawMsgs              []*amqp.Message
+	qRaw, qLib           string
+	qUngrouped, qGrouped string
+	queued               map[string]int // messages in each queue, as far as this run knows
 }
 
 // side is one side of a measurement: its connection and link.
 type side struct {
 	lib    bool
+	name   string
 	queue  string
 	labels pprof.LabelSet
 	conn   *amqp.Conn
 	snd    *amqp.Sender
 	pub    *artemis.Publisher
 	rcv    *amqp.Receiver
+	client *clientSide // client-consume, library side
 }
 
 func (sd *side) close() {
+	if sd.client != nil {
+		_, _ = sd.client.stop()
+	}
 	if sd.conn != nil {
 		_ = sd.conn.Close()
 	}
@@ -344,26 +478,35 @@ func (sd *side) close() {
 
 // measure moves n messages per side in segments of seg, alternating the
 // sides, and returns each side's totals and the library / raw ratio of
-// every pair of segments.
+// every pair of segments. A consume scenario first tops each side's queue
+// up to n messages (not timed).
 //
 // The sides' goroutines, go-amqp's included, carry the pprof labels
-// side=raw|lib, scenario=<kind>-c<conc> and run=<side>/<scenario>, so a
-// profile can be split with go tool pprof -tags and -tagfocus.
+// side=raw|lib (ungrouped|grouped), scenario=<kind>-c<conc>-cr<credit> and
+// run=<side>/<scenario>, so a profile can be split with go tool pprof
+// -tags and -tagfocus.
 func (r *runner) measure(s *scenario, n, seg int) (raw, lib result, pairs []float64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
 	defer cancel()
 	var sides [2]*side
+	var names [2]string
+	names[0], names[1] = s.sideNames()
 	for i, isLib := range []bool{false, true} {
-		name := "raw"
-		if isLib {
-			name = "lib"
-		}
-		sd := &side{lib: isLib, labels: pprof.Labels("side", name, "scenario", s.label(), "run", name+"/"+s.label())}
+		sd := &side{lib: isLib, name: names[i], queue: r.queueOf(s, isLib),
+			labels: pprof.Labels("side", names[i], "scenario", s.label(), "run", names[i]+"/"+s.label())}
 		sides[i] = sd
 		defer sd.close()
-		pprof.Do(ctx, sd.labels, func(ctx context.Context) { err = r.open(ctx, sd, s.kind) })
+		if s.kind == "grouped" {
+			sd.lib = true // both columns are the library's Listen
+		}
+		if s.consumes() {
+			if err = r.topUp(ctx, sd.queue, n, s.kind == "grouped" && isLib); err != nil {
+				return raw, lib, nil, fmt.Errorf("fill %s: %w", sd.queue, err)
+			}
+		}
+		pprof.Do(ctx, sd.labels, func(ctx context.Context) { err = r.open(ctx, sd, s) })
 		if err != nil {
-			return raw, lib, nil, fmt.Errorf("%s: %w", name, err)
+			return raw, lib, nil, fmt.Errorf("%s: %w", sd.name, err)
 		}
 	}
 	totals := [2]*result{&raw, &lib}
@@ -380,62 +523,156 @@ func (r *runner) measure(s *scenario, n, seg int) (raw, lib result, pairs []floa
 				continue
 			}
 			pprof.Do(ctx, sd.labels, func(ctx context.Context) {
-				if s.kind == "publish" {
+				switch {
+				case s.kind == "publish":
 					got[j], err = r.publishSegment(ctx, sd, s.conc, k)
-				} else {
+				case s.kind == "pipelined":
+					got[j], err = r.pipelinedSegment(ctx, sd, s.conc, k)
+				case sd.client != nil:
+					got[j], err = sd.client.segment(ctx, k)
+				default:
 					got[j], err = r.consumeSegment(ctx, sd, s.conc, k)
 				}
 			})
 			if err != nil {
-				return raw, lib, nil, fmt.Errorf("%s after %d of %d messages: %w", sideName(sd.lib), totals[j].n, n, err)
+				return raw, lib, nil, fmt.Errorf("%s after %d of %d messages: %w", sd.name, totals[j].n, n, err)
 			}
 			totals[j].add(got[j])
+			if s.consumes() {
+				r.queued[sd.queue] -= got[j].n
+			} else {
+				r.queued[sd.queue] += got[j].n
+			}
 		}
 		if got[0].n > 0 && got[1].n > 0 {
 			pairs = append(pairs, got[1].rate()/got[0].rate())
 		}
 	}
+	for _, sd := range sides {
+		if sd.client != nil {
+			// Handlers held at the end of the last segment accept their
+			// messages, untimed.
+			extra, err := sd.client.stop()
+			r.queued[sd.queue] -= extra
+			if err != nil {
+				return raw, lib, pairs, fmt.Errorf("Client.Consume: %w", err)
+			}
+		}
+	}
 	return raw, lib, pairs, nil
 }
 
-func sideName(lib bool) string {
-	if lib {
-		return "library"
+func (r *runner) queueOf(s *scenario, lib bool) string {
+	switch {
+	case s.kind == "grouped" && lib:
+		return r.qGrouped
+	case s.kind == "grouped":
+		return r.qUngrouped
+	case lib:
+		return r.qLib
 	}
-	return "raw"
+	return r.qRaw
+}
+
+// topUp publishes (not timed) until queue holds at least n messages: the
+// library's envelopes, each in one of -groups message groups when grouped.
+func (r *runner) topUp(ctx context.Context, queue string, n int, grouped bool) error {
+	k := n - r.queued[queue]
+	if k <= 0 {
+		return nil
+	}
+	conn, sess, err := r.b.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	snd, err := newSender(ctx, sess, queue)
+	if err != nil {
+		return err
+	}
+	pub := artemis.NewPublisher(snd, queue)
+	receipts := make(chan *artemis.Receipt, 256)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(receipts)
+		data := r.data
+		for i := range k {
+			data.OrderID = 100000 + i%100000
+			var opts []artemis.PublishOption
+			if grouped {
+				opts = append(opts, artemis.WithGroupID(groupName(i%r.cfg.groups)))
+			}
+			rc, err := pub.PublishWithReceipt(ctx, urn, data, opts...)
+			if err != nil {
+				errc <- err
+				return
+			}
+			receipts <- rc
+		}
+	}()
+	var werr error
+	for rc := range receipts {
+		if err := rc.Wait(ctx); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	if werr != nil {
+		return werr
+	}
+	r.queued[queue] += k
+	return nil
+}
+
+func groupName(i int) string { return "group-" + strconv.Itoa(i) }
+
+func newSender(ctx context.Context, sess *amqp.Session, q string) (*amqp.Sender, error) {
+	snd, err := sess.NewSender(ctx, q, &amqp.SenderOptions{
+		TargetCapabilities: []string{"queue"},
+		SettlementMode:     amqp.SenderSettleModeUnsettled.Ptr(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach a sender to %s: %w", q, err)
+	}
+	return snd, nil
+}
+
+func newReceiver(ctx context.Context, sess *amqp.Session, q string, credit int) (*amqp.Receiver, error) {
+	rcv, err := sess.NewReceiver(ctx, q, &amqp.ReceiverOptions{
+		SourceCapabilities: []string{"queue"},
+		Credit:             int32(credit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach a receiver to %s: %w", q, err)
+	}
+	return rcv, nil
 }
 
 // open dials the side's connection and attaches its link; not timed.
-func (r *runner) open(ctx context.Context, sd *side, kind string) error {
+func (r *runner) open(ctx context.Context, sd *side, s *scenario) error {
+	if s.kind == "client-consume" && sd.lib {
+		var err error
+		sd.client, err = r.startClient(ctx, sd.queue, s.conc, s.credit)
+		return err
+	}
 	var err error
 	var sess *amqp.Session
 	if sd.conn, sess, err = r.b.dial(ctx); err != nil {
 		return err
 	}
-	q := r.qRaw
-	if sd.lib {
-		q = r.qLib
-	}
-	sd.queue = q
-	if kind == "publish" {
-		sd.snd, err = sess.NewSender(ctx, q, &amqp.SenderOptions{
-			TargetCapabilities: []string{"queue"},
-			SettlementMode:     amqp.SenderSettleModeUnsettled.Ptr(),
-		})
-		if err != nil {
-			return fmt.Errorf("attach a sender to %s: %w", q, err)
+	if !s.consumes() {
+		if sd.snd, err = newSender(ctx, sess, sd.queue); err != nil {
+			return err
 		}
-		sd.pub = artemis.NewPublisher(sd.snd, q)
+		sd.pub = artemis.NewPublisher(sd.snd, sd.queue)
 		return nil
 	}
-	sd.rcv, err = sess.NewReceiver(ctx, q, &amqp.ReceiverOptions{
-		SourceCapabilities: []string{"queue"},
-		Credit:             int32(r.cfg.credit),
-	})
-	if err != nil {
-		return fmt.Errorf("attach a receiver to %s: %w", q, err)
-	}
-	return nil
+	sd.rcv, err = newReceiver(ctx, sess, sd.queue, s.credit)
+	return err
 }
 
 // split gives worker i of c its share of n.
@@ -482,6 +719,80 @@ func (r *runner) publishSegment(ctx context.Context, sd *side, c, n int) (result
 	}
 	wg.Wait()
 	return sw.result(n), errors.Join(errs...)
+}
+
+// pipelinedSegment sends n messages from one goroutine without waiting for
+// each outcome (the library's PublishWithReceipt, go-amqp's
+// SendWithReceipt) and hands the receipts to this goroutine through a
+// channel of window places; it waits for each in order. Both sides have the
+// same structure, so the same transfers in flight (window, plus the one
+// being waited on and the one being written).
+func (r *runner) pipelinedSegment(ctx context.Context, sd *side, window, n int) (result, error) {
+	sw := startStopwatch()
+	errc := make(chan error, 1)
+	var waitErr error
+	if sd.lib {
+		receipts := make(chan *artemis.Receipt, window)
+		go func() {
+			defer close(receipts)
+			data := r.data
+			for j := range n {
+				data.OrderID = 100000 + j
+				rc, err := sd.pub.PublishWithReceipt(ctx, urn, data)
+				if err != nil {
+					errc <- err
+					return
+				}
+				receipts <- rc
+			}
+		}()
+		for rc := range receipts {
+			if err := rc.Wait(ctx); err != nil && waitErr == nil {
+				waitErr = err
+			}
+		}
+	} else {
+		receipts := make(chan amqp.SendReceipt, window)
+		go func() {
+			defer close(receipts)
+			for j := range n {
+				msg := r.rawMsgs[j%len(r.rawMsgs)]
+				var err error
+				if r.cfg.rawJSON {
+					data := r.data
+					data.OrderID = 100000 + j
+					if msg, err = buildRaw(data, sd.queue); err != nil {
+						errc <- err
+						return
+					}
+				}
+				rc, err := sd.snd.SendWithReceipt(ctx, msg, nil)
+				if err != nil {
+					errc <- err
+					return
+				}
+				receipts <- rc
+			}
+		}()
+		for rc := range receipts {
+			state, err := rc.Wait(ctx)
+			if err == nil {
+				if _, ok := state.(*amqp.StateAccepted); !ok {
+					err = fmt.Errorf("outcome %T", state)
+				}
+			}
+			if err != nil && waitErr == nil {
+				waitErr = err
+			}
+		}
+	}
+	res := sw.result(n)
+	select {
+	case err := <-errc:
+		return res, err
+	default:
+	}
+	return res, waitErr
 }
 
 // consumeSegment accepts at least n messages on the side's receiver with c

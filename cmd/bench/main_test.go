@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -81,4 +84,66 @@ func TestMedian(t *testing.T) {
 	assert.Equal(t, []float64{3, 1, 2}, in, "the input is not reordered")
 	rs := []result{{n: 100, wall: 1e9}, {n: 300, wall: 1e9}, {n: 200, wall: 1e9}}
 	assert.Equal(t, 200.0, medianOf(rs, func(r result) float64 { return r.rate() }))
+}
+
+func TestPercentile(t *testing.T) {
+	var l []time.Duration
+	for i := 1; i <= 1000; i++ {
+		l = append(l, time.Duration(1001-i)*time.Millisecond)
+	}
+	assert.Equal(t, 500*time.Millisecond, percentile(l, 0.5))
+	assert.Equal(t, 990*time.Millisecond, percentile(l, 0.99))
+	assert.Equal(t, 999*time.Millisecond, percentile(l, 0.999))
+	assert.Equal(t, time.Duration(0), percentile(nil, 0.5))
+	assert.Equal(t, 1000*time.Millisecond, l[0], "the input is not reordered")
+}
+
+func TestScenariosCoverEveryConfiguredCase(t *testing.T) {
+	r := &runner{cfg: &config{conc: []int{1, 8, 32}, windows: []int{64, 256}, consConc: []int{1, 8},
+		credits: []int{100, 1000}, clientConc: 8, groups: 64, groupConc: 8}}
+	var names []string
+	for _, s := range r.scenarios() {
+		names = append(names, s.name())
+	}
+	assert.Equal(t, []string{
+		"publish c=1", "publish c=8", "publish c=32", "pipelined w=64", "pipelined w=256",
+		"consume c=1 cr=100", "consume c=8 cr=100", "Client.Consume c=8 cr=100",
+		"consume c=1 cr=1000", "consume c=8 cr=1000", "Client.Consume c=8 cr=1000",
+		"grouped c=8 cr=100",
+	}, names)
+	assert.Equal(t, "bench.x.grouped", (&runner{qGrouped: "bench.x.grouped"}).queueOf(&scenario{kind: "grouped"}, true))
+}
+
+// The Client.Consume side's gate lets exactly k messages through per
+// segment and holds the handlers past the k-th until the next one.
+func TestClientGateCountsEachSegment(t *testing.T) {
+	cs := &clientSide{done: make(chan error, 1), quit: make(chan struct{})}
+	closed := newGate(0)
+	close(closed.full)
+	cs.cur.Store(closed)
+	const workers, deliveries = 8, 35
+	work := make(chan struct{}, deliveries)
+	for range deliveries {
+		work <- struct{}{}
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				_ = cs.handle(context.Background(), nil, nil)
+			}
+		}()
+	}
+	for range 3 {
+		res, err := cs.segment(context.Background(), 10)
+		require.NoError(t, err)
+		assert.Equal(t, 10, res.n)
+	}
+	close(cs.quit) // what stop does: the 5 left are accepted untimed
+	wg.Wait()
+	assert.Equal(t, int64(deliveries), cs.handled.Load())
+	assert.Equal(t, 30, cs.timed)
 }

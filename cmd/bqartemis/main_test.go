@@ -281,16 +281,23 @@ func TestPeekLineHasDeliveryDetails(t *testing.T) {
 	}
 }
 
-func TestApplyDeliveryFields(t *testing.T) {
-	env, _ := artemis.NewEnvelope("urn:x", map[string]any{})
-	msg, _ := artemis.NewMessage(env)
-	applyDeliveryFields(msg, "", 0, -1)
+func TestPublishDeliveryFlags(t *testing.T) {
+	_, msg, err := buildPublish("orders", "urn:x", nil, &publishFlags{priority: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if msg.Header.Priority != 4 || msg.Header.TTL != 0 || msg.Properties.GroupID != nil {
 		t.Errorf("no flags changed the message: %+v %+v", msg.Header, msg.Properties)
 	}
-	applyDeliveryFields(msg, "g", 1500*time.Microsecond, 0)
-	if msg.Header.Priority != 0 || msg.Header.TTL != time.Millisecond || *msg.Properties.GroupID != "g" || !msg.Header.Durable {
+	_, msg, err = buildPublish("orders", "urn:x", nil, &publishFlags{group: "g", ttl: 1500 * time.Millisecond, priority: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Priority != 0 || msg.Header.TTL != 1500*time.Millisecond || *msg.Properties.GroupID != "g" || !msg.Header.Durable {
 		t.Errorf("flags not applied: %+v %+v", msg.Header, msg.Properties)
+	}
+	if _, _, err := buildPublish("orders", "urn:x", nil, &publishFlags{priority: 10}); err == nil {
+		t.Error("priority 10 was not refused")
 	}
 }
 

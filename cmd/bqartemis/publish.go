@@ -70,32 +70,16 @@ func (p *publishFlags) options() []artemis.PublishOption {
 	if p.dupDetect {
 		opts = append(opts, artemis.WithDuplicateDetection())
 	}
+	if p.group != "" {
+		opts = append(opts, artemis.WithGroupID(p.group))
+	}
+	if p.ttl > 0 {
+		opts = append(opts, artemis.WithTTL(p.ttl))
+	}
+	if p.priority >= 0 {
+		opts = append(opts, artemis.WithPriority(p.priority))
+	}
 	return opts
-}
-
-// applyDeliveryFields sets what the library has no publish option for yet
-// (group, TTL, priority) on the projected message, as the contract's
-// section 2 places them: properties.group-id, header ttl (ms), header
-// priority. When WithGroupID, WithTTL and WithPriority exist, this
-// function becomes three more entries in options.
-func applyDeliveryFields(msg *amqp.Message, group string, ttl time.Duration, priority int) {
-	if group != "" {
-		if msg.Properties == nil {
-			msg.Properties = &amqp.MessageProperties{}
-		}
-		msg.Properties.GroupID = &group
-	}
-	if ttl > 0 || priority >= 0 {
-		if msg.Header == nil {
-			msg.Header = &amqp.MessageHeader{Durable: true, Priority: 4}
-		}
-		if ttl > 0 {
-			msg.Header.TTL = ttl.Truncate(time.Millisecond)
-		}
-		if priority >= 0 {
-			msg.Header.Priority = uint8(priority)
-		}
-	}
 }
 
 // buildPublish makes the envelope and its message for queue.
@@ -122,7 +106,6 @@ func buildPublish(queue, urn string, data []byte, p *publishFlags) (*artemis.Env
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
-	applyDeliveryFields(msg, p.group, p.ttl, p.priority)
 	return env, msg, nil
 }
 

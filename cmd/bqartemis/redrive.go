@@ -113,16 +113,11 @@ func redriveMessage(r *record, src *amqp.Message, dlq string) (*amqp.Message, er
 	env.Attempts, env.DeadLetter = 0, nil
 	hdrs := outOfBandHeaders(src)
 	hdrs[artemis.PropDuplicateID] = redriveID(dlq, r)
-	msg, err := artemis.NewMessage(&env, artemis.WithHeaders(hdrs))
-	if err != nil {
-		return nil, err
-	}
-	group := ""
+	opts := []artemis.PublishOption{artemis.WithHeaders(hdrs)}
 	if p := src.Properties; p != nil && p.GroupID != nil {
-		group = *p.GroupID
+		opts = append(opts, artemis.WithGroupID(*p.GroupID))
 	}
-	applyDeliveryFields(msg, group, 0, -1)
-	return msg, nil
+	return artemis.NewMessage(&env, opts...)
 }
 
 // redriveID is the duplicate id of a redriven copy. It is the same for the

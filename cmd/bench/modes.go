@@ -1,0 +1,473 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/go-amqp"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+)
+
+// clientSide runs Client.Consume for a whole measurement, with a handler
+// that counts and holds: a segment opens a gate of k messages, and the
+// handlers past the k-th wait for the next one. So the receiver stays
+// attached, with its credit, from segment to segment, as the raw side's.
+type clientSide struct {
+	client  *artemis.Client
+	cancel  context.CancelFunc
+	done    chan error
+	cur     atomic.Pointer[gate]
+	handled atomic.Int64 // every accepted message
+	timed   int          // the messages of the segments
+	quit    chan struct{}
+	stopped bool
+}
+
+type gate struct {
+	target int64
+	count  atomic.Int64
+	full   chan struct{} // closed at the target-th message
+	next   chan struct{} // closed when the next gate is in place
+}
+
+func newGate(target int) *gate {
+	return &gate{target: int64(target), full: make(chan struct{}), next: make(chan struct{})}
+}
+
+func (r *runner) startClient(ctx context.Context, queue string, conc, credit int) (*clientSide, error) {
+	c, err := artemis.Dial(ctx, []string{r.cfg.url}, &artemis.ClientOptions{ConnOptions: &amqp.ConnOptions{ContainerID: "babelqueue-bench-client"}})
+	if err != nil {
+		return nil, err
+	}
+	cs := &clientSide{client: c, done: make(chan error, 1), quit: make(chan struct{})}
+	closed := newGate(0)
+	close(closed.full)
+	cs.cur.Store(closed)
+	cons, err := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, artemis.WithConcurrency(conc))
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cs.cancel = cancel
+	go func() {
+		cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true})
+	}()
+	return cs, nil
+}
+
+func (cs *clientSide) handle(context.Context, *artemis.Envelope, *amqp.Message) error {
+	for {
+		g := cs.cur.Load()
+		if n := g.count.Add(1); n <= g.target {
+			if n == g.target {
+				close(g.full)
+			}
+			cs.handled.Add(1)
+			return nil
+		}
+		select {
+		case <-g.next:
+		case <-cs.quit:
+			cs.handled.Add(1)
+			return nil
+		}
+	}
+}
+
+// segment lets k messages through and times them.
+func (cs *clientSide) segment(ctx context.Context, k int) (result, error) {
+	g := newGate(k)
+	cs.timed += k
+	prev := cs.cur.Swap(g)
+	sw := startStopwatch()
+	close(prev.next)
+	select {
+	case <-g.full:
+		return sw.result(k), nil
+	case err := <-cs.done:
+		return sw.result(int(g.count.Load())), fmt.Errorf("Client.Consume returned: %w", err)
+	case <-ctx.Done():
+		return sw.result(int(g.count.Load())), ctx.Err()
+	}
+}
+
+// stop ends Consume and returns how many messages the handlers accepted
+// beyond the segments' (held at the end of the last one), and what Consume
+// returned.
+func (cs *clientSide) stop() (int, error) {
+	if cs.stopped {
+		return 0, nil
+	}
+	cs.stopped = true
+	close(cs.quit)
+	cs.cancel()
+	err := <-cs.done
+	_ = cs.client.Close()
+	return int(cs.handled.Load()) - cs.timed, err
+}
+
+// latency publishes at a fixed rate and measures, per message, the time
+// from the start of the publish call to the entry of the handler (raw: to
+// Receive returning it), the two sides in alternating segments.
+func (r *runner) latency() error {
+	cfg, w := r.cfg, r.cfg.out
+	const segments = 4 // per side
+	segDur := cfg.latDur / segments
+	perSeg := int(float64(cfg.latRate) * segDur.Seconds())
+	fmt.Fprintf(w, "\nlatency: %d msg/s for %s per side, in %d segments of %d messages per side, alternating; publish pipelined (PublishWithReceipt / SendWithReceipt), consume with 1 worker, credit 100; %s\n",
+		cfg.latRate, cfg.latDur, segments, perSeg, loadavg())
+	var all [2][]time.Duration
+	var p99s [2][]float64
+	for i := range segments * 2 {
+		// raw, lib, lib, raw, raw, lib, lib, raw
+		j := []int{0, 1, 1, 0}[i%4]
+		lat, err := r.latencySegment(j == 1, perSeg)
+		if err != nil {
+			return err
+		}
+		all[j] = append(all[j], lat...)
+		p99s[j] = append(p99s[j], ms(percentile(lat, 0.99)))
+	}
+	fmt.Fprintf(w, "%-6s %9s %9s %9s %9s  %s\n", "side", "p50 ms", "p99 ms", "p999 ms", "max ms", "p99 per segment (ms)")
+	for j, name := range []string{"raw", "lib"} {
+		l := all[j]
+		fmt.Fprintf(w, "%-6s %9.2f %9.2f %9.2f %9.2f  %v\n", name, ms(percentile(l, 0.5)), ms(percentile(l, 0.99)), ms(percentile(l, 0.999)), ms(slices.Max(l)), fmtFloats(p99s[j]))
+	}
+	fmt.Fprintf(w, "lib / raw: p50 %.2f, p99 %.2f, p999 %.2f (%d and %d messages; %s)\n",
+		percentile(all[1], 0.5).Seconds()/percentile(all[0], 0.5).Seconds(),
+		percentile(all[1], 0.99).Seconds()/percentile(all[0], 0.99).Seconds(),
+		percentile(all[1], 0.999).Seconds()/percentile(all[0], 0.999).Seconds(), len(all[0]), len(all[1]), loadavg())
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fmtFloats(v []float64) string {
+	s := ""
+	for i, f := range v {
+		if i > 0 {
+			s += " "
+		}
+		s += strconv.FormatFloat(f, 'f', 2, 64)
+	}
+	return s
+}
+
+// percentile of the sorted copy of l (nearest rank).
+func percentile(l []time.Duration, p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// latencySegment publishes n messages at the configured rate on one side
+// and returns each one's latency.
+func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
+	defer cancel()
+	q := r.cfg.prefix + ".latency.raw"
+	if lib {
+		q = r.cfg.prefix + ".latency.lib"
+	}
+	pconn, psess, err := r.b.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pconn.Close()
+	cconn, csess, err := r.b.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cconn.Close()
+	snd, err := newSender(ctx, psess, q)
+	if err != nil {
+		return nil, err
+	}
+	rcv, err := newReceiver(ctx, csess, q, 100)
+	if err != nil {
+		return nil, err
+	}
+
+	var mu sync.Mutex
+	starts := make(map[string]time.Time, n)
+	entries := make(map[string]time.Time, n)
+	got := make(chan struct{})
+	var count atomic.Int64
+	seen := func(id string, at time.Time) {
+		mu.Lock()
+		entries[id] = at
+		mu.Unlock()
+		if count.Add(1) == int64(n) {
+			close(got)
+		}
+	}
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumed := make(chan error, 1)
+	if lib {
+		cons, err := artemis.NewConsumer(artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			seen(env.Meta.ID, time.Now())
+			return nil
+		}})
+		if err != nil {
+			stopConsumer()
+			return nil, err
+		}
+		go func() { consumed <- cons.Listen(cctx, rcv) }()
+	} else {
+		go func() {
+			for {
+				msg, err := rcv.Receive(cctx, nil)
+				if err != nil {
+					consumed <- nil
+					return
+				}
+				at := time.Now()
+				id, _ := msg.Properties.MessageID.(string)
+				seen(id, at)
+				if err := rcv.AcceptMessage(context.Background(), msg); err != nil {
+					consumed <- err
+					return
+				}
+			}
+		}()
+	}
+
+	// The raw side sends one prebuilt message, its message-id set per send
+	// (go-amqp encodes it during the call).
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "lat-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	rawMsg := *r.rawMsgs[0]
+	props := *rawMsg.Properties
+	rawMsg.Properties = &props
+
+	var pub *artemis.Publisher
+	if lib {
+		pub = artemis.NewPublisher(snd, q)
+	}
+	waitErr := make(chan error, 1)
+	libReceipts := make(chan *artemis.Receipt, 1024)
+	rawReceipts := make(chan amqp.SendReceipt, 1024)
+	go func() {
+		var first error
+		if lib {
+			for rc := range libReceipts {
+				if err := rc.Wait(ctx); err != nil && first == nil {
+					first = err
+				}
+			}
+		} else {
+			for rc := range rawReceipts {
+				if _, err := rc.Wait(ctx); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+		waitErr <- first
+	}()
+	interval := time.Second / time.Duration(r.cfg.latRate)
+	t0 := time.Now()
+	var sendErr error
+	data := r.data
+	for i := range n {
+		if d := time.Until(t0.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		start := time.Now()
+		if lib {
+			data.OrderID = 100000 + i
+			env, err := artemis.NewEnvelope(urn, data, artemis.EnvelopeQueue(q))
+			if err != nil {
+				sendErr = err
+				break
+			}
+			mu.Lock()
+			starts[env.Meta.ID] = start
+			mu.Unlock()
+			rc, err := pub.PublishEnvelopeWithReceipt(ctx, env)
+			if err != nil {
+				sendErr = err
+				break
+			}
+			libReceipts <- rc
+		} else {
+			mu.Lock()
+			starts[ids[i]] = start
+			mu.Unlock()
+			props.MessageID = ids[i]
+			rc, err := snd.SendWithReceipt(ctx, &rawMsg, nil)
+			if err != nil {
+				sendErr = err
+				break
+			}
+			rawReceipts <- rc
+		}
+	}
+	close(libReceipts)
+	close(rawReceipts)
+	if err := <-waitErr; err != nil && sendErr == nil {
+		sendErr = err
+	}
+	if sendErr != nil {
+		stopConsumer()
+		return nil, sendErr
+	}
+	select {
+	case <-got:
+	case <-ctx.Done():
+		stopConsumer()
+		return nil, fmt.Errorf("received %d of %d: %w", count.Load(), n, ctx.Err())
+	}
+	stopConsumer()
+	if err := <-consumed; err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, n)
+	for id, at := range entries {
+		s, ok := starts[id]
+		if !ok {
+			return nil, fmt.Errorf("received %q, which this segment did not publish", id)
+		}
+		lat = append(lat, at.Sub(s))
+	}
+	return lat, nil
+}
+
+// memory sends memN messages through the pipelined publisher (window 256)
+// and then consumes them with Client.Consume (8 workers), and prints the
+// live heap after a collection every memEvery messages.
+func (r *runner) memory() error {
+	cfg, w := r.cfg, r.cfg.out
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	q := cfg.prefix + ".memory"
+	fmt.Fprintf(w, "\nmemory: %d messages through PublishWithReceipt (window 256), then Client.Consume (8 workers, default credit); live heap (HeapAlloc after runtime.GC) every %d; %s\n",
+		cfg.memN, cfg.memEvery, loadavg())
+	conn, sess, err := r.b.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	snd, err := newSender(ctx, sess, q)
+	if err != nil {
+		return err
+	}
+	pub := artemis.NewPublisher(snd, q)
+	receipts := make(chan *artemis.Receipt, 256)
+	errc := make(chan error, 1)
+	var pubSamples []uint64
+	start := time.Now()
+	go func() {
+		defer close(receipts)
+		data := r.data
+		for i := range cfg.memN {
+			data.OrderID = 100000 + i%100000
+			rc, err := pub.PublishWithReceipt(ctx, urn, data)
+			if err != nil {
+				errc <- err
+				return
+			}
+			receipts <- rc
+		}
+	}()
+	done := 0
+	for rc := range receipts {
+		if err := rc.Wait(ctx); err != nil {
+			return err
+		}
+		if done++; done%cfg.memEvery == 0 {
+			pubSamples = append(pubSamples, liveHeap())
+		}
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	fmt.Fprintf(w, "publish %d in %.0f s (%.0f msg/s); live heap MiB: %s; last / first %.2f (%s)\n", cfg.memN, time.Since(start).Seconds(),
+		float64(cfg.memN)/time.Since(start).Seconds(), mibs(pubSamples), float64(pubSamples[len(pubSamples)-1])/float64(pubSamples[0]), loadavg())
+
+	c, err := artemis.Dial(ctx, []string{cfg.url}, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var count atomic.Int64
+	sample := make(chan struct{}, 16)
+	finished := make(chan struct{})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+		n := count.Add(1)
+		if n%int64(cfg.memEvery) == 0 {
+			sample <- struct{}{}
+		}
+		if n == int64(cfg.memN) {
+			close(finished)
+		}
+		return nil
+	}}, artemis.WithConcurrency(8))
+	if err != nil {
+		return err
+	}
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	consumed := make(chan error, 1)
+	start = time.Now()
+	go func() { consumed <- c.Consume(cctx, q, cons, nil) }()
+	var conSamples []uint64
+	for len(conSamples) < cfg.memN/cfg.memEvery {
+		select {
+		case <-sample:
+			conSamples = append(conSamples, liveHeap())
+		case err := <-consumed:
+			return fmt.Errorf("Client.Consume returned after %d messages: %w", count.Load(), err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	<-finished
+	el := time.Since(start)
+	stop()
+	if err := <-consumed; err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Client.Consume %d in %.0f s (%.0f msg/s); live heap MiB: %s; last / first %.2f (%s)\n", cfg.memN, el.Seconds(),
+		float64(cfg.memN)/el.Seconds(), mibs(conSamples), float64(conSamples[len(conSamples)-1])/float64(conSamples[0]), loadavg())
+	if len(pubSamples) == 0 || len(conSamples) == 0 {
+		return errors.New("no samples")
+	}
+	return nil
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func mibs(v []uint64) string {
+	s := ""
+	for i, b := range v {
+		if i > 0 {
+			s += " "
+		}
+		s += strconv.FormatFloat(float64(b)/(1<<20), 'f', 2, 64)
+	}
+	return s
+}

@@ -1,0 +1,221 @@
+// Pipelined publishing: PublishWithReceipt writes a transfer and returns a
+// Receipt; the broker's outcome is awaited later.
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// PublishWithReceipt builds an envelope for urn and data, as Publish does,
+// writes the transfer and returns at once, without waiting for the broker's
+// outcome: Receipt.Wait does that. Everything Publish does to the message
+// (the section 2 projection, headers, delay, trace id, the other options)
+// holds. An error here means nothing was sent: the envelope or an option
+// was refused, or the transfer could not be written.
+//
+// Over an *amqp.Sender the transfer is written with SendWithReceipt, which
+// blocks while the link has no credit: the transfers in flight are bounded
+// by the credit the broker grants the link (Artemis: 1,000 by default).
+// Over any other Sender (an OutcomeSender, a plain Sender, a fake),
+// PublishWithReceipt sends and waits for the outcome before it returns, and
+// the receipt is already resolved; a ClientPublisher's receipts are
+// pipelined (see Client.Publisher).
+//
+// Every receipt is resolved, whether or not anyone waits on it: a goroutine
+// of the Publisher (started when a receipt is pending, gone when none is)
+// waits for the outcomes in the order the transfers were written. The
+// outcome goes to the WithOnOutcome callback when there is one; without
+// one, a failure of a receipt whose Wait was never called is logged to
+// slog.Default() at warn level, so nothing is lost silently.
+// A receipt never waited on is collected as garbage once resolved.
+//
+// Safe for concurrent use when the Sender is (*amqp.Sender is).
+func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
+	cfg := p.config(opts)
+	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
+	if err != nil {
+		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
+		return nil, err
+	}
+	return p.publishWithReceipt(ctx, env, cfg)
+}
+
+// PublishEnvelopeWithReceipt is PublishEnvelope with a receipt: it sends an
+// envelope that is already built and returns once the transfer is written.
+// See PublishWithReceipt.
+func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *Envelope, opts ...PublishOption) (*Receipt, error) {
+	return p.publishWithReceipt(ctx, env, p.config(opts))
+}
+
+func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *publishConfig) (*Receipt, error) {
+	var pt pendingTransfer
+	var err error
+	var start time.Time
+	if cfg.observer != nil {
+		start = cfg.clock()
+	}
+	if _, ok := p.sender.(*amqp.Sender); ok {
+		pt, err = p.startReused(ctx, p.sender, env, cfg)
+	} else {
+		var msg *amqp.Message
+		if msg, err = newMessage(env, cfg); err != nil {
+			cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
+			return nil, err
+		}
+		pt, err = startTransfer(ctx, p.sender, msg)
+	}
+	if err != nil {
+		if !isRefusal(err) {
+			err = p.publishError(env.Job, err)
+		}
+		if cfg.onOutcome != nil {
+			cfg.onOutcome(env.Meta.ID, err)
+		}
+		cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
+		return nil, err
+	}
+	r := &Receipt{id: env.Meta.ID, urn: env.Job, pub: p, onOutcome: cfg.onOutcome, done: make(chan struct{})}
+	if cfg.observer != nil {
+		r.observed, r.start = cfg, start
+	}
+	if !pt.hasReceipt && pt.later == nil {
+		r.resolve(pt.state, nil) // the outcome came with the send
+		return r, nil
+	}
+	r.pending = pt
+	p.receipts.add(r)
+	return r, nil
+}
+
+// Receipt is the pending outcome of one transfer written by
+// PublishWithReceipt. Its methods are safe for concurrent use.
+type Receipt struct {
+	id        string
+	urn       string
+	pub       *Publisher
+	onOutcome func(id string, err error)
+	pending   pendingTransfer // waited on by the Publisher's resolver only
+	observed  *publishConfig  // its observer hears the outcome (nil: none)
+	start     time.Time       // when the publish began, for the observer
+
+	waited atomic.Bool   // Wait was called
+	done   chan struct{} // closed once err is set
+	err    error
+}
+
+// ID returns the envelope's meta.id, known as soon as the transfer is
+// written.
+func (r *Receipt) ID() string { return r.id }
+
+// Wait blocks until the broker's outcome of the transfer is known, or ctx
+// ends. It returns nil only when the broker accepted the transfer; a
+// rejected, released or modified outcome is an error matching
+// ErrNotAccepted, a link or connection lost before the outcome came is
+// that error (from a ClientPublisher: matching ErrOutcomeUnknown), as
+// Publish returns them. When ctx ends first, Wait returns ctx's error and
+// the receipt stays pending: Wait may be called again, and the outcome is
+// still reported (see PublishWithReceipt). Once resolved, every Wait
+// returns the same result.
+func (r *Receipt) Wait(ctx context.Context) error {
+	r.waited.Store(true)
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return r.pub.publishError(r.urn, ctx.Err())
+	}
+}
+
+// Done returns a channel that is closed once the outcome is known (Wait then
+// returns at once), for a select over many receipts.
+func (r *Receipt) Done() <-chan struct{} { return r.done }
+
+// resolve records the outcome and reports it: to the WithOnOutcome
+// callback, else a failure nobody is waiting for goes to slog.Default().
+func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
+	if err == nil {
+		err = outcomeError(state)
+	}
+	if err != nil {
+		err = r.pub.publishError(r.urn, err)
+	}
+	r.err = err
+	close(r.done)
+	if r.observed != nil {
+		r.observed.observePublish(r.pub.queue, r.urn, r.id, r.start, err)
+	}
+	switch {
+	case r.onOutcome != nil:
+		r.onOutcome(r.id, err)
+	case err != nil && !r.waited.Load():
+		slog.Default().Warn("publish not confirmed, receipt not waited on",
+			"queue", r.pub.queue, "urn", r.urn, "message_id", r.id, "error", err)
+	}
+}
+
+// resolver waits for the outcomes of a Publisher's pending receipts, in the
+// order they were written, on one goroutine that runs while any is
+// pending. One goroutine for all keeps the cost per receipt at a slice
+// append; the broker settles a link's transfers in order, so waiting in
+// order does not hold a settled receipt behind an unsettled one for long.
+type resolver struct {
+	mu      sync.Mutex
+	queue   []*Receipt // pending, in the order written
+	spare   []*Receipt // the array of the batch before, for the next
+	running bool
+}
+
+func (q *resolver) add(r *Receipt) {
+	q.mu.Lock()
+	q.queue = append(q.queue, r)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go q.run()
+	}
+}
+
+func (q *resolver) run() {
+	for {
+		q.mu.Lock()
+		batch := q.queue
+		if len(batch) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.queue = q.spare[:0]
+		q.mu.Unlock()
+		for i, r := range batch {
+			// The wait ends with the outcome, or when the link or connection
+			// is gone: go-amqp then fails every pending receipt.
+			state, err := r.pending.wait(context.Background())
+			r.pending = pendingTransfer{}
+			batch[i] = nil
+			r.resolve(state, err)
+		}
+		q.mu.Lock()
+		q.spare = batch[:0]
+		q.mu.Unlock()
+	}
+}
+
+// isRefusal reports an error about the input (the envelope or an option),
+// returned as it is rather than as a failed publish.
+func isRefusal(err error) bool {
+	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrInvalidEnvelope)
+}

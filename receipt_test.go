@@ -1,0 +1,454 @@
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+)
+
+// pipeSender is a pendingSender whose transfers are written at once and
+// whose outcomes the test gives later, one by one, in any order: a link
+// with receipts, as an *amqp.Sender has.
+type pipeSender struct {
+	mu      sync.Mutex
+	written []*amqp.Message
+	waits   map[string]chan outcomeOf // by message-id
+	writeFn func(*amqp.Message) error // nil: every write succeeds
+}
+
+type outcomeOf struct {
+	state amqp.DeliveryState
+	err   error
+}
+
+func newPipeSender() *pipeSender { return &pipeSender{waits: map[string]chan outcomeOf{}} }
+
+func (s *pipeSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	panic("PublishWithReceipt must write through startOutcome")
+}
+
+func (s *pipeSender) startOutcome(_ context.Context, msg *amqp.Message) (pendingTransfer, error) {
+	if s.writeFn != nil {
+		if err := s.writeFn(msg); err != nil {
+			return pendingTransfer{}, err
+		}
+	}
+	ch := s.channel(msg.Properties.MessageID.(string))
+	s.mu.Lock()
+	s.written = append(s.written, msg)
+	s.mu.Unlock()
+	var got *outcomeOf
+	return pendingTransfer{later: func(ctx context.Context) (amqp.DeliveryState, error) {
+		if got != nil {
+			return got.state, got.err
+		}
+		select {
+		case o := <-ch:
+			got = &o
+			return o.state, o.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}, nil
+}
+
+func (s *pipeSender) channel(id string) chan outcomeOf {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.waits[id]
+	if !ok {
+		ch = make(chan outcomeOf, 1)
+		s.waits[id] = ch
+	}
+	return ch
+}
+
+// settle gives the transfer of message id its outcome.
+func (s *pipeSender) settle(id string, state amqp.DeliveryState, err error) {
+	s.channel(id) <- outcomeOf{state, err}
+}
+
+func (s *pipeSender) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.written)
+}
+
+func TestReceiptWaitReturnsTheBrokersOutcome(t *testing.T) {
+	linkErr := &amqp.LinkError{}
+	cases := map[string]struct {
+		state       amqp.DeliveryState
+		err         error
+		notAccepted bool
+	}{
+		"accepted":  {state: &amqp.StateAccepted{}},
+		"rejected":  {state: &amqp.StateRejected{Error: &amqp.Error{Condition: "amqp:resource-limit-exceeded"}}, notAccepted: true},
+		"released":  {state: &amqp.StateReleased{}, notAccepted: true},
+		"modified":  {state: &amqp.StateModified{DeliveryFailed: true}, notAccepted: true},
+		"link lost": {err: linkErr},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newPipeSender()
+			p := NewPublisher(s, "orders")
+			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1})
+			require.NoError(t, err)
+			require.NotEmpty(t, r.ID())
+			select {
+			case <-r.Done():
+				t.Fatal("resolved before the broker answered")
+			default:
+			}
+			s.settle(r.ID(), tc.state, tc.err)
+			err = r.Wait(context.Background())
+			switch {
+			case tc.err != nil:
+				require.Error(t, err)
+				assert.ErrorIs(t, err, linkErr)
+				assert.NotErrorIs(t, err, ErrNotAccepted)
+			case tc.notAccepted:
+				require.ErrorIs(t, err, ErrNotAccepted)
+				var oe *OutcomeError
+				require.ErrorAs(t, err, &oe)
+				assert.Equal(t, tc.state, oe.State)
+				assert.Contains(t, err.Error(), "publish "+urnCreated+" to orders")
+			default:
+				assert.NoError(t, err)
+			}
+			assert.Equal(t, err, r.Wait(context.Background()), "a resolved receipt answers the same every time")
+		})
+	}
+}
+
+func TestReceiptWaitEndsWithItsContextAndTheOutcomeStillComes(t *testing.T) {
+	s := newPipeSender()
+	var mu sync.Mutex
+	var reported []error
+	done := make(chan struct{})
+	p := NewPublisher(s, "orders", WithOnOutcome(func(id string, err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+		close(done)
+	}))
+	r, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	err = r.Wait(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	s.settle(r.ID(), &amqp.StateAccepted{}, nil)
+	require.NoError(t, r.Wait(context.Background()), "waiting again gets the outcome")
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []error{nil}, reported, "reported once, as accepted")
+}
+
+func TestReceiptsNobodyWaitsOnAreReported(t *testing.T) {
+	t.Run("to WithOnOutcome", func(t *testing.T) {
+		s := newPipeSender()
+		var mu sync.Mutex
+		got := map[string]error{}
+		var wg sync.WaitGroup
+		p := NewPublisher(s, "orders", WithOnOutcome(func(id string, err error) {
+			mu.Lock()
+			_, twice := got[id]
+			got[id] = err
+			mu.Unlock()
+			assert.False(t, twice, "reported twice: %s", id)
+			wg.Done()
+		}))
+		var ids []string
+		for i := range 20 {
+			wg.Add(1)
+			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"i": i})
+			require.NoError(t, err)
+			ids = append(ids, r.ID())
+		}
+		for i, id := range ids {
+			if i%3 == 0 {
+				s.settle(id, &amqp.StateReleased{}, nil)
+			} else {
+				s.settle(id, &amqp.StateAccepted{}, nil)
+			}
+		}
+		wg.Wait()
+		require.Len(t, got, 20)
+		for i, id := range ids {
+			if i%3 == 0 {
+				assert.ErrorIs(t, got[id], ErrNotAccepted, id)
+			} else {
+				assert.NoError(t, got[id], id)
+			}
+		}
+	})
+	t.Run("failures to slog.Default without a callback", func(t *testing.T) {
+		var buf fakelink.LogBuffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+		defer slog.SetDefault(prev)
+
+		s := newPipeSender()
+		p := NewPublisher(s, "orders")
+		ok, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		require.NoError(t, err)
+		lost, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		require.NoError(t, err)
+		waited, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		require.NoError(t, err)
+		// A Wait that gave up (its ctx ended) still counts: the caller has
+		// seen the receipt and knows to ask again.
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.ErrorIs(t, waited.Wait(ended), context.Canceled)
+		s.settle(ok.ID(), &amqp.StateAccepted{}, nil)
+		s.settle(lost.ID(), &amqp.StateRejected{}, nil)
+		s.settle(waited.ID(), &amqp.StateReleased{}, nil)
+		require.ErrorIs(t, waited.Wait(context.Background()), ErrNotAccepted)
+		<-lost.Done()
+		<-ok.Done()
+		log := buf.String()
+		assert.Contains(t, log, "level=WARN")
+		assert.Contains(t, log, lost.ID())
+		assert.NotContains(t, log, ok.ID(), "an accepted publish is not logged")
+		assert.NotContains(t, log, waited.ID(), "the waiter has the error")
+		assert.Equal(t, 1, strings.Count(log, "\n"), log)
+	})
+}
+
+// Many goroutines publish with receipts while the broker answers in a random
+// order: every receipt gets its own transfer's outcome.
+func TestPublishWithReceiptConcurrentOutOfOrderOutcomes(t *testing.T) {
+	s := newPipeSender()
+	p := NewPublisher(s, "orders")
+	const workers, each = 8, 50
+	type sent struct {
+		r    *Receipt
+		want bool // accepted
+	}
+	results := make(chan sent, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"w": w, "i": i})
+				if !assert.NoError(t, err) {
+					return
+				}
+				results <- sent{r: r}
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	var all []sent
+	for r := range results {
+		all = append(all, r)
+	}
+	require.Len(t, all, workers*each)
+	require.Equal(t, workers*each, s.count())
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	ids := map[string]bool{}
+	for i := range all {
+		all[i].want = rng.IntN(2) == 0
+		ids[all[i].r.ID()] = true
+		if all[i].want {
+			s.settle(all[i].r.ID(), &amqp.StateAccepted{}, nil)
+		} else {
+			s.settle(all[i].r.ID(), &amqp.StateRejected{}, nil)
+		}
+	}
+	require.Len(t, ids, workers*each, "every receipt has its own meta.id")
+	for _, x := range all {
+		err := x.r.Wait(context.Background())
+		if x.want {
+			assert.NoError(t, err)
+		} else {
+			assert.ErrorIs(t, err, ErrNotAccepted)
+		}
+	}
+}
+
+// Over a Sender that answers synchronously, the receipt is resolved when
+// PublishWithReceipt returns.
+func TestPublishWithReceiptOverASynchronousSender(t *testing.T) {
+	for name, out := range map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
+		"accept": fakelink.Accept, "reject": fakelink.Reject,
+	} {
+		for _, plain := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s plain=%v", name, plain), func(t *testing.T) {
+				fs := &fakelink.Sender{Outcome: out}
+				var s Sender = fs
+				if plain {
+					s = fakelink.PlainSender{S: fs}
+				}
+				r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), urnCreated, nil)
+				if plain && name == "reject" {
+					// A plain Sender's Send fails on a rejection: nothing to wait for.
+					require.Error(t, err)
+					assert.Nil(t, r)
+					return
+				}
+				require.NoError(t, err)
+				select {
+				case <-r.Done():
+				default:
+					t.Fatal("not resolved")
+				}
+				require.Len(t, fs.Sent(), 1)
+				assert.Equal(t, r.ID(), fs.Sent()[0].Properties.MessageID)
+				if name == "reject" {
+					assert.ErrorIs(t, r.Wait(context.Background()), ErrNotAccepted)
+				} else {
+					assert.NoError(t, r.Wait(context.Background()))
+				}
+			})
+		}
+	}
+	t.Run("closed link", func(t *testing.T) {
+		fs := &fakelink.Sender{Outcome: fakelink.Closed}
+		var reported error
+		r, err := NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), urnCreated, nil,
+			WithOnOutcome(func(_ string, err error) { reported = err }))
+		require.ErrorIs(t, err, fakelink.ErrLinkClosed)
+		assert.Nil(t, r)
+		assert.Equal(t, err, reported, "the failure is reported once")
+	})
+}
+
+func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
+	s := newPipeSender()
+	p := NewPublisher(s, "orders")
+	cases := map[string]struct {
+		urn  string
+		opts []PublishOption
+		want error
+	}{
+		"blank URN":       {urn: " ", want: ErrInvalidEnvelope},
+		"priority 10":     {urn: urnCreated, opts: []PublishOption{WithPriority(10)}, want: ErrInvalidConfig},
+		"negative TTL":    {urn: urnCreated, opts: []PublishOption{WithTTL(-time.Second)}, want: ErrInvalidConfig},
+		"foreign traceID": {urn: urnCreated, opts: []PublishOption{WithTraceID("t")}, want: nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			before := s.count()
+			r, err := p.PublishWithReceipt(context.Background(), tc.urn, nil, tc.opts...)
+			if tc.want == nil {
+				require.NoError(t, err)
+				s.settle(r.ID(), &amqp.StateAccepted{}, nil)
+				require.NoError(t, r.Wait(context.Background()))
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			assert.Nil(t, r)
+			assert.Equal(t, before, s.count(), "nothing written")
+		})
+	}
+	t.Run("envelope with another trace id", func(t *testing.T) {
+		env, err := NewEnvelope(urnCreated, nil, EnvelopeTraceID("mine"))
+		require.NoError(t, err)
+		_, err = p.PublishEnvelopeWithReceipt(context.Background(), env, WithTraceID("other"))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		r, err := p.PublishEnvelopeWithReceipt(context.Background(), env)
+		require.NoError(t, err)
+		assert.Equal(t, env.Meta.ID, r.ID())
+		s.settle(r.ID(), &amqp.StateAccepted{}, nil)
+		require.NoError(t, r.Wait(context.Background()))
+	})
+	t.Run("write fails", func(t *testing.T) {
+		boom := errors.New("write failed")
+		s := newPipeSender()
+		s.writeFn = func(*amqp.Message) error { return boom }
+		r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), urnCreated, nil)
+		require.ErrorIs(t, err, boom)
+		assert.Nil(t, r)
+	})
+}
+
+// The receipt's message is the one Publish sends: the same projection and
+// options.
+func TestPublishWithReceiptSendsWhatPublishSends(t *testing.T) {
+	s := newPipeSender()
+	p := NewPublisher(s, "orders", WithPriority(8))
+	opts := []PublishOption{WithHeaders(map[string]string{"traceparent": "00-a-b-01"}), WithTTL(time.Minute),
+		WithGroupID("customer-7"), WithDuplicateDetection(), WithTraceID("trace-1"), WithDelay(time.Hour)}
+	r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
+	require.NoError(t, err)
+	s.settle(r.ID(), &amqp.StateAccepted{}, nil)
+	require.NoError(t, r.Wait(context.Background()))
+	msg := onWire(t, s.written[0])
+
+	fs := &fakelink.Sender{}
+	id, err := NewPublisher(fs, "orders", WithPriority(8)).Publish(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
+	require.NoError(t, err)
+	want := onWire(t, fs.Sent()[0])
+
+	assert.Equal(t, r.ID(), msg.Properties.MessageID)
+	assert.Equal(t, id, want.Properties.MessageID)
+	assert.Equal(t, "trace-1", msg.Properties.CorrelationID)
+	assert.Equal(t, want.Header, msg.Header)
+	assert.Equal(t, "customer-7", *msg.Properties.GroupID)
+	assert.Equal(t, uint8(8), msg.Header.Priority)
+	assert.Equal(t, time.Minute, msg.Header.TTL)
+	assert.Equal(t, r.ID(), msg.ApplicationProperties[PropDuplicateID])
+	assert.Equal(t, "00-a-b-01", msg.ApplicationProperties["traceparent"])
+	assert.Contains(t, msg.Annotations, AnnotationDeliveryTime)
+	delete(msg.ApplicationProperties, PropDuplicateID)
+	delete(want.ApplicationProperties, PropDuplicateID)
+	assert.Equal(t, want.ApplicationProperties, msg.ApplicationProperties)
+}
+
+// A publish with a receipt is observed once, when its outcome arrives, with
+// the same outcome Wait returns, whether or not anyone waits.
+func TestReceiptsAreObserved(t *testing.T) {
+	cases := map[string]struct {
+		state   amqp.DeliveryState
+		outcome PublishOutcome
+	}{
+		"accepted": {&amqp.StateAccepted{}, PublishAccepted},
+		"rejected": {&amqp.StateRejected{}, PublishNotAccepted},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			obs := &observed{}
+			s := newPipeSender()
+			p := NewPublisher(s, "orders", WithPublishObserver(obs))
+			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1})
+			require.NoError(t, err)
+			assert.Empty(t, obs.publishes(), "not observed before the outcome")
+			s.settle(r.ID(), tc.state, nil)
+			<-r.Done()
+			evs := obs.publishes()
+			require.Len(t, evs, 1)
+			assert.Equal(t, tc.outcome, evs[0].Outcome)
+			assert.Equal(t, r.ID(), evs[0].MessageID)
+			assert.Equal(t, "orders", evs[0].Queue)
+			assert.Equal(t, r.Wait(context.Background()), evs[0].Err)
+		})
+	}
+	t.Run("refused before anything is sent", func(t *testing.T) {
+		obs := &observed{}
+		p := NewPublisher(newPipeSender(), "orders", WithPublishObserver(obs))
+		_, err := p.PublishWithReceipt(context.Background(), " ", nil)
+		require.ErrorIs(t, err, ErrInvalidEnvelope)
+		evs := obs.publishes()
+		require.Len(t, evs, 1)
+		assert.Equal(t, PublishFailed, evs[0].Outcome)
+	})
+}
