@@ -83,12 +83,6 @@ func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
 	return c.conn(ctx, true)
 }
 
-// publishConnection is the connection a publish or a dead-letter write
-// uses: awaited, unless ClientOptions.FailFast.
-func (c *Client) publishConnection(ctx context.Context) (*connection, error) {
-	return c.conn(ctx, !c.failFast)
-}
-
 // conn returns the open connection. When there is none, concurrent callers
 // share one dial, which runs under the Client's own context (Close cuts it
 // short) and goes on for as long as anyone waits for it. After a failed

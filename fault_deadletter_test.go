@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/stretchr/testify/assert"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
 // faultFailure is the handler's error in the dead-letter test.
@@ -35,6 +37,15 @@ func (*faultFailure) Error() string { return "ledger rejected the entry" }
 // Artemis redelivers them after the restart, and once the Client has
 // re-attached the dead-letter link every message is on the DLQ, counted
 // by meta.id.
+//
+// Stored twice must be 0: a DLQ copy carries its own duplicate id, so a
+// dead-lettering repeated because the source's accept was lost with the
+// broker is dropped by Artemis (none of the cases where the README says a
+// copy can still be stored twice applies here: every source has a
+// message-id, one reason, far fewer copies than the id cache holds).
+// Handler calls beyond the 2 each message is meant to get are bounded by
+// the deliveries in a handler at the kill plus one settlement in flight
+// per handler goroutine.
 func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	fb := requireFaultBroker(t)
 	const (
@@ -49,6 +60,11 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	q := faultQueue("dlq")
 	dlq := q + ".dlq"
 	sent := faultPublish(t, ctx, fb, q, total, 4)
+	l := ledger.New()
+	l.ExpectCalls(maxTries)
+	for id := range sent {
+		l.Acked(id)
+	}
 
 	var (
 		limitCalls atomic.Int64
@@ -77,6 +93,8 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		}
 	}
 	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		done := l.Start(env.Meta.ID)
+		defer done(false) // always fails: dead-lettered after maxTries
 		calls.Add(1)
 		if env.Attempts >= maxTries-1 {
 			n := limitCalls.Add(1)
@@ -105,16 +123,20 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		return fmt.Sprintf("%d deliveries at the limit (have %d)", killAt, limitCalls.Load())
 	})
 	mark := events.mark()
-	fb.kill(t)
+	inHandler := l.CutAround(concurrency, func() { fb.kill(t) })
+	killedAt := time.Now()
 	releaseHandlers()
 	// The parked handlers dead-letter into a dead broker: reported, held,
 	// released (the release fails too: the link is gone).
 	waitClosed(t, reports.first[artemis.ErrDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
 	events.wait(t, mark, artemis.EventConsumerLost, q, faultWait)
 	failedDuringOutage := reports.ids(artemis.ErrDeadLetterFailed)
+	restartAt := time.Now()
 	fb.restart(t)
+	restarted := time.Now()
 	events.wait(t, mark, artemis.EventConsumerResumed, q, faultWait)
 	events.wait(t, mark, artemis.EventSenderReattached, dlq, faultWait)
+	resumed := time.Now()
 
 	waitClosed(t, allDone, 3*time.Minute, func() string {
 		dlMu.Lock()
@@ -122,8 +144,11 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		return fmt.Sprintf("every message to be dead-lettered (have %d of %d)", len(deadLettered), total)
 	})
 	stop()
-	onDLQ := faultDrain(t, fb, dlq)
-	left := faultDrain(t, fb, q)
+	onDLQ := faultDrain(t, fb.Broker, dlq)
+	left := faultDrain(t, fb.Broker, q)
+	l.Stored(onDLQ.copies)
+	l.Left(dlq, onDLQ.copies)
+	l.Left(q, left.copies)
 
 	var missing, duplicated, foreign, badBlock int
 	for id := range sent {
@@ -159,6 +184,12 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		len(failedDuringOutage), failedThenDLQ)
 	t.Logf("FIGURES dead-letter: events after the kill: %s", events.summary(mark))
 	reports.log(t)
+	faultReport(t, l, "broker SIGKILLed while dead-lettering",
+		fmt.Sprintf("resume %d ms after the restart (dead-letter link back; restart issued %d ms after the kill, took %d ms)",
+			resumed.Sub(restarted).Milliseconds(), restartAt.Sub(killedAt).Milliseconds(), restarted.Sub(restartAt).Milliseconds()),
+		fmt.Sprintf("in a handler at the kill %d", inHandler),
+		fmt.Sprintf("messages %d, on the DLQ %d (copies %d), dead-letter writes failed during the outage %d",
+			total, len(onDLQ.copies), onDLQ.total, len(failedDuringOutage)))
 
 	assert.Zero(t, missing, "messages neither dead-lettered nor left on the source")
 	assert.Zero(t, foreign, "DLQ copies of messages that were not sent")

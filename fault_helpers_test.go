@@ -123,10 +123,12 @@ func (fb *faultBroker) restart(t *testing.T) {
 	require.Equal(t, fb.URL, envValue(out, "ARTEMIS_URL"), "the broker came back on another port")
 }
 
-// envValue reads KEY=value from `scripts/artemis env` output.
+// envValue reads KEY=value (or "export KEY=value") from `scripts/artemis
+// env` output (the values it prints for a local instance need no shell
+// unquoting).
 func envValue(out, key string) string {
 	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, key+"="); ok {
+		if v, ok := strings.CutPrefix(strings.TrimPrefix(line, "export "), key+"="); ok {
 			return v
 		}
 	}
@@ -289,9 +291,9 @@ type faultDrained struct {
 
 // faultDrain takes every message off addr (pre-settled: this is the final
 // read) until none arrives for faultDrainIdle, and counts them by meta.id.
-func faultDrain(t *testing.T, fb *faultBroker, addr string) faultDrained {
+func faultDrain(t *testing.T, b *brokertest.Broker, addr string) faultDrained {
 	t.Helper()
-	conn := fb.Dial(t)
+	conn := b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	r, err := conn.Session.NewReceiver(ctx, addr, &amqp.ReceiverOptions{
 		SourceCapabilities:        []string{"queue"},

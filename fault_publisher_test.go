@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
 // TestFaultPublisherSurvivesBrokerKill publishes 5,000 messages from 8
@@ -37,6 +39,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	c := faultDial(t, fb, events.on)
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
+	l := ledger.New()
 
 	var (
 		mu        sync.Mutex
@@ -48,8 +51,6 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 		next      atomic.Int64
 		okCount   atomic.Int64
 		killNow   = make(chan struct{})
-		firstErr  = make(chan struct{})
-		errOnce   sync.Once
 		wg        sync.WaitGroup
 		fatal     = make(chan error, workers)
 	)
@@ -83,6 +84,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 					id, err := pub.PublishEnvelope(pctx, env)
 					pcancel()
 					if err == nil {
+						l.Acked(id)
 						mu.Lock()
 						acked[id] = seq
 						if attempt > 0 {
@@ -106,9 +108,9 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 					}
 					if kind == "ErrOutcomeUnknown" {
 						ambiguous[env.Meta.ID] = true
+						l.Unknown(env.Meta.ID)
 					}
 					mu.Unlock()
-					errOnce.Do(func() { close(firstErr) })
 					select {
 					case <-time.After(pause.Delay(attempt, rand.Float64())):
 					case <-ctx.Done():
@@ -124,9 +126,12 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	mark := events.mark()
 	fb.kill(t)
 	okAtKill := okCount.Load()
-	waitClosed(t, firstErr, faultWait, func() string { return "a failed publish" })
+	// (A publish may fail during the outage, or, where Publish waits for the
+	// connection within its context, wait until the restart: either is
+	// fine; what counts is what ends up on the queue.)
 	events.wait(t, mark, artemis.EventDisconnected, "", faultWait)
 	fb.restart(t)
+	l.Mark(ledger.Publish) // resume: from the broker's restart to the next acknowledged publish
 	events.wait(t, mark, artemis.EventReconnected, "", faultWait)
 	waitClosed(t, workersDone, 4*time.Minute, func() string { return fmt.Sprintf("all publishes (have %d of %d)", okCount.Load(), total) })
 	elapsed := time.Since(start)
@@ -135,7 +140,9 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, pub.Close(ctx))
-	stored := faultDrain(t, fb, q)
+	stored := faultDrain(t, fb.Broker, q)
+	l.Stored(stored.copies)
+	l.Left(q, stored.copies)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -182,6 +189,9 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	for kind, s := range samples {
 		t.Logf("  %s, e.g. %s", kind, s)
 	}
+	faultReport(t, l, "broker SIGKILLed under a publisher",
+		fmt.Sprintf("%d publishes in %.1f s", total, elapsed.Seconds()),
+		fmt.Sprintf("publish errors %d %v (each sent again with the same envelope)", errTotal, failures))
 
 	assert.Len(t, acked, total, "every message was acknowledged in the end")
 	assert.Zero(t, missing, "acknowledged publishes missing from the queue")
@@ -193,7 +203,6 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 			t.Errorf("seq %d stored %d times", seq, n)
 		}
 	}
-	assert.Positive(t, errTotal, "the kill made publishes fail")
 	assert.Equal(t, len(retried), retriedStoredOnce, "messages resent after an error are stored once")
 	assert.Zero(t, failures["other"], "publish errors other than ErrOutcomeUnknown, ErrConnect, ErrNotAccepted or a deadline")
 }

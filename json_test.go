@@ -579,11 +579,12 @@ func TestDecodeCanonicalDataIsOwned(t *testing.T) {
 			if string(e.Data) != `{"a":[1,2],"s":"x"}` {
 				t.Errorf("Data %s", e.Data)
 			}
-			grown := append(e.Data, strings.Repeat("X", 64)...)
-			for i := range e.Data {
+			n := len(e.Data)
+			e.Data = append(e.Data, strings.Repeat("X", 64)...) // into Data's spare capacity, if it has any
+			for i := range e.Data[:n] {
 				e.Data[i] = 'Y'
 			}
-			if e.Job != "urn:a:b" || e.TraceID != "t" || len(grown) != len(e.Data)+64 {
+			if e.Job != "urn:a:b" || e.TraceID != "t" || len(e.Data) != n+64 {
 				t.Errorf("writing to Data reached the envelope's strings: %q %q", e.Job, e.TraceID)
 			}
 		}

@@ -58,7 +58,7 @@ func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
 // listen is Listen with the Client's hook: when link is done (nil: never),
 // the receiver's link or connection is known to be dead, and listen stops
 // as on a failed settlement, returning context.Cause(link), wrapped.
-func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context) error {
+func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context) error { //nolint:revive // two contexts: the call's, and the connection's lost context
 	if c.err != nil {
 		return c.err
 	}

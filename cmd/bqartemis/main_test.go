@@ -319,7 +319,8 @@ func TestRedrivePlan(t *testing.T) {
 	rec := readRecord(deadLetterMessage(t, "failed", 100))
 	rec2 := *rec
 	rec2.FailedAt = ptr(int64(101))
-	if redriveID("orders.dlq", rec) != redriveID("orders.dlq", rec) || redriveID("orders.dlq", rec) == redriveID("orders.dlq", &rec2) {
+	same := *rec // the same record read again
+	if redriveID("orders.dlq", rec) != redriveID("orders.dlq", &same) || redriveID("orders.dlq", rec) == redriveID("orders.dlq", &rec2) {
 		t.Error("the duplicate id is not per record")
 	}
 	if dup == nil || dup == m.rec.MessageID {

@@ -67,7 +67,7 @@ func Require(t testing.TB) *Broker {
 	b, ok := FromEnv()
 	if !ok {
 		t.Skip("integration test skipped: ARTEMIS_URL is not set; run scripts/test, " +
-			`or start a broker with eval "$(scripts/artemis start)" and export the ARTEMIS_* variables`)
+			`or start a broker with eval "$(scripts/artemis start)", which exports the ARTEMIS_* variables`)
 	}
 	return b
 }

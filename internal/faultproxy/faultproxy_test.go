@@ -152,7 +152,7 @@ func TestPassThroughCarriesBytesBothWays(t *testing.T) {
 	// A clean close from the client reaches the echo server, which closes too.
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("after CloseWrite: %d, %v; want EOF", n, err)
 	}
 }
@@ -218,7 +218,7 @@ func TestStallHoldsBytesAndHealDeliversThem(t *testing.T) {
 	p.Heal()
 	expectEcho(t, open, "held")
 	expectEcho(t, fresh, "fresh")
-	if n, err := fresh.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+	if n, err := fresh.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("after the held FIN: %d, %v; want EOF", n, err)
 	}
 }

@@ -34,7 +34,7 @@ func URL(t testing.TB) string {
 	u := os.Getenv("ARTEMIS_URL")
 	if u == "" {
 		t.Skip("skipped: this example test needs a broker; set ARTEMIS_URL " +
-			`(eval "$(scripts/artemis start)" from the repository root, then export ARTEMIS_URL)`)
+			`(eval "$(scripts/artemis start)" from the repository root: it exports ARTEMIS_URL)`)
 	}
 	return u
 }

@@ -1,0 +1,131 @@
+//go:build faults
+
+package artemis_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+)
+
+// TestFaultBlackholedFirstURL: a Client dialled with the default options
+// on two URLs, each a fault proxy in front of the same broker, publishes (8
+// goroutines, duplicate detection) and consumes (4 handlers) over the
+// first. Then the first is black-holed: its open connection stops carrying
+// bytes (no FIN, no RST) and new connections to it are accepted but never
+// reach the broker. Publishing and consuming must resume over the second
+// URL within 20 s, and nothing may be lost or stored twice.
+//
+// The handler-duplicate bound is the stall's: the deliveries in a handler
+// when the hole opened, those started on the dead connection before the
+// Client saw the loss, and one accept in flight per handler.
+func TestFaultBlackholedFirstURL(t *testing.T) {
+	fb := requireFaultBroker(t)
+	const (
+		publishes   = 8000
+		consumes    = 8000
+		holeAt      = 1500
+		resumeIn    = 20 * time.Second // the target
+		waitResume  = 30 * time.Second // how long the test waits before it reports "not resumed" and heals
+		concurrency = 4
+		work        = 3 * time.Millisecond
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	qp, qc := faultQueue("hole-pub"), faultQueue("hole-con")
+	l := ledger.New()
+	l.ConsumeWindow(faultConsumeWindow(concurrency))
+	l.PublishWindow(8) // one outcome per publishing goroutine may have been read already
+	faultFill(t, ctx, fb, qc, consumes, l)
+
+	p1, url1 := faultProxy(t, fb.Broker, 601)
+	p2, url2 := faultProxy(t, fb.Broker, 602)
+	events := newFaultEvents()
+	var holed atomic.Bool
+	var callsAtLoss atomic.Int64
+	callsAtLoss.Store(-1)
+	c := faultDefaultClient(t, []string{url1, url2}, func(ev artemis.ConnectionEvent) {
+		if holed.Load() && (ev.Kind == artemis.EventDisconnected || ev.Kind == artemis.EventConsumerLost) {
+			callsAtLoss.CompareAndSwap(-1, int64(l.Calls()))
+		}
+		events.on(ev)
+	})
+	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+	var st faultPubStats
+	pubDone := faultPublishLoop(ctx, pub, qp, publishes, 8, 30*time.Second, 30*time.Second, 0, l, &st)
+	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+
+	acked := func() int { return l.Figures().Acked - consumes }
+	until := time.Now().Add(2 * time.Minute)
+	for (acked() < holeAt || l.Handled() < holeAt) && time.Now().Before(until) {
+		time.Sleep(10 * time.Millisecond) // polls two ledger counters; bounded
+	}
+	require.GreaterOrEqual(t, acked(), holeAt, "publishing under way on URL 1")
+	require.GreaterOrEqual(t, l.Handled(), holeAt, "consuming under way on URL 1")
+	require.Zero(t, p2.Stats().Accepted, "nothing used URL 2 before the fault")
+
+	mark := events.mark()
+	var callsAtHole int
+	inHandler := l.CutAround(0, func() {
+		callsAtHole = l.Calls()
+		holed.Store(true)
+		p1.Blackhole()
+		l.Mark(ledger.Publish, ledger.Consume)
+	})
+	holedAt := time.Now()
+	for time.Since(holedAt) < waitResume {
+		_, pp := l.Resume(ledger.Publish)
+		_, cp := l.Resume(ledger.Consume)
+		if !pp && !cp {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polls the ledger; bounded by waitResume
+	}
+	pubResume, pubPending := l.Resume(ledger.Publish)
+	conResume, conPending := l.Resume(ledger.Consume)
+	healedFirst := false
+	if pubPending || conPending {
+		p1.Heal() // let the run finish so the accounting is still complete
+		healedFirst = true
+	}
+	callsAtResume := l.Calls()
+
+	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), publishes) })
+	waitClosed(t, l.HandledAtLeast(consumes), 3*time.Minute, func() string {
+		return fmt.Sprintf("every message handled (%d of %d); events: %s", l.Handled(), consumes, events.summary(mark))
+	})
+	stopC()
+	require.NoError(t, pub.Close(context.Background()))
+	faultRecordStoredAndLeft(t, fb.Broker, l, qp)
+	faultRecordLeft(t, fb.Broker, l, qc)
+
+	startedBlind := callsAtResume - callsAtHole
+	if n := callsAtLoss.Load(); n >= 0 && int(n) < callsAtResume {
+		startedBlind = int(n) - callsAtHole
+	}
+	l.AddSlack(startedBlind + concurrency)
+	extra := []string{
+		fmt.Sprintf("in a handler at the hole %d, started before the loss was seen %d", inHandler, startedBlind),
+		fmt.Sprintf("connections to URL 2 %d", p2.Stats().Accepted), st.String(),
+		fmt.Sprintf("events after the hole %s", events.summary(mark)),
+	}
+	if healedFirst {
+		extra = append(extra, fmt.Sprintf("NOT resumed within %v: URL 1 healed to finish the run", waitResume))
+	}
+	f := faultReport(t, l, "black-holed first URL, healthy second", extra...)
+	assert.Equal(t, publishes+consumes, f.Acked, "every publish acknowledged (and the fill)")
+	assert.False(t, pubPending, "publishing resumed within %v", waitResume)
+	assert.False(t, conPending, "consuming resumed within %v", waitResume)
+	assert.LessOrEqual(t, pubResume, resumeIn, "publishing resumed on URL 2 within 20 s")
+	assert.LessOrEqual(t, conResume, resumeIn, "consuming resumed on URL 2 within 20 s")
+	assert.Positive(t, p2.Stats().Accepted, "URL 2 was used")
+}

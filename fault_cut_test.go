@@ -1,0 +1,92 @@
+//go:build faults
+
+package artemis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+)
+
+// TestFaultCutsWithLatency: one Client (default options) through a fault
+// proxy that adds 20 ms each way and cuts every connection with an RST
+// after a random 20 to 300 KB. It consumes 5,000 messages (4 handlers) and
+// publishes 2,000 (8 goroutines, duplicate detection, a failed publish
+// sent again with the same envelope) at once. Every message must be
+// handled within the deadline, every publish acknowledged and stored once.
+//
+// The cuts happen inside the proxy, so the bound on handler duplicates is
+// taken where the Client sees each loss (EventDisconnected): the
+// deliveries in a handler then, plus one accept in flight per handler.
+func TestFaultCutsWithLatency(t *testing.T) {
+	fb := requireFaultBroker(t)
+	const (
+		consumes    = 5000
+		publishes   = 2000
+		concurrency = 4
+		deadline    = 90 * time.Second
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	qp, qc := faultQueue("cut-pub"), faultQueue("cut-con")
+	l := ledger.New()
+	faultFill(t, ctx, fb, qc, consumes, l)
+
+	p, through := faultProxy(t, fb.Broker, 505)
+	p.Latency(20 * time.Millisecond)
+	require.NoError(t, p.CutAfter(20<<10, 300<<10))
+	events := newFaultEvents()
+	c := faultDefaultClient(t, []string{through}, func(ev artemis.ConnectionEvent) {
+		if ev.Kind == artemis.EventDisconnected {
+			l.Cut(concurrency)
+		}
+		events.on(ev)
+	})
+	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+
+	start := time.Now()
+	dctx, dcancel := context.WithTimeout(ctx, deadline)
+	defer dcancel()
+	var st faultPubStats
+	pubDone := faultPublishLoop(dctx, pub, qp, publishes, 8, 30*time.Second, 30*time.Second, 0, l, &st)
+	pubTook := make(chan time.Duration, 1)
+	go func() { <-pubDone; pubTook <- time.Since(start) }()
+	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, 0), nil, faultWait)
+	var handledBy time.Duration
+	select {
+	case <-l.HandledAtLeast(consumes):
+		handledBy = time.Since(start)
+	case <-dctx.Done():
+	}
+	handledAtDeadline := l.Handled()
+	published := <-pubTook
+	stopC()
+	stats := p.Stats()
+	// Stop cutting before the final drains (they go straight to the broker
+	// anyway) and close the publisher cleanly.
+	require.NoError(t, p.CutAfter(0, 0))
+	require.NoError(t, pub.Close(context.Background()))
+	faultRecordStoredAndLeft(t, fb.Broker, l, qp)
+	faultRecordLeft(t, fb.Broker, l, qc)
+
+	handled := "not by the deadline"
+	if handledBy > 0 {
+		handled = fmt.Sprintf("in %.1f s", handledBy.Seconds())
+	}
+	f := faultReport(t, l, "cuts after 20-300 KB with 20 ms latency",
+		fmt.Sprintf("%d of %d handled by the %v deadline (%s)", handledAtDeadline, consumes, deadline, handled),
+		fmt.Sprintf("publishes done in %.1f s", published.Seconds()),
+		fmt.Sprintf("connections cut %d (accepted %d)", stats.Cuts, stats.Accepted), st.String(),
+		fmt.Sprintf("events %s", events.summary(0)))
+	assert.Equal(t, consumes, handledAtDeadline, "every message handled by the deadline")
+	assert.Equal(t, consumes+publishes, f.Acked, "every publish acknowledged (and the fill)")
+	assert.Positive(t, stats.Cuts, "the proxy cut connections")
+}

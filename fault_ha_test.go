@@ -1,0 +1,222 @@
+//go:build faults
+
+package artemis_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+)
+
+// faultHA is the replication pair `scripts/artemis ha-start` started (its
+// export lines: ARTEMIS_HA_NAME, ARTEMIS_HA_PRIMARY_URL, ...), which
+// scripts/faults starts for this test and stops after it.
+type faultHA struct {
+	name            string
+	primary, backup *brokertest.Broker
+	script          string
+}
+
+func requireFaultHA(t *testing.T) *faultHA {
+	t.Helper()
+	name, purl, burl := os.Getenv("ARTEMIS_HA_NAME"), os.Getenv("ARTEMIS_HA_PRIMARY_URL"), os.Getenv("ARTEMIS_HA_BACKUP_URL")
+	if name == "" || purl == "" || burl == "" {
+		t.Fatal("the HA fault test needs a replication pair: run scripts/faults (it starts one with " +
+			"`scripts/artemis ha-start`); ARTEMIS_HA_NAME, ARTEMIS_HA_PRIMARY_URL or ARTEMIS_HA_BACKUP_URL is not set")
+	}
+	script := os.Getenv("ARTEMIS_SCRIPT")
+	if script == "" {
+		script = "scripts/artemis"
+	}
+	script, err := filepath.Abs(script)
+	require.NoError(t, err)
+	node := func(u string) *brokertest.Broker {
+		return &brokertest.Broker{URL: u, User: os.Getenv("ARTEMIS_USER"), Password: os.Getenv("ARTEMIS_PASSWORD")}
+	}
+	return &faultHA{name: name, primary: node(purl), backup: node(burl), script: script}
+}
+
+// run runs scripts/artemis for the pair and returns its stdout.
+func (h *faultHA) run(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), faultScriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.script, args...)
+	cmd.Env = append(os.Environ(), "ARTEMIS_HA_NAME="+h.name)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
+		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
+	}
+	// ha-status exits 3 when a node is stopped: an answer, not a failure.
+	if args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3 {
+		err = nil
+	}
+	require.NoError(t, err, "scripts/artemis %s", strings.Join(args, " "))
+	return stdout.String()
+}
+
+// faultHAPhase publishes (8 goroutines, duplicate detection, paced) and
+// consumes (4 handlers) over one Client dialled on (primary, backup), runs
+// fault once both streams are under way, waits for both to finish, drains
+// the queues on drainOn and prints the phase's line. fault returns what it
+// did and when it struck (zero: when the Client saw it). The bound on
+// handler duplicates: the deliveries in a handler when the fault struck,
+// those that started after it until the Client saw the loss
+// (EventDisconnected; a SIGKILLed JVM takes about 1.5 s to go away, and
+// until it does its sockets stay open and silent, so the handlers run on
+// prefetched deliveries whose accepts go nowhere), and one accept in
+// flight per handler. Each loss also starts a resume measurement on both
+// streams.
+func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *brokertest.Broker, fault func() (string, time.Time)) {
+	t.Helper()
+	const (
+		messages    = 8000 // published, and consumed
+		faultAt     = 1500
+		concurrency = 4
+		work        = 10 * time.Millisecond // 4 handlers: about 400/s, 20 s of consuming
+		pace        = 20 * time.Millisecond // 8 publishers: at most 400/s
+		perCall     = 30 * time.Second
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	l := ledger.New()
+	l.ConsumeWindow(faultConsumeWindow(concurrency))
+	l.PublishWindow(8) // one outcome per publishing goroutine may have been read before the loss
+	qp, qc := faultQueue("ha-pub"), faultQueue("ha-con")
+	events := newFaultEvents()
+	var armed atomic.Bool
+	var lossMu sync.Mutex
+	var losses []time.Time
+	c := faultDefaultClient(t, h.urls(), func(ev artemis.ConnectionEvent) {
+		if armed.Load() && ev.Kind == artemis.EventDisconnected {
+			lossMu.Lock()
+			losses = append(losses, time.Now())
+			lossMu.Unlock()
+			l.Mark(ledger.Publish, ledger.Consume)
+		}
+		events.on(ev)
+	})
+	// The fill: plain publishes through the same Client, before the fault.
+	fill, err := c.Publisher(ctx, qc)
+	require.NoError(t, err)
+	for seq := range messages {
+		id, err := fill.Publish(ctx, faultURN, faultData{Seq: seq})
+		require.NoError(t, err, "fill %s", qc)
+		l.Acked(id)
+	}
+	require.NoError(t, fill.Close(ctx))
+
+	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+	var st faultPubStats
+	armed.Store(true)
+	pubDone := faultPublishLoop(ctx, pub, qp, messages, 8, perCall, perCall, pace, l, &st)
+	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	acked := func() int { return l.Figures().Acked - messages }
+	until := time.Now().Add(2 * time.Minute)
+	for (acked() < faultAt || l.Handled() < faultAt) && time.Now().Before(until) {
+		time.Sleep(10 * time.Millisecond) // polls two ledger counters; bounded
+	}
+	require.GreaterOrEqual(t, acked(), faultAt, "publishing under way")
+	require.GreaterOrEqual(t, l.Handled(), faultAt, "consuming under way")
+	mark := events.mark()
+	faultStart := time.Now()
+	what, struck := fault()
+	faultTook := time.Since(faultStart)
+	ackedAfter, handledAfter := acked(), l.Handled()
+
+	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), messages) })
+	waitClosed(t, l.HandledAtLeast(messages), 3*time.Minute, func() string {
+		return fmt.Sprintf("every message handled (%d of %d); events: %s", l.Handled(), messages, events.summary(mark))
+	})
+	stopC()
+	armed.Store(false)
+	require.NoError(t, pub.Close(context.Background()))
+	b := drainOn()
+	faultRecordStoredAndLeft(t, b, l, qp)
+	faultRecordLeft(t, b, l, qc)
+	lossMu.Lock()
+	seen := append([]time.Time(nil), losses...)
+	lossMu.Unlock()
+	var inHandler, blind int
+	for i, at := range seen {
+		from := at
+		if i == 0 && !struck.IsZero() && struck.Before(at) {
+			from = struck
+		}
+		n, b := l.CutAt(from, at, concurrency)
+		inHandler, blind = inHandler+n, blind+b
+	}
+	if !struck.IsZero() && len(seen) > 0 {
+		what += fmt.Sprintf(", loss seen %d ms after the kill", seen[0].Sub(struck).Milliseconds())
+	}
+	f := faultReport(t, l, scenario, what,
+		fmt.Sprintf("in a handler when it struck %d, started before the loss was seen %d", inHandler, blind),
+		fmt.Sprintf("the fault took %.1f s, meanwhile %d published, %d handled", faultTook.Seconds(),
+			ackedAfter-faultAt, handledAfter-faultAt),
+		st.String(), fmt.Sprintf("events after the fault %s", events.summary(mark)))
+	assert.Equal(t, 2*messages, f.Acked, "every publish acknowledged (and the fill)")
+	assert.Positive(t, events.count(mark, artemis.EventDisconnected), "the Client lost its connection")
+	for _, s := range []string{ledger.Publish, ledger.Consume} {
+		_, pending := l.Resume(s)
+		assert.False(t, pending, "%s resumed after the last loss", s)
+	}
+}
+
+func (h *faultHA) urls() []string { return []string{h.primary.URL, h.backup.URL} }
+
+// TestFaultHAFailoverAndFailback: on the real replication pair, with
+// Dial(primary, backup) and WithDuplicateDetection, SIGKILL the primary
+// mid-stream (the backup takes over), then, on fresh queues, restart the
+// primary mid-stream (allow-failback: the backup hands back and restarts
+// as a backup). Each phase: no acknowledged message lost, none stored
+// twice, handler duplicates within the bound, the time to resume.
+func TestFaultHAFailoverAndFailback(t *testing.T) {
+	h := requireFaultHA(t)
+	status := h.run(t, "ha-status")
+	require.Contains(t, status, "primary: active", "the pair starts with its primary active: %s", status)
+	killed := false
+	t.Cleanup(func() {
+		if killed { // never leave the pair on its backup
+			h.run(t, "ha-restart", "primary")
+		}
+	})
+
+	faultHAPhase(t, h, "HA failover (primary SIGKILLed)", func() *brokertest.Broker { return h.backup }, func() (string, time.Time) {
+		out := h.run(t, "ha-kill", "primary")
+		killed = true
+		ms, err := strconv.ParseInt(envValue(out, "ARTEMIS_HA_KILLED_AT_MS"), 10, 64)
+		require.NoError(t, err, "ha-kill prints the moment of the SIGKILL: %q", out)
+		return "primary SIGKILLed, the backup took over", time.UnixMilli(ms)
+	})
+	st := h.run(t, "ha-status")
+	require.Contains(t, st, "backup: active", "after the failover: %s", st)
+
+	faultHAPhase(t, h, "HA fail-back (primary restarted)", func() *brokertest.Broker { return h.primary }, func() (string, time.Time) {
+		h.run(t, "ha-restart", "primary")
+		killed = false
+		return "primary restarted, the backup handed back", time.Time{}
+	})
+	st = h.run(t, "ha-status")
+	assert.Contains(t, st, "primary: active", "after the fail-back: %s", st)
+}

@@ -1,0 +1,300 @@
+//go:build faults
+
+package artemis_test
+
+// Shared pieces of the fault scenarios of issue 13 (resets, stalls, cuts,
+// a black-holed URL, process and broker kills, the HA failover): each
+// scenario runs on fresh queues, accounts for every message by meta.id in
+// an internal/ledger Ledger, and prints one line,
+//
+//	fault: <scenario>: lost 0, stored twice 0, handler duplicates N (bound M ...), ... resume X ms, ...
+//
+// with fmt.Printf, so scripts/faults shows it whether -v is on or not.
+//
+// Where a scenario publishes and consumes at once it does so on two
+// queues: the publishers write to a queue nobody consumes (drained at the
+// end, which counts the copies stored), and the consumer reads a queue the
+// test filled before the fault with plain acknowledged publishes (one copy
+// each, so every handler call beyond one per id is a redelivery the fault
+// caused). On one queue a second stored copy and a redelivery would look
+// the same to the handler.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+)
+
+// faultDefaultCredit is Client.Consume's default credit with 4 handlers,
+// max(2*4, 10): deliveries a receiver may hold prefetched when a fault
+// comes, which a consumer can still hand to handlers without a connection.
+const faultDefaultCredit = 10
+
+// faultConsumeWindow is the window for ledger.ConsumeWindow: a consumer
+// with concurrency handlers resumed only once it handled more new ids than
+// it could have held when the fault came.
+func faultConsumeWindow(concurrency int) int { return faultDefaultCredit + concurrency }
+
+// faultProxy starts a fault proxy in front of b's AMQP port and returns it
+// with b's URL rewritten to go through it. Close runs at the test's end.
+func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	through, err := p.Rewrite(b.URL)
+	require.NoError(t, err)
+	return p, through
+}
+
+// faultDefaultClient dials urls with the default ClientOptions (only the
+// event hook set): the scenarios measure what a user gets out of the box.
+func faultDefaultClient(t *testing.T, urls []string, onEvent func(artemis.ConnectionEvent)) *artemis.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
+	defer cancel()
+	c, err := artemis.Dial(ctx, urls, &artemis.ClientOptions{OnEvent: onEvent})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// faultFill puts n messages on q straight to the broker (no proxy, no
+// fault) and records them as acknowledged in l.
+func faultFill(t *testing.T, ctx context.Context, fb *faultBroker, q string, n int, l *ledger.Ledger) {
+	t.Helper()
+	for id := range faultPublish(t, ctx, fb, q, n, 8) {
+		l.Acked(id)
+	}
+}
+
+// faultPubStats is what a publish loop saw.
+type faultPubStats struct {
+	mu         sync.Mutex
+	errs       map[string]int // by kind
+	samples    map[string]string
+	calls      int
+	slow       int           // publishes that took longer than the loop's limit
+	maxLatency time.Duration // longest single Publish call
+}
+
+func (s *faultPubStats) errors() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.errs {
+		n += c
+	}
+	return n
+}
+
+func (s *faultPubStats) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.errs {
+		n += c
+	}
+	return fmt.Sprintf("publish calls %d, publish errors %d %v, longest publish %d ms",
+		s.calls, n, s.errs, s.maxLatency.Milliseconds())
+}
+
+func faultErrKind(err error) string {
+	switch {
+	case errors.Is(err, artemis.ErrOutcomeUnknown):
+		return "ErrOutcomeUnknown"
+	case errors.Is(err, artemis.ErrConnect):
+		return "ErrConnect"
+	case errors.Is(err, artemis.ErrNotAccepted):
+		return "ErrNotAccepted"
+	case errors.Is(err, artemis.ErrClosed):
+		return "ErrClosed"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return "other"
+}
+
+// faultPublishLoop publishes total envelopes (seq 0..total-1) to q through
+// pub from workers goroutines. Each Publish gets its own context of
+// perCall; a failed one is sent again with the same envelope (same meta.id,
+// same duplicate id) after a short pause, until it is acknowledged or ctx
+// ends. Publishes longer than limit are counted as slow. A worker waits
+// pace after each acknowledged publish (0: none). The returned channel is
+// closed when every worker is done.
+func faultPublishLoop(ctx context.Context, pub *artemis.ClientPublisher, q string, total, workers int,
+	perCall, limit, pace time.Duration, l *ledger.Ledger, st *faultPubStats,
+) <-chan struct{} {
+	st.mu.Lock()
+	if st.errs == nil {
+		st.errs, st.samples = map[string]int{}, map[string]string{}
+	}
+	st.mu.Unlock()
+	pause := artemis.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.5}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int(next.Add(1) - 1); seq < total && ctx.Err() == nil; seq = int(next.Add(1) - 1) {
+				env, err := artemis.NewEnvelope(faultURN, faultData{Seq: seq}, artemis.EnvelopeQueue(q))
+				if err != nil {
+					panic(err) // a plain struct always encodes
+				}
+				for attempt := 0; ctx.Err() == nil; attempt++ {
+					pctx, cancel := context.WithTimeout(ctx, perCall)
+					start := time.Now()
+					id, err := pub.PublishEnvelope(pctx, env)
+					took := time.Since(start)
+					cancel()
+					st.mu.Lock()
+					st.calls++
+					st.maxLatency = max(st.maxLatency, took)
+					if took > limit {
+						st.slow++
+					}
+					if err != nil {
+						kind := faultErrKind(err)
+						st.errs[kind]++
+						if _, ok := st.samples[kind]; !ok {
+							st.samples[kind] = err.Error()
+						}
+					}
+					st.mu.Unlock()
+					if err == nil {
+						l.Acked(id)
+						if pace > 0 {
+							select {
+							case <-time.After(pace):
+							case <-ctx.Done():
+							}
+						}
+						break
+					}
+					if errors.Is(err, artemis.ErrOutcomeUnknown) {
+						l.Unknown(env.Meta.ID)
+					}
+					select {
+					case <-time.After(pause.Delay(attempt, rand.Float64())):
+					case <-ctx.Done():
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// faultLedgerConsumer is a Consumer whose handler records each call in l
+// and works for work (a busy service) before returning nil.
+func faultLedgerConsumer(t *testing.T, l *ledger.Ledger, concurrency int, work time.Duration, opts ...artemis.ConsumerOption) *artemis.Consumer {
+	t.Helper()
+	h := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		done := l.Start(env.Meta.ID)
+		defer done(true)
+		if work > 0 {
+			time.Sleep(work) // the work a handler does; not a synchronisation
+		}
+		return nil
+	}
+	return mustConsumer(t, artemis.Handlers{faultURN: h},
+		append([]artemis.ConsumerOption{artemis.WithConcurrency(concurrency)}, opts...)...)
+}
+
+// faultRecordLeft drains each queue on b into l as left there.
+func faultRecordLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, queues ...string) {
+	t.Helper()
+	for _, q := range queues {
+		l.Left(q, faultDrain(t, b, q).copies)
+	}
+}
+
+// faultRecordStoredAndLeft drains q (a queue only publishers wrote to) on b
+// into l: its copies are both what was stored and what is left.
+func faultRecordStoredAndLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, q string) {
+	t.Helper()
+	d := faultDrain(t, b, q)
+	l.Stored(d.copies)
+	l.Left(q, d.copies)
+}
+
+// faultReport prints the scenario's line and asserts the targets every
+// scenario shares: nothing lost, nothing stored twice, handler duplicates
+// within the bound.
+func faultReport(t *testing.T, l *ledger.Ledger, scenario string, extra ...string) ledger.Figures {
+	t.Helper()
+	line := l.Line(scenario, extra...)
+	fmt.Printf("%s\n", line) // stdout, not t.Log: at the start of a line, and not only with -v in directory mode
+	f := l.Figures()
+	assert.Zero(t, f.Lost, "acknowledged messages neither handled nor left on a queue")
+	assert.Zero(t, f.StoredTwice, "copies stored beyond one per meta.id")
+	assert.Zero(t, f.StoredForeign, "stored messages that no publish sent")
+	assert.LessOrEqual(t, f.HandlerDuplicates, f.Bound(),
+		"handler-visible duplicates beyond the deliveries in a handler at the cuts (plus the slack)")
+	return f
+}
+
+// faultRate is n over d, per second.
+func faultRate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// faultResumeMS prints a resume figure.
+func faultResumeMS(l *ledger.Ledger, stream string) string {
+	d, pending := l.Resume(stream)
+	if pending {
+		return "not resumed"
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
+
+// faultEvery runs fn every [lo, hi) (random) until stop is closed, and
+// returns a channel closed once it stopped, with the number of runs.
+func faultEvery(stop <-chan struct{}, lo, hi time.Duration, seed uint64, fn func()) (done <-chan int) {
+	out := make(chan int, 1)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	go func() {
+		n := 0
+		for {
+			d := lo + time.Duration(rng.Int64N(int64(hi-lo)))
+			select {
+			case <-stop:
+				out <- n
+				return
+			case <-time.After(d):
+			}
+			select {
+			case <-stop:
+				out <- n
+				return
+			default:
+			}
+			fn()
+			n++
+		}
+	}()
+	return out
+}

@@ -1,0 +1,178 @@
+package brokertest
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The environment variables `scripts/artemis ha-start` (and ha-env) print
+// for a replication pair, plus the script that manages it.
+const (
+	EnvHAName          = "ARTEMIS_HA_NAME"
+	EnvHAURLs          = "ARTEMIS_HA_URLS" // primary,backup
+	EnvHAPrimaryURL    = "ARTEMIS_HA_PRIMARY_URL"
+	EnvHABackupURL     = "ARTEMIS_HA_BACKUP_URL"
+	EnvHAPrimaryCore   = "ARTEMIS_HA_PRIMARY_CORE_URL"
+	EnvHABackupCore    = "ARTEMIS_HA_BACKUP_CORE_URL"
+	EnvHAPrimaryDir    = "ARTEMIS_HA_PRIMARY_DIR"
+	EnvHABackupDir     = "ARTEMIS_HA_BACKUP_DIR"
+	EnvScript          = "ARTEMIS_SCRIPT" // path of scripts/artemis
+	haScriptTimeout    = 3 * time.Minute  // one ha-kill / ha-restart, on a loaded machine
+	haActivePollPeriod = 50 * time.Millisecond
+)
+
+// HAPair is a running Artemis replication pair (primary and backup) that
+// `scripts/artemis ha-start` started, as the environment describes it. Its
+// methods SIGKILL and restart the primary through the script.
+type HAPair struct {
+	Name    string
+	Primary *Broker
+	Backup  *Broker
+	script  string
+}
+
+// HAFromEnv reads the pair's settings. ok is false when ARTEMIS_HA_URLS is
+// not set.
+func HAFromEnv() (p *HAPair, ok bool) {
+	if os.Getenv(EnvHAURLs) == "" {
+		return nil, false
+	}
+	node := func(urlVar, coreVar, dirVar string) *Broker {
+		return &Broker{
+			URL:         os.Getenv(urlVar),
+			CoreURL:     os.Getenv(coreVar),
+			Home:        os.Getenv(EnvHome),
+			InstanceDir: os.Getenv(dirVar),
+			User:        os.Getenv(EnvUser),
+			Password:    os.Getenv(EnvPassword),
+		}
+	}
+	script := os.Getenv(EnvScript)
+	if script == "" {
+		script = "scripts/artemis"
+	}
+	return &HAPair{
+		Name:    os.Getenv(EnvHAName),
+		Primary: node(EnvHAPrimaryURL, EnvHAPrimaryCore, EnvHAPrimaryDir),
+		Backup:  node(EnvHABackupURL, EnvHABackupCore, EnvHABackupDir),
+		script:  script,
+	}, true
+}
+
+// RequireHA returns the pair, or skips the test when ARTEMIS_HA_URLS is not
+// set. The environment must name the pair completely.
+func RequireHA(t testing.TB) *HAPair {
+	t.Helper()
+	p, ok := HAFromEnv()
+	if !ok {
+		t.Skip("HA test skipped: ARTEMIS_HA_URLS is not set; run scripts/test, or " +
+			`eval "$(ARTEMIS_HA_NAME=mine scripts/artemis ha-start)" and export ARTEMIS_SCRIPT`)
+	}
+	if p.Name == "" || p.Primary.URL == "" || p.Backup.URL == "" {
+		t.Fatalf("%s is set but %s, %s or %s is not: eval all of `scripts/artemis ha-env`",
+			EnvHAURLs, EnvHAName, EnvHAPrimaryURL, EnvHABackupURL)
+	}
+	return p
+}
+
+// URLs returns the primary's and the backup's URL, in that order.
+func (p *HAPair) URLs() []string { return []string{p.Primary.URL, p.Backup.URL} }
+
+// KillPrimary SIGKILLs the primary and waits until the backup's AMQP
+// acceptor takes connections. It returns the time from the kill to that.
+func (p *HAPair) KillPrimary(t testing.TB) time.Duration {
+	t.Helper()
+	out := p.run(t, "ha-kill", "primary", "--no-wait")
+	killed := time.Now()
+	if v, ok := strings.CutPrefix(strings.TrimSpace(out), "export ARTEMIS_HA_KILLED_AT_MS="); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			killed = time.UnixMilli(ms)
+		}
+	} else {
+		t.Fatalf("ha-kill primary printed %q, not the moment of the kill: was the primary running?", out)
+	}
+	addr := hostPort(t, p.Backup.URL)
+	deadline := killed.Add(haScriptTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return time.Since(killed)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backup (%s) did not become active within %v of the primary's SIGKILL", addr, haScriptTimeout)
+		}
+		time.Sleep(haActivePollPeriod)
+	}
+}
+
+// RestartPrimary starts the killed primary again. The script returns once
+// the primary is active again (it synchronised from the backup, which went
+// back to being a backup: fail-back). It returns how long that took.
+func (p *HAPair) RestartPrimary(t testing.TB) time.Duration {
+	t.Helper()
+	start := time.Now()
+	p.run(t, "ha-restart", "primary")
+	return time.Since(start)
+}
+
+// Status returns `scripts/artemis ha-status`: one line per node, "primary:
+// active, ..." / "backup: backup, ..." / "...: stopped, ...".
+func (p *HAPair) Status(t testing.TB) string {
+	t.Helper()
+	return p.run(t, "ha-status")
+}
+
+// run runs the script for this pair and returns its stdout; it logs stderr.
+func (p *HAPair) run(t testing.TB, args ...string) string {
+	t.Helper()
+	script, err := filepath.Abs(p.script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), haScriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Env = append(os.Environ(), EnvHAName+"="+p.Name)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err = cmd.Run()
+	if msg := strings.TrimSpace(stderr.String()); msg != "" {
+		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
+	}
+	// ha-status exits 3 when a node is stopped: that is an answer, not a failure.
+	stoppedNode := args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3
+	if err != nil && !stoppedNode {
+		t.Fatalf("scripts/artemis %s: %v", strings.Join(args, " "), err)
+	}
+	return stdout.String()
+}
+
+func hostPort(t testing.TB, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		t.Fatalf("not a broker URL: %s", redactURL(raw))
+	}
+	return u.Host
+}
+
+// redactURL drops the password from a URL for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
