@@ -3,14 +3,9 @@
 package artemis_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,55 +19,18 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
-// faultHA is the replication pair `scripts/artemis ha-start` started (its
-// export lines: ARTEMIS_HA_NAME, ARTEMIS_HA_PRIMARY_URL, ...), which
-// scripts/faults starts for this test and stops after it.
-type faultHA struct {
-	name            string
-	primary, backup *brokertest.Broker
-	script          string
-}
-
-func requireFaultHA(t *testing.T) *faultHA {
+// requireFaultHA is the replication pair `scripts/artemis ha-start` started
+// (its export lines: ARTEMIS_HA_NAME, ARTEMIS_HA_URLS, ...), which
+// scripts/faults starts for this test and stops after it. Unlike
+// brokertest.RequireHA it fails, never skips, when the pair is missing.
+func requireFaultHA(t *testing.T) *brokertest.HAPair {
 	t.Helper()
-	name, purl, burl := os.Getenv("ARTEMIS_HA_NAME"), os.Getenv("ARTEMIS_HA_PRIMARY_URL"), os.Getenv("ARTEMIS_HA_BACKUP_URL")
-	if name == "" || purl == "" || burl == "" {
+	h, ok := brokertest.HAFromEnv()
+	if !ok || h.Name == "" || h.Primary.URL == "" || h.Backup.URL == "" {
 		t.Fatal("the HA fault test needs a replication pair: run scripts/faults (it starts one with " +
-			"`scripts/artemis ha-start`); ARTEMIS_HA_NAME, ARTEMIS_HA_PRIMARY_URL or ARTEMIS_HA_BACKUP_URL is not set")
+			"`scripts/artemis ha-start`); ARTEMIS_HA_URLS, ARTEMIS_HA_NAME, ARTEMIS_HA_PRIMARY_URL or ARTEMIS_HA_BACKUP_URL is not set")
 	}
-	script := os.Getenv("ARTEMIS_SCRIPT")
-	if script == "" {
-		script = "scripts/artemis"
-	}
-	script, err := filepath.Abs(script)
-	require.NoError(t, err)
-	node := func(u string) *brokertest.Broker {
-		return &brokertest.Broker{URL: u, User: os.Getenv("ARTEMIS_USER"), Password: os.Getenv("ARTEMIS_PASSWORD")}
-	}
-	return &faultHA{name: name, primary: node(purl), backup: node(burl), script: script}
-}
-
-// run runs scripts/artemis for the pair and returns its stdout.
-func (h *faultHA) run(t *testing.T, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), faultScriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, h.script, args...)
-	cmd.Env = append(os.Environ(), "ARTEMIS_HA_NAME="+h.name)
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
-		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
-	}
-	// ha-status exits 3 when a node is stopped: an answer, not a failure.
-	if args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3 {
-		err = nil
-	}
-	require.NoError(t, err, "scripts/artemis %s", strings.Join(args, " "))
-	return stdout.String()
+	return h
 }
 
 // faultHAPhase publishes (8 goroutines, duplicate detection, paced) and
@@ -87,7 +45,7 @@ func (h *faultHA) run(t *testing.T, args ...string) string {
 // prefetched deliveries whose accepts go nowhere), and one accept in
 // flight per handler. Each loss also starts a resume measurement on both
 // streams.
-func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *brokertest.Broker, fault func() (string, time.Time)) {
+func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario string, drainOn func() *brokertest.Broker, fault func() (string, time.Time)) {
 	t.Helper()
 	const (
 		messages    = 8000 // published, and consumed
@@ -107,7 +65,7 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	var armed atomic.Bool
 	var lossMu sync.Mutex
 	var losses []time.Time
-	c := faultDefaultClient(t, h.urls(), func(ev artemis.ConnectionEvent) {
+	c := faultDefaultClient(t, h.URLs(), func(ev artemis.ConnectionEvent) {
 		if armed.Load() && ev.Kind == artemis.EventDisconnected {
 			lossMu.Lock()
 			losses = append(losses, time.Now())
@@ -183,8 +141,6 @@ func faultHAPhase(t *testing.T, h *faultHA, scenario string, drainOn func() *bro
 	}
 }
 
-func (h *faultHA) urls() []string { return []string{h.primary.URL, h.backup.URL} }
-
 // TestFaultHAFailoverAndFailback: on the real replication pair, with
 // Dial(primary, backup) and WithDuplicateDetection, SIGKILL the primary
 // mid-stream (the backup takes over), then, on fresh queues, restart the
@@ -193,30 +149,30 @@ func (h *faultHA) urls() []string { return []string{h.primary.URL, h.backup.URL}
 // twice, handler duplicates within the bound, the time to resume.
 func TestFaultHAFailoverAndFailback(t *testing.T) {
 	h := requireFaultHA(t)
-	status := h.run(t, "ha-status")
+	status := h.Status(t)
 	require.Contains(t, status, "primary: active", "the pair starts with its primary active: %s", status)
 	killed := false
 	t.Cleanup(func() {
 		if killed { // never leave the pair on its backup
-			h.run(t, "ha-restart", "primary")
+			h.Run(t, "ha-restart", "primary")
 		}
 	})
 
-	faultHAPhase(t, h, "HA failover (primary SIGKILLed)", func() *brokertest.Broker { return h.backup }, func() (string, time.Time) {
-		out := h.run(t, "ha-kill", "primary")
+	faultHAPhase(t, h, "HA failover (primary SIGKILLed)", func() *brokertest.Broker { return h.Backup }, func() (string, time.Time) {
+		out := h.Run(t, "ha-kill", "primary")
 		killed = true
 		ms, err := strconv.ParseInt(envValue(out, "ARTEMIS_HA_KILLED_AT_MS"), 10, 64)
 		require.NoError(t, err, "ha-kill prints the moment of the SIGKILL: %q", out)
 		return "primary SIGKILLed, the backup took over", time.UnixMilli(ms)
 	})
-	st := h.run(t, "ha-status")
+	st := h.Status(t)
 	require.Contains(t, st, "backup: active", "after the failover: %s", st)
 
-	faultHAPhase(t, h, "HA fail-back (primary restarted)", func() *brokertest.Broker { return h.primary }, func() (string, time.Time) {
-		h.run(t, "ha-restart", "primary")
+	faultHAPhase(t, h, "HA fail-back (primary restarted)", func() *brokertest.Broker { return h.Primary }, func() (string, time.Time) {
+		h.Run(t, "ha-restart", "primary")
 		killed = false
 		return "primary restarted, the backup handed back", time.Time{}
 	})
-	st = h.run(t, "ha-status")
+	st = h.Status(t)
 	assert.Contains(t, st, "primary: active", "after the fail-back: %s", st)
 }

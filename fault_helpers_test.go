@@ -16,14 +16,11 @@ package artemis_test
 // broker running.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -69,11 +66,7 @@ func requireFaultBroker(t *testing.T) *faultBroker {
 		t.Fatalf("fault tests SIGKILL their broker: ARTEMIS_INSTANCE must name a second local instance "+
 			"(scripts/faults sets ARTEMIS_INSTANCE=fault), not %q", inst)
 	}
-	script := os.Getenv("ARTEMIS_SCRIPT")
-	if script == "" {
-		script = "scripts/artemis"
-	}
-	script, err := filepath.Abs(script)
+	script, err := brokertest.ScriptPath()
 	require.NoError(t, err)
 	fb := &faultBroker{Broker: b, script: script, instance: inst}
 	// The broker about to be killed must be the one under test.
@@ -91,20 +84,9 @@ func requireFaultBroker(t *testing.T) *faultBroker {
 // run runs scripts/artemis for the fault instance and returns its stdout.
 func (fb *faultBroker) run(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), faultScriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, fb.script, args...)
-	cmd.Env = append(os.Environ(), "ARTEMIS_INSTANCE="+fb.instance)
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
-		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
-	}
+	out, err := brokertest.RunScript(t, fb.script, []string{"ARTEMIS_INSTANCE=" + fb.instance}, faultScriptTimeout, args...)
 	require.NoError(t, err, "scripts/artemis %s", strings.Join(args, " "))
-	return stdout.String()
+	return out
 }
 
 // kill SIGKILLs the broker.

@@ -3,6 +3,7 @@ package brokertest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -56,16 +57,46 @@ func HAFromEnv() (p *HAPair, ok bool) {
 			Password:    os.Getenv(EnvPassword),
 		}
 	}
-	script := os.Getenv(EnvScript)
-	if script == "" {
-		script = "scripts/artemis"
-	}
 	return &HAPair{
 		Name:    os.Getenv(EnvHAName),
 		Primary: node(EnvHAPrimaryURL, EnvHAPrimaryCore, EnvHAPrimaryDir),
 		Backup:  node(EnvHABackupURL, EnvHABackupCore, EnvHABackupDir),
-		script:  script,
+		script:  scriptName(),
 	}, true
+}
+
+// scriptName is ARTEMIS_SCRIPT, else scripts/artemis (relative to the
+// package under test).
+func scriptName() string {
+	if s := os.Getenv(EnvScript); s != "" {
+		return s
+	}
+	return "scripts/artemis"
+}
+
+// ScriptPath is the absolute path of scripts/artemis: ARTEMIS_SCRIPT, else
+// scripts/artemis below the working directory.
+func ScriptPath() (string, error) { return filepath.Abs(scriptName()) }
+
+// RunScript runs script with args and the extra environment env (KEY=value
+// entries added to the test's own), bounded by timeout, and returns its
+// stdout and the run's error. It logs stderr, and the run's duration, when
+// there is any or the run failed.
+func RunScript(t testing.TB, script string, env []string, timeout time.Duration, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
+		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
+	}
+	return stdout.String(), err
 }
 
 // RequireHA returns the pair, or skips the test when ARTEMIS_HA_URLS is not
@@ -91,7 +122,7 @@ func (p *HAPair) URLs() []string { return []string{p.Primary.URL, p.Backup.URL} 
 // acceptor takes connections. It returns the time from the kill to that.
 func (p *HAPair) KillPrimary(t testing.TB) time.Duration {
 	t.Helper()
-	out := p.run(t, "ha-kill", "primary", "--no-wait")
+	out := p.Run(t, "ha-kill", "primary", "--no-wait")
 	killed := time.Now()
 	if v, ok := strings.CutPrefix(strings.TrimSpace(out), "export ARTEMIS_HA_KILLED_AT_MS="); ok {
 		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -121,7 +152,7 @@ func (p *HAPair) KillPrimary(t testing.TB) time.Duration {
 func (p *HAPair) RestartPrimary(t testing.TB) time.Duration {
 	t.Helper()
 	start := time.Now()
-	p.run(t, "ha-restart", "primary")
+	p.Run(t, "ha-restart", "primary")
 	return time.Since(start)
 }
 
@@ -129,34 +160,26 @@ func (p *HAPair) RestartPrimary(t testing.TB) time.Duration {
 // active, ..." / "backup: backup, ..." / "...: stopped, ...".
 func (p *HAPair) Status(t testing.TB) string {
 	t.Helper()
-	return p.run(t, "ha-status")
+	return p.Run(t, "ha-status")
 }
 
-// run runs the script for this pair and returns its stdout; it logs stderr.
-func (p *HAPair) run(t testing.TB, args ...string) string {
+// Run runs the script for this pair (ARTEMIS_HA_NAME set to its name) and
+// returns its stdout, failing the test when the script fails; it logs
+// stderr. ha-status exiting 3 (a node is stopped) is an answer, not a
+// failure.
+func (p *HAPair) Run(t testing.TB, args ...string) string {
 	t.Helper()
 	script, err := filepath.Abs(p.script)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), haScriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, script, args...)
-	cmd.Env = append(os.Environ(), EnvHAName+"="+p.Name)
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err = cmd.Run()
-	if msg := strings.TrimSpace(stderr.String()); msg != "" {
-		t.Logf("scripts/artemis %s (%v): %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), msg)
-	}
-	// ha-status exits 3 when a node is stopped: that is an answer, not a failure.
-	stoppedNode := args[0] == "ha-status" && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3
+	out, err := RunScript(t, script, []string{EnvHAName + "=" + p.Name}, haScriptTimeout, args...)
+	var exit *exec.ExitError
+	stoppedNode := args[0] == "ha-status" && errors.As(err, &exit) && exit.ExitCode() == 3
 	if err != nil && !stoppedNode {
 		t.Fatalf("scripts/artemis %s: %v", strings.Join(args, " "), err)
 	}
-	return stdout.String()
+	return out
 }
 
 func hostPort(t testing.TB, raw string) string {
