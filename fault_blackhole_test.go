@@ -5,7 +5,6 @@ package artemis_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,13 +48,9 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	p1, url1 := faultProxy(t, fb.Broker, 601)
 	p2, url2 := faultProxy(t, fb.Broker, 602)
 	events := newFaultEvents()
-	var holed atomic.Bool
-	var callsAtLoss atomic.Int64
-	callsAtLoss.Store(-1)
+	loss := newFaultLossWatch()
 	c := faultDefaultClient(t, []string{url1, url2}, func(ev artemis.ConnectionEvent) {
-		if holed.Load() && (ev.Kind == artemis.EventDisconnected || ev.Kind == artemis.EventConsumerLost) {
-			callsAtLoss.CompareAndSwap(-1, int64(l.Calls()))
-		}
+		loss.on(ev, l)
 		events.on(ev)
 	})
 	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
@@ -65,19 +60,14 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 
 	acked := func() int { return l.Figures().Acked - consumes }
-	until := time.Now().Add(2 * time.Minute)
-	for (acked() < holeAt || l.Handled() < holeAt) && time.Now().Before(until) {
-		time.Sleep(10 * time.Millisecond) // polls two ledger counters; bounded
-	}
-	require.GreaterOrEqual(t, acked(), holeAt, "publishing under way on URL 1")
-	require.GreaterOrEqual(t, l.Handled(), holeAt, "consuming under way on URL 1")
+	faultUnderWay(t, l, acked, holeAt, " on URL 1")
 	require.Zero(t, p2.Stats().Accepted, "nothing used URL 2 before the fault")
 
 	mark := events.mark()
 	var callsAtHole int
 	inHandler := l.CutAround(0, func() {
 		callsAtHole = l.Calls()
-		holed.Store(true)
+		loss.armed.Store(true)
 		p1.Blackhole()
 		l.Mark(ledger.Publish, ledger.Consume)
 	})
@@ -99,19 +89,11 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	}
 	callsAtResume := l.Calls()
 
-	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), publishes) })
-	waitClosed(t, l.HandledAtLeast(consumes), 3*time.Minute, func() string {
-		return fmt.Sprintf("every message handled (%d of %d); events: %s", l.Handled(), consumes, events.summary(mark))
-	})
+	faultWaitDone(t, l, pubDone, acked, publishes, consumes, events, mark)
 	stopC()
-	require.NoError(t, pub.Close(context.Background()))
-	faultRecordStoredAndLeft(t, fb.Broker, l, qp)
-	faultRecordLeft(t, fb.Broker, l, qc)
+	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
 
-	startedBlind := callsAtResume - callsAtHole
-	if n := callsAtLoss.Load(); n >= 0 && int(n) < callsAtResume {
-		startedBlind = int(n) - callsAtHole
-	}
+	startedBlind := loss.startedBlind(callsAtHole, callsAtResume)
 	l.AddSlack(startedBlind + concurrency)
 	extra := []string{
 		fmt.Sprintf("in a handler at the hole %d, started before the loss was seen %d", inHandler, startedBlind),

@@ -73,9 +73,7 @@ func TestFaultCutsWithLatency(t *testing.T) {
 	// Stop cutting before the final drains (they go straight to the broker
 	// anyway) and close the publisher cleanly.
 	require.NoError(t, p.CutAfter(0, 0))
-	require.NoError(t, pub.Close(context.Background()))
-	faultRecordStoredAndLeft(t, fb.Broker, l, qp)
-	faultRecordLeft(t, fb.Broker, l, qc)
+	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
 
 	handled := "not by the deadline"
 	if handledBy > 0 {

@@ -91,28 +91,17 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario string, drainOn f
 	pubDone := faultPublishLoop(ctx, pub, qp, messages, 8, perCall, perCall, pace, l, &st)
 	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 	acked := func() int { return l.Figures().Acked - messages }
-	until := time.Now().Add(2 * time.Minute)
-	for (acked() < faultAt || l.Handled() < faultAt) && time.Now().Before(until) {
-		time.Sleep(10 * time.Millisecond) // polls two ledger counters; bounded
-	}
-	require.GreaterOrEqual(t, acked(), faultAt, "publishing under way")
-	require.GreaterOrEqual(t, l.Handled(), faultAt, "consuming under way")
+	faultUnderWay(t, l, acked, faultAt, "")
 	mark := events.mark()
 	faultStart := time.Now()
 	what, struck := fault()
 	faultTook := time.Since(faultStart)
 	ackedAfter, handledAfter := acked(), l.Handled()
 
-	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), messages) })
-	waitClosed(t, l.HandledAtLeast(messages), 3*time.Minute, func() string {
-		return fmt.Sprintf("every message handled (%d of %d); events: %s", l.Handled(), messages, events.summary(mark))
-	})
+	faultWaitDone(t, l, pubDone, acked, messages, messages, events, mark)
 	stopC()
 	armed.Store(false)
-	require.NoError(t, pub.Close(context.Background()))
-	b := drainOn()
-	faultRecordStoredAndLeft(t, b, l, qp)
-	faultRecordLeft(t, b, l, qc)
+	faultCloseAndDrain(t, drainOn(), l, pub, qp, qc)
 	lossMu.Lock()
 	seen := append([]time.Time(nil), losses...)
 	lossMu.Unlock()

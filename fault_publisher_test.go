@@ -4,7 +4,6 @@ package artemis_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -56,17 +55,10 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 	)
 	pause := artemis.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.5}
 	classify := func(err error) string {
-		switch {
-		case errors.Is(err, artemis.ErrOutcomeUnknown):
-			return "ErrOutcomeUnknown"
-		case errors.Is(err, artemis.ErrConnect):
-			return "ErrConnect"
-		case errors.Is(err, artemis.ErrNotAccepted):
-			return "ErrNotAccepted"
-		case errors.Is(err, context.DeadlineExceeded):
-			return "deadline"
+		if kind := faultErrKind(err); kind != "ErrClosed" {
+			return kind
 		}
-		return "other"
+		return "other" // a closed publisher is not an error this test expects
 	}
 	start := time.Now()
 	for range workers {
@@ -140,9 +132,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, pub.Close(ctx))
-	stored := faultDrain(t, fb.Broker, q)
-	l.Stored(stored.copies)
-	l.Left(q, stored.copies)
+	stored := faultRecordStoredAndLeft(t, fb.Broker, l, q)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -174,10 +164,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 			ambiguousStoredOnce++
 		}
 	}
-	errTotal := 0
-	for _, n := range failures {
-		errTotal += n
-	}
+	errTotal := ledger.Total(failures)
 
 	t.Logf("FIGURES publisher: publishes acknowledged=%d (at kill %d) on queue=%d (unique %d) missing=%d duplicated=%d foreign=%d in %v",
 		len(acked), okAtKill, stored.total, len(stored.copies), missing, duplicated, foreign, elapsed.Round(time.Millisecond))

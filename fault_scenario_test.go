@@ -95,25 +95,11 @@ type faultPubStats struct {
 	maxLatency time.Duration // longest single Publish call
 }
 
-func (s *faultPubStats) errors() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.errs {
-		n += c
-	}
-	return n
-}
-
 func (s *faultPubStats) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.errs {
-		n += c
-	}
 	return fmt.Sprintf("publish calls %d, publish errors %d %v, longest publish %d ms",
-		s.calls, n, s.errs, s.maxLatency.Milliseconds())
+		s.calls, ledger.Total(s.errs), s.errs, s.maxLatency.Milliseconds())
 }
 
 func faultErrKind(err error) string {
@@ -230,12 +216,14 @@ func faultRecordLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, queue
 }
 
 // faultRecordStoredAndLeft drains q (a queue only publishers wrote to) on b
-// into l: its copies are both what was stored and what is left.
-func faultRecordStoredAndLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, q string) {
+// into l: its copies are both what was stored and what is left. It returns
+// what the drain found.
+func faultRecordStoredAndLeft(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, q string) faultDrained {
 	t.Helper()
 	d := faultDrain(t, b, q)
 	l.Stored(d.copies)
 	l.Left(q, d.copies)
+	return d
 }
 
 // faultReport prints the scenario's line and asserts the targets every
@@ -297,4 +285,70 @@ func faultEvery(stop <-chan struct{}, lo, hi time.Duration, seed uint64, fn func
 		}
 	}()
 	return out
+}
+
+// faultUnderWay waits (up to 2 minutes, polling two ledger counters) until
+// acked() acknowledged publishes and at least as many handled messages,
+// and fails the test unless both got there; when says where ("" or, say,
+// " before the stall").
+func faultUnderWay(t *testing.T, l *ledger.Ledger, acked func() int, at int, when string) {
+	t.Helper()
+	until := time.Now().Add(2 * time.Minute)
+	for (acked() < at || l.Handled() < at) && time.Now().Before(until) {
+		time.Sleep(10 * time.Millisecond) // polls two ledger counters; bounded
+	}
+	require.GreaterOrEqual(t, acked(), at, "publishing under way"+when)
+	require.GreaterOrEqual(t, l.Handled(), at, "consuming under way"+when)
+}
+
+// faultWaitDone waits (3 minutes each) for the publish loop to be done and
+// for consumes messages to be handled, failing the test with the counts
+// and the events since mark.
+func faultWaitDone(t *testing.T, l *ledger.Ledger, pubDone <-chan struct{}, acked func() int, publishes, consumes int,
+	events *faultEvents, mark int,
+) {
+	t.Helper()
+	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), publishes) })
+	waitClosed(t, l.HandledAtLeast(consumes), 3*time.Minute, func() string {
+		return fmt.Sprintf("every message handled (%d of %d); events: %s", l.Handled(), consumes, events.summary(mark))
+	})
+}
+
+// faultCloseAndDrain closes pub and drains both queues on b into l: qp,
+// which only the publishers wrote to (stored and left), and qc, the
+// consumer's (left).
+func faultCloseAndDrain(t *testing.T, b *brokertest.Broker, l *ledger.Ledger, pub *artemis.ClientPublisher, qp, qc string) {
+	t.Helper()
+	require.NoError(t, pub.Close(context.Background()))
+	faultRecordStoredAndLeft(t, b, l, qp)
+	faultRecordLeft(t, b, l, qc)
+}
+
+// faultLossWatch notes the handler calls so far when the Client first
+// reports a loss (EventDisconnected or EventConsumerLost) while armed.
+type faultLossWatch struct {
+	armed       atomic.Bool
+	callsAtLoss atomic.Int64 // -1: no loss seen while armed
+}
+
+func newFaultLossWatch() *faultLossWatch {
+	w := &faultLossWatch{}
+	w.callsAtLoss.Store(-1)
+	return w
+}
+
+func (w *faultLossWatch) on(ev artemis.ConnectionEvent, l *ledger.Ledger) {
+	if w.armed.Load() && (ev.Kind == artemis.EventDisconnected || ev.Kind == artemis.EventConsumerLost) {
+		w.callsAtLoss.CompareAndSwap(-1, int64(l.Calls()))
+	}
+}
+
+// startedBlind is the handler calls that started after the fault (calls
+// at) before the Client saw the loss: all those until callsBy if it never
+// saw it before then.
+func (w *faultLossWatch) startedBlind(at, callsBy int) int {
+	if n := w.callsAtLoss.Load(); n >= 0 && int(n) < callsBy {
+		return int(n) - at
+	}
+	return callsBy - at
 }

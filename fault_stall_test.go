@@ -5,7 +5,6 @@ package artemis_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,13 +48,9 @@ func TestFaultStallMidPublishAndConsume(t *testing.T) {
 
 	p, through := faultProxy(t, fb.Broker, 303)
 	events := newFaultEvents()
-	var stalled atomic.Bool
-	var callsAtLoss atomic.Int64 // handler calls when the Client first saw the loss during the stall
-	callsAtLoss.Store(-1)
+	loss := newFaultLossWatch() // handler calls when the Client first saw the loss during the stall
 	c := faultDefaultClient(t, []string{through}, func(ev artemis.ConnectionEvent) {
-		if stalled.Load() && (ev.Kind == artemis.EventDisconnected || ev.Kind == artemis.EventConsumerLost) {
-			callsAtLoss.CompareAndSwap(-1, int64(l.Calls()))
-		}
+		loss.on(ev, l)
 		events.on(ev)
 	})
 	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
@@ -66,18 +61,13 @@ func TestFaultStallMidPublishAndConsume(t *testing.T) {
 	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 
 	acked := func() int { return l.Figures().Acked }
-	deadline := time.Now().Add(2 * time.Minute)
-	for (acked() < stallAt || l.Handled() < stallAt) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polls two counters of the ledger; bounded by deadline
-	}
-	require.GreaterOrEqual(t, acked(), stallAt, "publishing under way before the stall")
-	require.GreaterOrEqual(t, l.Handled(), stallAt, "consuming under way before the stall")
+	faultUnderWay(t, l, acked, stallAt, " before the stall")
 
 	mark := events.mark()
 	var callsAtStall int
 	inHandler := l.CutAround(0, func() {
 		callsAtStall = l.Calls()
-		stalled.Store(true)
+		loss.armed.Store(true)
 		p.Stall()
 	})
 	ackedAtStall, handledAtStall := acked(), l.Handled()
@@ -86,25 +76,17 @@ func TestFaultStallMidPublishAndConsume(t *testing.T) {
 	callsAtHeal := l.Calls()
 	l.Mark(ledger.Publish, ledger.Consume)
 	p.Heal()
-	stalled.Store(false)
+	loss.armed.Store(false)
 	healed := time.Now()
 
-	waitClosed(t, pubDone, 3*time.Minute, func() string { return fmt.Sprintf("every publish (%d of %d)", acked(), publishes) })
-	waitClosed(t, l.HandledAtLeast(consumes), 3*time.Minute, func() string {
-		return fmt.Sprintf("every message to be handled (%d of %d); events: %s", l.Handled(), consumes, events.summary(mark))
-	})
+	faultWaitDone(t, l, pubDone, acked, publishes, consumes, events, mark)
 	finished := time.Since(healed)
 	stopC()
-	require.NoError(t, pub.Close(context.Background()))
-	faultRecordStoredAndLeft(t, fb.Broker, l, qp)
-	faultRecordLeft(t, fb.Broker, l, qc)
+	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
 
 	// The bound's second part: handler starts during the stall before the
 	// loss was seen (all those before the heal if it never was).
-	startedBlind := callsAtHeal - callsAtStall
-	if n := callsAtLoss.Load(); n >= 0 && int(n) < callsAtHeal {
-		startedBlind = int(n) - callsAtStall
-	}
+	startedBlind := loss.startedBlind(callsAtStall, callsAtHeal)
 	l.AddSlack(startedBlind + concurrency)
 	f := faultReport(t, l, "30 s stall mid-publish and mid-consume",
 		fmt.Sprintf("in a handler at the stall %d, started during the stall before the loss was seen %d", inHandler, startedBlind),

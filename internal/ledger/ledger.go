@@ -187,8 +187,13 @@ func (l *Ledger) HandledAtLeast(n int) <-chan struct{} {
 func (l *Ledger) Calls() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return Total(l.calls)
+}
+
+// Total sums a map's counts.
+func Total[K comparable](m map[K]int) int {
 	n := 0
-	for _, c := range l.calls {
+	for _, c := range m {
 		n += c
 	}
 	return n
