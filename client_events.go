@@ -51,31 +51,26 @@ const (
 	EventPublishRetried
 )
 
+// connectionEventNames holds each event kind's name (String) and fixed log
+// message (message).
+var connectionEventNames = map[ConnectionEventKind]struct{ name, message string }{
+	EventConnected:        {"connected", "connected"},
+	EventReconnected:      {"reconnected", "reconnected"},
+	EventDisconnected:     {"disconnected", "connection lost"},
+	EventDialFailed:       {"dial_failed", "dial failed"},
+	EventConsumerAttached: {"consumer_attached", "consumer attached"},
+	EventConsumerResumed:  {"consumer_resumed", "consumer resumed"},
+	EventConsumerLost:     {"consumer_lost", "consumer link lost"},
+	EventBackoff:          {"backoff", "backing off"},
+	EventSenderAttached:   {"sender_attached", "sender attached"},
+	EventSenderReattached: {"sender_reattached", "sender re-attached"},
+	EventPublishRetried:   {"publish_retried", "publish retried on a new link"},
+}
+
 // String names the event kind.
 func (k ConnectionEventKind) String() string {
-	switch k {
-	case EventConnected:
-		return "connected"
-	case EventReconnected:
-		return "reconnected"
-	case EventDisconnected:
-		return "disconnected"
-	case EventDialFailed:
-		return "dial_failed"
-	case EventConsumerAttached:
-		return "consumer_attached"
-	case EventConsumerResumed:
-		return "consumer_resumed"
-	case EventConsumerLost:
-		return "consumer_lost"
-	case EventBackoff:
-		return "backoff"
-	case EventSenderAttached:
-		return "sender_attached"
-	case EventSenderReattached:
-		return "sender_reattached"
-	case EventPublishRetried:
-		return "publish_retried"
+	if n, ok := connectionEventNames[k]; ok {
+		return n.name
 	}
 	return fmt.Sprintf("ConnectionEventKind(%d)", int(k))
 }
@@ -168,29 +163,8 @@ func (c *Client) log(ev ConnectionEvent) {
 
 // message is the fixed log message of an event kind.
 func (k ConnectionEventKind) message() string {
-	switch k {
-	case EventConnected:
-		return "connected"
-	case EventReconnected:
-		return "reconnected"
-	case EventDisconnected:
-		return "connection lost"
-	case EventDialFailed:
-		return "dial failed"
-	case EventConsumerAttached:
-		return "consumer attached"
-	case EventConsumerResumed:
-		return "consumer resumed"
-	case EventConsumerLost:
-		return "consumer link lost"
-	case EventBackoff:
-		return "backing off"
-	case EventSenderAttached:
-		return "sender attached"
-	case EventSenderReattached:
-		return "sender re-attached"
-	case EventPublishRetried:
-		return "publish retried on a new link"
+	if n, ok := connectionEventNames[k]; ok {
+		return n.message
 	}
 	return k.String()
 }

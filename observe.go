@@ -205,22 +205,26 @@ func (d *delivery) begin() {
 // handler succeeded, else "handler_failed", "unknown_urn", "poison",
 // "version_gated", "dead_letter_failed" or "settlement_failed".
 func (e SettleEvent) KindName() string {
-	k := e.Kind
-	switch {
-	case k == nil:
+	if e.Kind == nil {
 		return ""
-	case errors.Is(k, ErrHandlerFailed):
-		return "handler_failed"
-	case errors.Is(k, ErrUnknownURN):
-		return "unknown_urn"
-	case errors.Is(k, ErrPoison):
-		return "poison"
-	case errors.Is(k, ErrVersionGated):
-		return "version_gated"
-	case errors.Is(k, ErrDeadLetterFailed):
-		return "dead_letter_failed"
-	case errors.Is(k, ErrSettlement):
-		return "settlement_failed"
+	}
+	for _, n := range settleKindNames {
+		if errors.Is(e.Kind, n.kind) {
+			return n.name
+		}
 	}
 	return "error"
+}
+
+// settleKindNames are KindName's answers, in the order it tries them.
+var settleKindNames = []struct {
+	kind error
+	name string
+}{
+	{ErrHandlerFailed, "handler_failed"},
+	{ErrUnknownURN, "unknown_urn"},
+	{ErrPoison, "poison"},
+	{ErrVersionGated, "version_gated"},
+	{ErrDeadLetterFailed, "dead_letter_failed"},
+	{ErrSettlement, "settlement_failed"},
 }
