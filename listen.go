@@ -51,6 +51,13 @@ import (
 // A handler that exits its goroutine (runtime.Goexit, as t.FailNow does)
 // has failed its attempt: the delivery is settled as for an error, with
 // ErrHandlerExited as the cause, and Listen goes on with a new goroutine.
+// So does Listen when a WithOnError callback, an observer or the logger
+// exits a goroutine of Listen's own; the delivery being reported is settled
+// all the same. With WithConcurrency(n > 1) the receive loop runs on the
+// goroutine that called Listen, and reports there a delivery it gave back
+// and could not release: a callback that exits the goroutine there ends
+// Listen without a return, once the handlers in flight settled and every
+// worker ended.
 func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
 	return c.listen(ctx, r, nil)
 }
@@ -107,10 +114,13 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	for range c.concurrency {
 		go l.worker(nil)
 	}
-	err := l.receive(ctx, rctx)
-	close(l.work)
-	l.wg.Wait()
-	return err
+	// Deferred: a callback that exits this goroutine in the loop (the
+	// report of a give-back that failed) still lets the workers finish.
+	defer func() {
+		close(l.work)
+		l.wg.Wait()
+	}()
+	return l.receive(ctx, rctx)
 }
 
 // serial is Listen with one worker: it receives and handles in turn. When

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -594,4 +595,65 @@ func TestListenStartsNoHandlerAfterShutdown(t *testing.T) {
 	}
 	t.Logf("100 shutdowns: %d deliveries taken after the cancel, %d handler starts for them, %d released", lateTaken, lateStarted, released)
 	assert.Zero(t, lateStarted)
+}
+
+// releaseRefused passes every release on to its receiver, then fails it.
+type releaseRefused struct{ Receiver }
+
+func (r releaseRefused) ReleaseMessage(ctx context.Context, m *amqp.Message) error {
+	_ = r.Receiver.ReleaseMessage(ctx, m)
+	return errors.New("release refused")
+}
+
+// TestListenReceiveLoopExitStillWaitsForTheWorkers: with several workers,
+// a delivery given back by the receive loop (here: taken just as ctx ends)
+// whose release fails is reported on the goroutine that called Listen. A
+// callback that exits that goroutine there (runtime.Goexit) ends Listen
+// without a return, but not before the handlers in flight settled and every
+// worker ended (synctest fails on a worker left blocked).
+func TestListenReceiveLoopExitStillWaitsForTheWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fr := fakelink.NewReceiver(t, "orders")
+		first, second := groupedMessage(t, "", 0), groupedMessage(t, "", 1)
+		fr.Push(first)
+		fr.Push(second)
+		started := make(chan struct{}, 1)
+		gate := make(chan struct{})
+		var calls atomic.Int32
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := &tapReceiver{Receiver: fr, onReceive: func(m *amqp.Message) {
+			if m == second {
+				<-started // the first is in a handler
+				cancel()  // the second comes after ctx's end: given back
+			}
+		}}
+		reported := make(chan struct{})
+		c := mustConsumer(t, Handlers{urnCreated: gatedHandler(&calls, started, gate)}, WithConcurrency(2),
+			WithOnError(func(_ context.Context, err error, _ *Envelope, _ *amqp.Message) {
+				assert.ErrorIs(t, err, ErrSettlement)
+				close(reported)
+				runtime.Goexit()
+			}))
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			_ = c.Listen(ctx, releaseRefused{r})
+			t.Error("Listen returned although the callback exited its goroutine")
+		}()
+		<-reported
+		synctest.Wait()
+		select {
+		case <-exited:
+			t.Fatal("the goroutine that called Listen ended with a handler in flight")
+		default:
+		}
+		close(gate)
+		<-exited
+		d, _ := fr.Disposition(first)
+		assert.Equal(t, fakelink.Accepted, d, "the handler in flight settled")
+		d, _ = fr.Disposition(second)
+		assert.Equal(t, fakelink.Released, d)
+		assert.Equal(t, int32(1), calls.Load())
+	})
 }

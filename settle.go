@@ -159,15 +159,35 @@ func (d *delivery) queue() string { return d.c.queueName(d.r) }
 // callback hears of it at once.
 func (d *delivery) finish(kind, cause error, disp Disposition, settle func() error) error {
 	var reported *DeliveryError
-	reportFirst := errors.Is(kind, ErrDeadLetterFailed)
 	if kind != nil && !d.quiet {
 		reported = d.deliveryError(kind, cause, disp)
-		if reportFirst {
-			d.c.report(d.ctx, reported, d.env, d.msg)
-			d.log(slog.LevelError, reported)
+		if errors.Is(kind, ErrDeadLetterFailed) {
+			return d.reportThenSettle(kind, cause, disp, reported, settle)
 		}
 	}
-	serr := settle()
+	return d.settled(kind, cause, disp, reported, false, settle())
+}
+
+// reportThenSettle reports before it settles. A callback or a logger that
+// exits the goroutine there (runtime.Goexit, as t.FailNow does) or panics
+// does not leave the delivery unsettled: it is settled on the way out.
+func (d *delivery) reportThenSettle(kind, cause error, disp Disposition, reported *DeliveryError, settle func() error) error {
+	done := false
+	defer func() {
+		if !done {
+			_ = d.settled(kind, cause, disp, reported, true, settle())
+		}
+	}()
+	d.c.report(d.ctx, reported, d.env, d.msg)
+	d.log(slog.LevelError, reported)
+	done = true
+	return d.settled(kind, cause, disp, reported, true, settle())
+}
+
+// settled is finish once settle returned serr: the reports (reported, when
+// not nil, only if it did not go out already), the observer and the
+// result.
+func (d *delivery) settled(kind, cause error, disp Disposition, reported *DeliveryError, reportedFirst bool, serr error) error {
 	if serr != nil {
 		if d.lost != nil {
 			// First, so Listen starts nothing more on a dead link while
@@ -175,7 +195,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 			d.lost(serr)
 		}
 		settleErr := d.deliveryError(ErrSettlement, serr, Pending)
-		if reported != nil && !reportFirst {
+		if reported != nil && !reportedFirst {
 			reported.Disposition = Pending
 			d.c.report(d.ctx, reported, d.env, d.msg)
 			d.log(level(reported), reported)
@@ -193,7 +213,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 		d.logSettled(disp)
 		return nil
 	}
-	if !reportFirst {
+	if !reportedFirst {
 		d.c.report(d.ctx, reported, d.env, d.msg)
 		d.log(level(reported), reported)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -475,4 +476,61 @@ func TestGiveBackFailureIsLogged(t *testing.T) {
 	assert.Equal(t, "settlement failed", lines[0]["msg"])
 	assert.Equal(t, "orders", lines[0]["queue"])
 	assert.Equal(t, urnCreated, lines[0]["urn"])
+}
+
+// exitingHandler is a slog.Handler whose every line exits the goroutine
+// (as a t.FailNow in a test's log handler would), or panics.
+type exitingHandler struct{ panics bool }
+
+func (exitingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h exitingHandler) Handle(context.Context, slog.Record) error {
+	if h.panics {
+		panic("log handler bug")
+	}
+	runtime.Goexit()
+	return nil
+}
+func (h exitingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h exitingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestDeadLetterFailureReportThatExitsStillSettles: the report of a failed
+// dead-letter write goes out before the delivery is settled; an error
+// callback or a logger that exits the goroutine there (runtime.Goexit, as
+// t.FailNow does) or panics does not leave the delivery unsettled: it is
+// released, once.
+func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  ConsumerOption
+	}{
+		{"callback exits", WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { runtime.Goexit() })},
+		{"logger exits", WithLogger(slog.New(exitingHandler{}))},
+		{"logger panics", WithLogger(slog.New(exitingHandler{panics: true}))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
+				WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithDeadLetterRetryDelay(0), tc.opt)
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			done := make(chan any, 1)
+			go func() {
+				returned := false
+				defer func() {
+					if !returned {
+						done <- recover()
+					}
+				}()
+				_ = c.Handle(context.Background(), r, msg)
+				returned = true
+				done <- "returned"
+			}()
+			end := <-done
+			assert.NotEqual(t, "returned", end, "the report ended the goroutine")
+			d, ok := r.Disposition(msg)
+			require.True(t, ok, "the delivery was settled although the report exited the goroutine")
+			assert.Equal(t, fakelink.Released, d)
+			assert.Equal(t, 1, r.Settled())
+		})
+	}
 }
