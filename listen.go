@@ -44,9 +44,11 @@ import (
 // its session or its connection is gone, Listen starts no further handler
 // for deliveries of that link (go-amqp keeps handing out deliveries it had
 // prefetched, which the broker will send again anyway), gives them back,
-// waits for the handlers in flight, and returns the error, wrapped. The
-// deliveries a handler sees twice after a cut are at most those that were
-// in a handler at the cut.
+// waits for the handlers in flight, and returns the error, wrapped. A
+// delivery held for the retry delay after a failed dead-letter write is let
+// go at once (its release fails on the dead link: the broker sends it
+// again). The deliveries a handler sees twice after a cut are at most those
+// that were in a handler at the cut.
 //
 // A handler that exits its goroutine (runtime.Goexit, as t.FailNow does)
 // has failed its attempt: the delivery is settled as for an error, with
@@ -76,7 +78,6 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		r:       r,
 		ctx:     ctx,
 		hctx:    context.WithoutCancel(ctx),
-		stop:    ctx.Done(),
 		grouped: c.concurrency > 1,
 		work:    make(chan task, c.concurrency),
 		lost:    make(chan struct{}),
@@ -94,6 +95,11 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		stopHook := context.AfterFunc(link, l.linkDead)
 		defer stopHook()
 	}
+	// quit closes on ctx's end and on a lost link. It also cuts a
+	// delivery's retry hold short: a release on a dead link fails anyway,
+	// and Listen would wait for it.
+	stopQuit := context.AfterFunc(ctx, l.quitNow)
+	defer stopQuit()
 	if c.concurrency == 1 {
 		// One goroutine receives and handles in turn: the queue's order,
 		// and no hand-off per delivery. It is not the caller's, so a
@@ -107,9 +113,7 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	// that no worker started by ctx's end are given back like the one the
 	// loop holds. The loop's select waits on quit alone besides the
 	// hand-off (each more channel in a blocking select costs on every
-	// delivery); quit closes on ctx's end and on a lost link.
-	stopQuit := context.AfterFunc(ctx, l.quitNow)
-	defer stopQuit()
+	// delivery).
 	l.wg.Add(c.concurrency)
 	for range c.concurrency {
 		go l.worker(nil)
@@ -158,7 +162,7 @@ func (l *listener) receiveSerial(ctx, rctx context.Context) error {
 		if !ok {
 			return err
 		}
-		_ = l.c.handle(l.hctx, l.stop, l.r, msg, l.onSettleErr)
+		_ = l.c.handle(l.hctx, l.quit, l.r, msg, l.onSettleErr)
 	}
 }
 
@@ -169,7 +173,6 @@ type listener struct {
 	r           Receiver
 	ctx         context.Context // Listen's
 	hctx        context.Context // the handlers' context: Listen's, never cancelled
-	stop        <-chan struct{} // Listen's ctx.Done()
 	link        context.Context // the Client's hook, or nil
 	linkDone    <-chan struct{} // link.Done(), nil without the hook
 	grouped     bool
@@ -358,7 +361,7 @@ func (l *listener) run(msg *amqp.Message) {
 		l.c.giveBack(l.hctx, l.r, msg)
 		return
 	}
-	_ = l.c.handle(l.hctx, l.stop, l.r, msg, l.onSettleErr)
+	_ = l.c.handle(l.hctx, l.quit, l.r, msg, l.onSettleErr)
 }
 
 // join queues msg behind its group's delivery in flight and returns nil,

@@ -657,3 +657,103 @@ func TestListenReceiveLoopExitStillWaitsForTheWorkers(t *testing.T) {
 		assert.Equal(t, int32(1), calls.Load())
 	})
 }
+
+// TestListenRetryHoldEndsWhenTheLinkIsLost: a delivery held for the retry
+// delay after a failed dead-letter write is let go as soon as the link is
+// known to be lost (here: the Client's hook, cut while the error callback
+// hears of the failed write), with one worker or several: Listen returns
+// without sitting out the hold, and the failure is reported once.
+func TestListenRetryHoldEndsWhenTheLinkIsLost(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			fr := fakelink.NewReceiver(t, "orders")
+			msg := orderMessage(t, 0)
+			fr.Push(msg)
+			link, kill := context.WithCancelCause(context.Background())
+			defer kill(nil)
+			dead := errors.New("connection known dead")
+			rec := newRecorder()
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
+				WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithConcurrency(workers),
+				WithDeadLetterRetryDelay(time.Hour), WithOnError(func(ctx context.Context, err error, env *Envelope, m *amqp.Message) {
+					rec.onError(ctx, err, env, m)
+					kill(dead) // lost before the hold starts
+				}))
+			holds := make(chan time.Duration, 1)
+			c.after = func(d time.Duration) <-chan time.Time {
+				holds <- d
+				return make(chan time.Time) // the hold never ends on the clock
+			}
+			done := make(chan error, 1)
+			go func() { done <- c.listen(context.Background(), fr, link) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Listen sat out the retry hold after the link was lost")
+			}
+			assert.ErrorIs(t, err, dead)
+			assert.Equal(t, time.Hour, <-holds, "the hold had started")
+			d, _ := fr.Disposition(msg)
+			assert.Equal(t, fakelink.Released, d, "released once the hold was cut")
+			reps := rec.all()
+			require.Len(t, reps, 1, "reported once")
+			assert.ErrorIs(t, reps[0].err, ErrDeadLetterFailed)
+		})
+	}
+}
+
+// TestListenRetryHoldEndsWhenASettlementLosesTheLink: the link is lost by
+// another worker's failed settlement while a delivery is held after a
+// failed dead-letter write: the hold is cut, its release fails on the dead
+// link and is reported as a failed settlement, and nothing is reported
+// twice.
+func TestListenRetryHoldEndsWhenASettlementLosesTheLink(t *testing.T) {
+	fr := fakelink.NewReceiver(t, "orders")
+	held, other := groupedMessage(t, "", 0), groupedMessage(t, "", 1)
+	fr.Push(held)
+	fr.Push(other)
+	cut := &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced, Description: "connection cut"}}
+	otherGo := make(chan struct{})
+	rec := newRecorder()
+	dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
+		if m == held {
+			return errors.New("boom")
+		}
+		<-otherGo
+		return nil
+	}}, WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithConcurrency(2),
+		WithDeadLetterRetryDelay(time.Hour), WithOnError(func(ctx context.Context, err error, env *Envelope, m *amqp.Message) {
+			rec.onError(ctx, err, env, m)
+			if errors.Is(err, ErrDeadLetterFailed) {
+				fr.SetSettleErr(cut) // the other's accept loses the link
+				close(otherGo)
+			}
+		}))
+	c.after = func(time.Duration) <-chan time.Time { return make(chan time.Time) }
+	done := make(chan error, 1)
+	go func() { done <- c.Listen(context.Background(), fr) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen sat out the retry hold after the link was lost")
+	}
+	var le *amqp.LinkError
+	require.ErrorAs(t, err, &le)
+	d, _ := fr.Disposition(held)
+	assert.Equal(t, fakelink.Released, d, "the release was tried once the hold was cut")
+	seen := map[string]int{}
+	for _, rep := range rec.all() {
+		var de *DeliveryError
+		require.ErrorAs(t, rep.err, &de)
+		seen[fmt.Sprintf("%s %v", seqOf(rep.msg), de.Kind)]++
+	}
+	assert.Equal(t, map[string]int{
+		"0 " + ErrDeadLetterFailed.Error(): 1,
+		"0 " + ErrSettlement.Error():       1,
+		"1 " + ErrSettlement.Error():       1,
+	}, seen)
+}

@@ -17,8 +17,8 @@ type delivery struct {
 	r        Receiver
 	msg      *amqp.Message
 	ctx      context.Context
-	stop     <-chan struct{}
-	lost     func(error) // hears of a failed settlement (Listen's loop)
+	stop     <-chan struct{} // ends the retry hold (wait)
+	lost     func(error)     // hears of a failed settlement (Listen's loop)
 	env      *Envelope
 	urn      string
 	attempts int
@@ -139,7 +139,8 @@ func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
 	})
 }
 
-// wait holds the delivery for dur, cut short when the consumer stops.
+// wait holds the delivery for dur, cut short when stop closes: the end of
+// Handle's ctx, or under Listen the end of its ctx or the loss of the link.
 func (d *delivery) wait(dur time.Duration) {
 	if dur <= 0 {
 		return
