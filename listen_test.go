@@ -757,3 +757,49 @@ func TestListenRetryHoldEndsWhenASettlementLosesTheLink(t *testing.T) {
 		"1 " + ErrSettlement.Error():       1,
 	}, seen)
 }
+
+// TestListenSurvivesAnErrorCallbackThatExitsItsGoroutine: a WithOnError
+// callback that exits a goroutine of Listen's own while it hears of a
+// failed dead-letter write (reported before the release) leaves that
+// delivery settled, and Listen goes on with the others.
+func TestListenSurvivesAnErrorCallbackThatExitsItsGoroutine(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			fr := fakelink.NewReceiver(t, "orders")
+			const n = 6
+			var failed *amqp.Message
+			for i := range n {
+				m := groupedMessage(t, "", i)
+				if i == 2 {
+					failed = m
+				}
+				fr.Push(m)
+			}
+			var exits atomic.Int32
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
+				if m == failed {
+					return errors.New("boom")
+				}
+				return nil
+			}}, WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithDeadLetterRetryDelay(0),
+				WithConcurrency(workers), WithOnError(func(_ context.Context, err error, _ *Envelope, _ *amqp.Message) {
+					assert.ErrorIs(t, err, ErrDeadLetterFailed)
+					exits.Add(1)
+					runtime.Goexit()
+				}))
+			done, cancel := listenInBackground(c, fr)
+			waitSettled(t, fr, n)
+			cancel()
+			require.NoError(t, <-done)
+			assert.Equal(t, int32(1), exits.Load())
+			for m, d := range fr.Dispositions() {
+				if m == failed {
+					assert.Equal(t, fakelink.Released, d, "released after the failed dead-letter write")
+				} else {
+					assert.Equal(t, fakelink.Accepted, d)
+				}
+			}
+		})
+	}
+}
