@@ -271,6 +271,9 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 	start := time.Now()
 	state, err := transfer(ctx, sl.link, msg)
 	switch {
+	case neverSent(err):
+		// Still waiting for link credit: nothing was written, and nothing
+		// was learnt about the connection.
 	case err != nil && isContextError(err) && ctx.Err() != nil:
 		// A context too short for any broker to answer in says nothing
 		// about the connection.
@@ -302,9 +305,10 @@ func (s *clientSender) unknown(err error) error {
 // the broker: the link or connection went down, or ctx ended, while it was
 // being written or waiting for its outcome. go-amqp reports a ctx that
 // ended before the transfer was handed over as an *amqp.Error (transfer
-// limit exceeded): that one was never sent.
+// limit exceeded), which creditTimeout wraps with ctx's error: that one
+// was never sent (neverSent).
 func mayBeStored(err error) bool {
-	return linkLost(err) || isContextError(err)
+	return (linkLost(err) || isContextError(err)) && !neverSent(err)
 }
 
 func hasDuplicateID(msg *amqp.Message) bool {

@@ -333,3 +333,36 @@ func TestTransferOverAPlainSender(t *testing.T) {
 	_, err = transfer(context.Background(), closed, orderMessage(t, 0))
 	assert.ErrorIs(t, err, fakelink.ErrLinkClosed)
 }
+
+// A ClientPublisher's publish whose ctx ends while it waits for link
+// credit: ctx's error, not an unknown outcome (nothing was written, so
+// nothing is resent, even with duplicate detection), and no outcome
+// timeout counted against the connection.
+func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, _ *amqp.Message) (amqp.DeliveryState, error) {
+				<-ctx.Done()
+				return nil, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link"}
+			}
+		}
+	}, WithDuplicateDetection())
+	h.c.minOutcomeWait = 0
+	for range DefaultOutcomeTimeouts + 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err = p.PublishWithReceipt(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Len(t, h.sentTo("orders"), 2*(DefaultOutcomeTimeouts+1), "none resent")
+	assert.Equal(t, 1, h.fb.connCount(), "the connection is not taken for dead")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 1, "nor the link")
+	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
+}
