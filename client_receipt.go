@@ -40,7 +40,10 @@ func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pen
 			return pendingTransfer{}, s.c.red.error(err)
 		}
 		// Cut off while being written: it may be stored. The receipt
-		// resolves the way a lost outcome does.
+		// resolves the way a lost outcome does, but the link is given up
+		// now, not when the resolver reaches the receipt: the publishes
+		// until then re-attach rather than write on a dead link.
+		s.failed(sl, err)
 		lost := err
 		return pendingTransfer{later: func(context.Context) (amqp.DeliveryState, error) {
 			return s.receiptLoss(sl, msg, lost)

@@ -69,6 +69,9 @@ func (l *receiptLink) startOutcome(_ context.Context, msg *amqp.Message) (pendin
 	if l.conn.dead() {
 		return pendingTransfer{}, &amqp.ConnError{}
 	}
+	if l.Closed() {
+		return pendingTransfer{}, &amqp.LinkError{} // detached: go-amqp fails the send at once
+	}
 	id := msg.Properties.MessageID.(string)
 	l.outcomes.mu.Lock()
 	l.outcomes.written = append(l.outcomes.written, id)
@@ -216,4 +219,34 @@ func TestClientPublisherReceiptsAreResentOnceWithDuplicateDetection(t *testing.T
 		}
 	}
 	assert.Equal(t, 3, retried)
+}
+
+// A link detached under PublishWithReceipt is given up at once: the
+// receipt of the transfer that found it dead resolves as a lost outcome,
+// while the publishes after it re-attach and are written, even before the
+// resolver reaches that receipt.
+func TestClientPublisherReceiptOnADetachedLinkReattachesAtOnce(t *testing.T) {
+	h := receiptHarness(t)
+	pub, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	book := receiptOutcomes(h.fb.conn(0))
+	r1, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil) // holds the resolver
+	require.NoError(t, err)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	require.NoError(t, senders[0].Close(context.Background())) // the broker detaches the link
+
+	r2, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	r3, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{r1.ID(), r3.ID()}, book.ids(), "r3 was written, on a new link")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 2)
+	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
+
+	book.channel(r1.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	book.channel(r3.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	require.NoError(t, r1.Wait(context.Background()))
+	assert.ErrorIs(t, r2.Wait(context.Background()), ErrOutcomeUnknown, "as Publish says for a transfer cut off by a detach")
+	require.NoError(t, r3.Wait(context.Background()))
 }
