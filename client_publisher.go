@@ -92,7 +92,12 @@ type senderLink struct {
 	broken atomic.Bool
 }
 
-func (sl *senderLink) usable() bool { return !sl.broken.Load() && !sl.cn.dead() }
+// usable reports a link neither known broken nor on a connection the
+// Client gave up (cn.lost ends on drop, before a close that may hang on a
+// half-open network ends cn.conn).
+func (sl *senderLink) usable() bool {
+	return !sl.broken.Load() && sl.cn.lost.Err() == nil
+}
 
 func (c *Client) newSender(addr string) *clientSender {
 	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}

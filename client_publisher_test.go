@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"sync"
 	"sync/atomic"
@@ -365,4 +366,73 @@ func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
 	assert.Equal(t, 1, h.fb.connCount(), "the connection is not taken for dead")
 	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 1, "nor the link")
 	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
+}
+
+// slowClose is a fakeConn whose Close hangs until unblock is closed, as
+// go-amqp's does on a half-open network: a connection the Client dropped
+// stays open for a while.
+type slowClose struct {
+	*fakeConn
+	unblock <-chan struct{}
+}
+
+func (c slowClose) Close() error {
+	<-c.unblock
+	return c.fakeConn.Close()
+}
+
+// slowCloseHarness is newHarness (live and backup URLs) whose connections
+// Close hangs until the test ends, dialled already.
+func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
+	t.Helper()
+	urls := []string{"amqp://live:5672", "amqp://backup:5672"}
+	h := newHarness(t, urls, nil, prepare)
+	unblock := make(chan struct{})
+	c, err := newClient(urls, &ClientOptions{OnEvent: h.ev.on}, func(ctx context.Context, b *broker) (amqpConn, error) {
+		cn, err := h.fb.dial(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		return slowClose{cn.(*fakeConn), unblock}, nil
+	})
+	require.NoError(t, err)
+	c.random = func() float64 { return 0.5 }
+	c.after = h.timers.after
+	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { close(unblock) }) // runs first
+	h.c = c
+	require.NoError(t, h.dial())
+	return h
+}
+
+// A connection the Client dropped (taken for dead) is left at once by
+// every publisher, even while its close still hangs: the next publish
+// re-dials.
+func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
+	h := slowCloseHarness(t, nil)
+	c := h.c
+	p1, err := c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	p2, err := c.Publisher(context.Background(), "audit")
+	require.NoError(t, err)
+	_, err = p1.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	c.mu.Lock()
+	cn := c.cur
+	c.mu.Unlock()
+	require.NotNil(t, cn)
+	c.drop(cn, errors.New("taken for dead"))
+	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
+
+	for _, p := range []*ClientPublisher{p1, p2} {
+		_, err = p.Publish(context.Background(), urnCreated, orderData)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, h.fb.connCount(), "re-dialed")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders")[0].Sent(), 1, "nothing more on the dropped connection")
+	assert.Empty(t, h.fb.conn(0).sendersTo("audit")[0].Sent())
+	assert.Len(t, h.fb.conn(1).sendersTo("orders"), 1)
+	assert.Len(t, h.fb.conn(1).sendersTo("audit"), 1)
+	assert.Len(t, h.keptOn("orders"), 2)
+	assert.Len(t, h.keptOn("audit"), 1)
 }
