@@ -92,11 +92,11 @@ type senderLink struct {
 	broken atomic.Bool
 }
 
-// usable reports a link neither known broken nor on a connection the
-// Client gave up (cn.lost ends on drop, before a close that may hang on a
-// half-open network ends cn.conn).
+// usable reports a link neither known broken nor on a connection that is
+// dead or that the Client gave up (cn.lost ends on drop, before a close
+// that may hang on a half-open network ends cn.conn).
 func (sl *senderLink) usable() bool {
-	return !sl.broken.Load() && sl.cn.lost.Err() == nil
+	return !sl.broken.Load() && !sl.cn.dead() && sl.cn.lost.Err() == nil
 }
 
 func (c *Client) newSender(addr string) *clientSender {

@@ -2,8 +2,8 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
