@@ -164,6 +164,12 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 	}
 	sl := &senderLink{cn: cn, link: link}
 	s.cur.Store(sl)
+	if s.closed.Load() && s.cur.CompareAndSwap(sl, nil) {
+		// Closed while attaching (close gave up waiting for s.sem): the
+		// new link is detached, not kept.
+		go func() { _ = s.closeLink(context.Background(), sl) }()
+		return nil, nil, ErrClosed
+	}
 	ev := &ConnectionEvent{Kind: EventSenderAttached, URL: cn.url, Address: s.addr}
 	if s.attached {
 		ev.Kind = EventSenderReattached
@@ -199,7 +205,8 @@ func (s *clientSender) failed(sl *senderLink, err error) {
 }
 
 // close detaches the link, bounded by ctx (the detach goes on in the
-// background, bounded by the dial timeout, when ctx ends first).
+// background, bounded by the dial timeout, when ctx ends first, even while
+// another caller's attach was under way: the link it makes is detached).
 func (s *clientSender) close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
@@ -207,6 +214,16 @@ func (s *clientSender) close(ctx context.Context) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
+		// An attach holds s.sem: it ends within the dial timeout, and
+		// whatever link is current then is detached in the background.
+		go func() {
+			s.sem <- struct{}{}
+			sl := s.cur.Swap(nil)
+			<-s.sem
+			if sl != nil && sl.usable() {
+				_ = s.closeLink(context.Background(), sl)
+			}
+		}()
 		return ctx.Err()
 	}
 	sl := s.cur.Swap(nil)

@@ -436,3 +436,55 @@ func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
 	assert.Len(t, h.keptOn("orders"), 2)
 	assert.Len(t, h.keptOn("audit"), 1)
 }
+
+// Close whose ctx ends while another caller's attach is under way: the
+// link that attach makes is detached, not kept.
+func TestPublisherCloseDuringAnAttachDetachesItsLink(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	entered, release := make(chan struct{}), make(chan struct{})
+	cn := h.fb.conn(0)
+	cn.mu.Lock()
+	cn.attachErr = func(string, bool) error {
+		close(entered)
+		<-release
+		return nil
+	}
+	cn.mu.Unlock()
+	s := h.c.newSender("orders")
+	attached := make(chan error, 1)
+	go func() {
+		_, err := s.link(context.Background(), true)
+		attached <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.close(ctx), context.Canceled)
+	close(release)
+	require.ErrorIs(t, <-attached, ErrClosed)
+	senders := cn.sendersTo("orders")
+	require.Len(t, senders, 1)
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "the link is detached")
+	assert.Nil(t, s.cur.Load())
+	assert.NotContains(t, h.ev.kinds(), EventSenderAttached)
+}
+
+// The same, when the attach finishes before the check (the background
+// detach of close takes the stored link).
+func TestPublisherCloseGivingUpOnTheAttachLockStillDetaches(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	s := h.c.newSender("orders")
+	_, err := s.link(context.Background(), true)
+	require.NoError(t, err)
+	s.sem <- struct{}{} // as an attach under way holds it
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.close(ctx), context.Canceled)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	assert.False(t, senders[0].Closed())
+	<-s.sem
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "detached once the lock is free")
+}
