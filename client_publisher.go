@@ -54,7 +54,13 @@ type ClientPublisher struct {
 // matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
 // is sent once more on a re-dialed link and the receipt resolves with that
 // outcome. Those resends run one by one on the Publisher's resolving
-// goroutine, each bounded by twice the Client's DialTimeout.
+// goroutine, each bounded by twice the Client's DialTimeout. A receipt
+// whose outcome has not come within twice the DialTimeout of its write is
+// handled the same way (ErrOutcomeUnknown, or one resend with
+// WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts
+// as a Publish ended by its ctx does: a broker that keeps the connection
+// alive but stops settling is re-dialled, and no receipt stays pending
+// for ever.
 func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
