@@ -136,7 +136,7 @@ func (l *consumeLoop) run(ctx context.Context) error {
 			failures = 0
 		}
 		var redialled <-chan struct{}
-		if a.cn != nil && a.cn.dead() {
+		if a.cn != nil && (a.cn.dead() || a.cn.lost.Err() != nil) { // dead, or dropped by the Client
 			redialled = a.cn.replaced
 			select {
 			case <-redialled:

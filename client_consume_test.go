@@ -647,3 +647,37 @@ func TestConsumeDoesNotWaitForAConnectionAlreadyBack(t *testing.T) {
 	run.cancel()
 	require.NoError(t, run.wait(t))
 }
+
+// A connection the Client dropped while its close hangs (a half-open
+// network): the consumer's backoff ends when it is re-dialled, as it does
+// for a connection that died, and its dead-letter sender leaves it too.
+func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
+	attached := make(chan *fakelink.Receiver, 8)
+	h := slowCloseHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) { c.attached = attached }
+	})
+	h.timers.hold = true // the consumer's backoff would never end by itself
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	attachedReceiver(t, attached)
+	h.ev.wait(t, EventConsumerAttached)
+
+	cn, err := h.c.connection(context.Background())
+	require.NoError(t, err)
+	h.c.drop(cn, errors.New("taken for dead"))
+	h.ev.wait(t, EventConsumerLost)
+	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
+	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")
+
+	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	attachedReceiver(t, attached)
+	resumed := h.ev.wait(t, EventConsumerResumed)
+	assert.Equal(t, "amqp://backup:5672", resumed.URL)
+	assert.Equal(t, 2, h.fb.connCount())
+	assert.Len(t, h.fb.conn(1).sendersTo("orders.dlq"), 1, "the dead-letter sender re-attached on the new connection")
+
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}

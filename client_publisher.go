@@ -54,7 +54,13 @@ type ClientPublisher struct {
 // matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
 // is sent once more on a re-dialed link and the receipt resolves with that
 // outcome. Those resends run one by one on the Publisher's resolving
-// goroutine, each bounded by twice the Client's DialTimeout.
+// goroutine, each bounded by twice the Client's DialTimeout. A receipt
+// whose outcome has not come within twice the DialTimeout of its write is
+// handled the same way (ErrOutcomeUnknown, or one resend with
+// WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts
+// as a Publish ended by its ctx does: a broker that keeps the connection
+// alive but stops settling is re-dialled, and no receipt stays pending
+// for ever.
 func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
@@ -92,7 +98,12 @@ type senderLink struct {
 	broken atomic.Bool
 }
 
-func (sl *senderLink) usable() bool { return !sl.broken.Load() && !sl.cn.dead() }
+// usable reports a link neither known broken nor on a connection that is
+// dead or that the Client gave up (cn.lost ends on drop, before a close
+// that may hang on a half-open network ends cn.conn).
+func (sl *senderLink) usable() bool {
+	return !sl.broken.Load() && !sl.cn.dead() && sl.cn.lost.Err() == nil
+}
 
 func (c *Client) newSender(addr string) *clientSender {
 	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}
@@ -159,6 +170,12 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 	}
 	sl := &senderLink{cn: cn, link: link}
 	s.cur.Store(sl)
+	if s.closed.Load() && s.cur.CompareAndSwap(sl, nil) {
+		// Closed while attaching (close gave up waiting for s.sem): the
+		// new link is detached, not kept.
+		go func() { _ = s.closeLink(context.Background(), sl) }()
+		return nil, nil, ErrClosed
+	}
 	ev := &ConnectionEvent{Kind: EventSenderAttached, URL: cn.url, Address: s.addr}
 	if s.attached {
 		ev.Kind = EventSenderReattached
@@ -194,7 +211,8 @@ func (s *clientSender) failed(sl *senderLink, err error) {
 }
 
 // close detaches the link, bounded by ctx (the detach goes on in the
-// background, bounded by the dial timeout, when ctx ends first).
+// background, bounded by the dial timeout, when ctx ends first, even while
+// another caller's attach was under way: the link it makes is detached).
 func (s *clientSender) close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
@@ -202,6 +220,16 @@ func (s *clientSender) close(ctx context.Context) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
+		// An attach holds s.sem: it ends within the dial timeout, and
+		// whatever link is current then is detached in the background.
+		go func() {
+			s.sem <- struct{}{}
+			sl := s.cur.Swap(nil)
+			<-s.sem
+			if sl != nil && sl.usable() {
+				_ = s.closeLink(context.Background(), sl)
+			}
+		}()
 		return ctx.Err()
 	}
 	sl := s.cur.Swap(nil)
@@ -271,6 +299,9 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 	start := time.Now()
 	state, err := transfer(ctx, sl.link, msg)
 	switch {
+	case neverSent(err):
+		// Still waiting for link credit: nothing was written, and nothing
+		// was learnt about the connection.
 	case err != nil && isContextError(err) && ctx.Err() != nil:
 		// A context too short for any broker to answer in says nothing
 		// about the connection.
@@ -302,9 +333,10 @@ func (s *clientSender) unknown(err error) error {
 // the broker: the link or connection went down, or ctx ended, while it was
 // being written or waiting for its outcome. go-amqp reports a ctx that
 // ended before the transfer was handed over as an *amqp.Error (transfer
-// limit exceeded): that one was never sent.
+// limit exceeded), which creditTimeout wraps with ctx's error: that one
+// was never sent (neverSent).
 func mayBeStored(err error) bool {
-	return linkLost(err) || isContextError(err)
+	return (linkLost(err) || isContextError(err)) && !neverSent(err)
 }
 
 func hasDuplicateID(msg *amqp.Message) bool {

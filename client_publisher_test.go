@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,4 +333,158 @@ func TestTransferOverAPlainSender(t *testing.T) {
 	closed := fakelink.PlainSender{S: &fakelink.Sender{Outcome: fakelink.Closed}}
 	_, err = transfer(context.Background(), closed, orderMessage(t, 0))
 	assert.ErrorIs(t, err, fakelink.ErrLinkClosed)
+}
+
+// A ClientPublisher's publish whose ctx ends while it waits for link
+// credit: ctx's error, not an unknown outcome (nothing was written, so
+// nothing is resent, even with duplicate detection), and no outcome
+// timeout counted against the connection.
+func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(ctx context.Context, _ *amqp.Message) (amqp.DeliveryState, error) {
+				<-ctx.Done()
+				return nil, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link"}
+			}
+		}
+	}, WithDuplicateDetection())
+	h.c.minOutcomeWait = 0
+	for range DefaultOutcomeTimeouts + 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err := p.Publish(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err = p.PublishWithReceipt(ctx, urnCreated, orderData)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	}
+	assert.Len(t, h.sentTo("orders"), 2*(DefaultOutcomeTimeouts+1), "none resent")
+	assert.Equal(t, 1, h.fb.connCount(), "the connection is not taken for dead")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 1, "nor the link")
+	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
+}
+
+// slowClose is a fakeConn whose Close hangs until unblock is closed, as
+// go-amqp's does on a half-open network: a connection the Client dropped
+// stays open for a while.
+type slowClose struct {
+	*fakeConn
+	unblock <-chan struct{}
+}
+
+func (c slowClose) Close() error {
+	<-c.unblock
+	return c.fakeConn.Close()
+}
+
+// slowCloseHarness is newHarness (live and backup URLs) whose connections
+// Close hangs until the test ends, dialled already.
+func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
+	t.Helper()
+	urls := []string{"amqp://live:5672", "amqp://backup:5672"}
+	h := newHarness(t, urls, nil, prepare)
+	unblock := make(chan struct{})
+	c, err := newClient(urls, &ClientOptions{OnEvent: h.ev.on}, func(ctx context.Context, b *broker) (amqpConn, error) {
+		cn, err := h.fb.dial(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		return slowClose{cn.(*fakeConn), unblock}, nil
+	})
+	require.NoError(t, err)
+	c.random = func() float64 { return 0.5 }
+	c.after = h.timers.after
+	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { close(unblock) }) // runs first
+	h.c = c
+	require.NoError(t, h.dial())
+	return h
+}
+
+// A connection the Client dropped (taken for dead) is left at once by
+// every publisher, even while its close still hangs: the next publish
+// re-dials.
+func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
+	h := slowCloseHarness(t, nil)
+	c := h.c
+	p1, err := c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	p2, err := c.Publisher(context.Background(), "audit")
+	require.NoError(t, err)
+	_, err = p1.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	c.mu.Lock()
+	cn := c.cur
+	c.mu.Unlock()
+	require.NotNil(t, cn)
+	c.drop(cn, errors.New("taken for dead"))
+	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
+
+	for _, p := range []*ClientPublisher{p1, p2} {
+		_, err = p.Publish(context.Background(), urnCreated, orderData)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, h.fb.connCount(), "re-dialed")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders")[0].Sent(), 1, "nothing more on the dropped connection")
+	assert.Empty(t, h.fb.conn(0).sendersTo("audit")[0].Sent())
+	assert.Len(t, h.fb.conn(1).sendersTo("orders"), 1)
+	assert.Len(t, h.fb.conn(1).sendersTo("audit"), 1)
+	assert.Len(t, h.keptOn("orders"), 2)
+	assert.Len(t, h.keptOn("audit"), 1)
+}
+
+// Close whose ctx ends while another caller's attach is under way: the
+// link that attach makes is detached, not kept.
+func TestPublisherCloseDuringAnAttachDetachesItsLink(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	entered, release := make(chan struct{}), make(chan struct{})
+	cn := h.fb.conn(0)
+	cn.mu.Lock()
+	cn.attachErr = func(string, bool) error {
+		close(entered)
+		<-release
+		return nil
+	}
+	cn.mu.Unlock()
+	s := h.c.newSender("orders")
+	attached := make(chan error, 1)
+	go func() {
+		_, err := s.link(context.Background(), true)
+		attached <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.close(ctx), context.Canceled)
+	close(release)
+	require.ErrorIs(t, <-attached, ErrClosed)
+	senders := cn.sendersTo("orders")
+	require.Len(t, senders, 1)
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "the link is detached")
+	assert.Nil(t, s.cur.Load())
+	assert.NotContains(t, h.ev.kinds(), EventSenderAttached)
+}
+
+// The same, when the attach finishes before the check (the background
+// detach of close takes the stored link).
+func TestPublisherCloseGivingUpOnTheAttachLockStillDetaches(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	s := h.c.newSender("orders")
+	_, err := s.link(context.Background(), true)
+	require.NoError(t, err)
+	s.sem <- struct{}{} // as an attach under way holds it
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.close(ctx), context.Canceled)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	assert.False(t, senders[0].Closed())
+	<-s.sem
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "detached once the lock is free")
 }

@@ -5,6 +5,7 @@ package artemis
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -26,7 +27,12 @@ import (
 //     that transfer's outcome (ErrOutcomeUnknown if it fails the same way).
 //     The retry is bounded by retryTimeout, as the receipt has no context
 //     of its own by then, and, like Publish's, re-dials at most once and
-//     never waits out an outage.
+//     never waits out an outage;
+//   - no outcome within retryTimeout of the write (a broker that stopped
+//     settling, a half-open network that still carries heartbeats): it
+//     counts as an outcome timeout of the connection
+//     (ClientOptions.OutcomeTimeouts) and is handled as a lost outcome
+//     (above), the link given up.
 func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
 	// Without a connection, wait for the Client's re-dial within ctx, as
 	// Publish does (ClientOptions.FailFast: do not).
@@ -40,14 +46,25 @@ func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pen
 			return pendingTransfer{}, s.c.red.error(err)
 		}
 		// Cut off while being written: it may be stored. The receipt
-		// resolves the way a lost outcome does.
+		// resolves the way a lost outcome does, but the link is given up
+		// now, not when the resolver reaches the receipt: the publishes
+		// until then re-attach rather than write on a dead link.
+		s.failed(sl, err)
 		lost := err
 		return pendingTransfer{later: func(context.Context) (amqp.DeliveryState, error) {
 			return s.receiptLoss(sl, msg, lost)
 		}}, nil
 	}
+	bound := s.retryTimeout()
+	deadline := time.Now().Add(bound)
 	return pendingTransfer{later: func(wctx context.Context) (amqp.DeliveryState, error) {
-		state, err := pt.wait(wctx)
+		// Bounded from the write: receipts written together expire
+		// together, however long the resolver took to reach this one. A
+		// last look of receiptGrace sees an outcome that already came.
+		bctx, cancel := context.WithTimeout(wctx, max(time.Until(deadline), receiptGrace))
+		state, err := pt.wait(bctx)
+		expired := bctx.Err() != nil
+		cancel()
 		if err == nil || !mayBeStored(err) {
 			if err == nil || !linkLost(err) {
 				sl.cn.timeouts.Store(0) // the broker answered (see clientSender.transfer)
@@ -57,9 +74,21 @@ func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pen
 		if wctx.Err() != nil {
 			return nil, err // the waiter gave up; the transfer is still pending
 		}
+		if expired && isContextError(err) {
+			// No outcome in time, on a link that may still carry
+			// heartbeats: an outcome timeout of the connection, as a
+			// Publish's is, and the outcome is unknown. Not ctx's error: the
+			// receipt is resolved, not still pending.
+			err = fmt.Errorf("no outcome within %v of the write", bound)
+			s.c.outcomeTimedOut(sl.cn, err)
+		}
 		return s.receiptLoss(sl, msg, err)
 	}}, nil
 }
+
+// receiptGrace is the least a receipt's outcome is waited for, even past
+// its bound: long enough to see an outcome that already came.
+const receiptGrace = 10 * time.Millisecond
 
 // receiptLoss is afterLoss for a receipt, under a context of its own.
 func (s *clientSender) receiptLoss(sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -69,6 +70,9 @@ func (l *receiptLink) startOutcome(_ context.Context, msg *amqp.Message) (pendin
 	if l.conn.dead() {
 		return pendingTransfer{}, &amqp.ConnError{}
 	}
+	if l.Closed() {
+		return pendingTransfer{}, &amqp.LinkError{} // detached: go-amqp fails the send at once
+	}
 	id := msg.Properties.MessageID.(string)
 	l.outcomes.mu.Lock()
 	l.outcomes.written = append(l.outcomes.written, id)
@@ -90,8 +94,15 @@ func (l *receiptLink) startOutcome(_ context.Context, msg *amqp.Message) (pendin
 // receiptHarness is newHarness with pipelining links.
 func receiptHarness(t *testing.T) *harness {
 	t.Helper()
-	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
-	c, err := newClient([]string{"amqp://live:5672"}, &ClientOptions{OnEvent: h.ev.on}, func(ctx context.Context, b *broker) (amqpConn, error) {
+	return receiptHarnessWith(t, ClientOptions{}, "amqp://live:5672")
+}
+
+// receiptHarnessWith is receiptHarness with options and URLs.
+func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness {
+	t.Helper()
+	h := newHarness(t, urls, nil, nil)
+	o.OnEvent = h.ev.on
+	c, err := newClient(urls, &o, func(ctx context.Context, b *broker) (amqpConn, error) {
 		cn, err := h.fb.dial(ctx, b)
 		if err != nil {
 			return nil, err
@@ -216,4 +227,81 @@ func TestClientPublisherReceiptsAreResentOnceWithDuplicateDetection(t *testing.T
 		}
 	}
 	assert.Equal(t, 3, retried)
+}
+
+// A link detached under PublishWithReceipt is given up at once: the
+// receipt of the transfer that found it dead resolves as a lost outcome,
+// while the publishes after it re-attach and are written, even before the
+// resolver reaches that receipt.
+func TestClientPublisherReceiptOnADetachedLinkReattachesAtOnce(t *testing.T) {
+	h := receiptHarness(t)
+	pub, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	book := receiptOutcomes(h.fb.conn(0))
+	r1, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil) // holds the resolver
+	require.NoError(t, err)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	require.NoError(t, senders[0].Close(context.Background())) // the broker detaches the link
+
+	r2, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	r3, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{r1.ID(), r3.ID()}, book.ids(), "r3 was written, on a new link")
+	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 2)
+	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
+
+	book.channel(r1.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	book.channel(r3.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	require.NoError(t, r1.Wait(context.Background()))
+	assert.ErrorIs(t, r2.Wait(context.Background()), ErrOutcomeUnknown, "as Publish says for a transfer cut off by a detach")
+	require.NoError(t, r3.Wait(context.Background()))
+}
+
+// A broker that keeps the connection but stops settling: each receipt
+// resolves as unknown within twice the DialTimeout of its write (not as a
+// context error: it is no longer pending), the timeouts count toward
+// OutcomeTimeouts, and the connection is taken for dead and re-dialled.
+func TestClientPublisherReceiptsWithNoOutcomeTimeOut(t *testing.T) {
+	const dial = 20 * time.Millisecond
+	h := receiptHarnessWith(t, ClientOptions{DialTimeout: dial, OutcomeTimeouts: 3}, "amqp://live:5672", "amqp://backup:5672")
+	pub, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	start := time.Now()
+	rs := publishReceipts(t, pub, 3)
+	for _, r := range rs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.Wait(ctx)
+		cancel()
+		require.ErrorIs(t, err, ErrOutcomeUnknown)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "resolved, not still pending")
+		assert.Contains(t, err.Error(), "no outcome within 40ms")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 2*dial)
+	ev := h.ev.wait(t, EventDisconnected)
+	assert.Contains(t, ev.Err.Error(), "3 transfers in a row got no outcome")
+
+	// The next publish re-dials, and its receipt resolves with the outcome.
+	r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, h.fb.connCount())
+	receiptOutcomes(h.fb.conn(1)).channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	require.NoError(t, r.Wait(context.Background()))
+}
+
+// An outcome that came before the resolver reached its receipt, past the
+// bound (the resolver was waiting out the receipt before it), is still the
+// receipt's outcome.
+func TestClientPublisherReceiptOutcomeThatCameInTimeIsKept(t *testing.T) {
+	h := receiptHarnessWith(t, ClientOptions{DialTimeout: time.Millisecond, OutcomeTimeouts: -1}, "amqp://live:5672")
+	pub, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	for range 10 {
+		rs := publishReceipts(t, pub, 2)
+		book := receiptOutcomes(h.fb.conn(h.fb.connCount() - 1))
+		book.channel(rs[1].ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+		require.ErrorIs(t, rs[0].Wait(context.Background()), ErrOutcomeUnknown, "no outcome: timed out")
+		require.NoError(t, rs[1].Wait(context.Background()), "its outcome had come")
+	}
 }

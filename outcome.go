@@ -5,6 +5,8 @@ package artemis
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/Azure/go-amqp"
 )
@@ -40,7 +42,8 @@ func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
 func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
 	if os, ok := s.(OutcomeSender); ok {
 		// Before pendingSender: the Client's sender waits its own way.
-		return os.SendOutcome(ctx, msg)
+		state, err := os.SendOutcome(ctx, msg)
+		return state, creditTimeout(ctx, err)
 	}
 	p, err := startTransfer(ctx, s, msg)
 	if err != nil {
@@ -93,20 +96,40 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 	case OutcomeSender:
 		state, err := s.SendOutcome(ctx, msg)
 		if err != nil {
-			return pendingTransfer{}, err
+			return pendingTransfer{}, creditTimeout(ctx, err)
 		}
 		return pendingTransfer{state: state}, nil
 	case receiptSender:
 		receipt, err := s.SendWithReceipt(ctx, msg, nil)
 		if err != nil {
-			return pendingTransfer{}, err
+			return pendingTransfer{}, creditTimeout(ctx, err)
 		}
 		return pendingTransfer{receipt: receipt, hasReceipt: true}, nil
 	}
 	if err := s.Send(ctx, msg, nil); err != nil {
-		return pendingTransfer{}, err
+		return pendingTransfer{}, creditTimeout(ctx, err)
 	}
 	return pendingTransfer{state: &amqp.StateAccepted{}}, nil
+}
+
+// creditTimeout is err, and ctx's error with it when err is go-amqp's
+// answer to a transfer whose ctx ended while it waited for link credit
+// (amqp:link:transfer-limit-exceeded; Artemis grants none to a link on a
+// full address): the caller's deadline ended the call, so the error
+// matches context.DeadlineExceeded (or context.Canceled) as well as the
+// *amqp.Error. The transfer was never written (see neverSent).
+func creditTimeout(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || isContextError(err) || !neverSent(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ctx.Err(), err)
+}
+
+// neverSent reports go-amqp's error for a transfer that was not handed
+// over to the link: its ctx ended while it waited for credit.
+func neverSent(err error) bool {
+	var ae *amqp.Error
+	return !linkLost(err) && errors.As(err, &ae) && ae.Condition == amqp.ErrCondTransferLimitExceeded
 }
 
 // outcomeError maps a broker outcome to nil (accepted) or an *OutcomeError.

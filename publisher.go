@@ -111,9 +111,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 	if err != nil && !isRefusal(err) {
 		err = p.publishError(env.Job, err)
 	}
-	if cfg.onOutcome != nil {
-		cfg.onOutcome(env.Meta.ID, err)
-	}
+	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
 	if err != nil {
 		return "", err
 	}
@@ -339,7 +337,8 @@ func WithGroupID(key string) PublishOption {
 // for long, or it holds up the receipts behind it. For Publish and
 // PublishEnvelope, for a publish refused or not written, and for a Sender
 // that answers synchronously, it is called on the calling goroutine before
-// the call returns.
+// the call returns. A panic in f is recovered and logged to slog.Default()
+// at error level; it changes neither the publish nor any receipt.
 // Given to NewPublisher, it sees every publish: a place to count outcomes or
 // log the failures of receipts nobody waits on.
 func WithOnOutcome(f func(id string, err error)) PublishOption {

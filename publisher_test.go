@@ -792,3 +792,53 @@ func TestGoAMQPVersionIsTheOneCheckedForReuse(t *testing.T) {
 	require.Equal(t, []string{goAMQPCheckedForReuse}, versions,
 		"go-amqp changed: check that (*amqp.Sender).send still marshals the message and copies the payload before it returns, run TestPooledMessageIsNotKeptByGoAMQP on a broker, then move goAMQPCheckedForReuse")
 }
+
+// noCredit is go-amqp's SendWithReceipt on a link the broker grants no
+// credit (an Artemis address under BLOCK): it waits for ctx, then says
+// transfer-limit-exceeded.
+type noCredit struct{}
+
+func (noCredit) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	panic("the transfer must go through SendWithReceipt")
+}
+
+func (noCredit) SendWithReceipt(ctx context.Context, _ *amqp.Message, _ *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error) {
+	<-ctx.Done()
+	return amqp.SendReceipt{}, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link x"}
+}
+
+// A publish whose ctx ends while it waits for link credit returns an error
+// matching ctx's, and go-amqp's error with it.
+func TestPublishEndedWhileWaitingForCreditMatchesItsContext(t *testing.T) {
+	p := NewPublisher(noCredit{}, "orders")
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 10*time.Millisecond)
+		}, context.DeadlineExceeded},
+		{"canceled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+			return ctx, cancel
+		}, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			_, err := p.Publish(ctx, urnCreated, nil)
+			require.ErrorIs(t, err, tc.want)
+			var ae *amqp.Error
+			require.ErrorAs(t, err, &ae)
+			assert.Equal(t, amqp.ErrCondTransferLimitExceeded, ae.Condition)
+			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was written")
+
+			ctx, cancel = tc.ctx()
+			defer cancel()
+			_, err = p.PublishWithReceipt(ctx, urnCreated, nil)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}

@@ -76,9 +76,7 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 		if !isRefusal(err) {
 			err = p.publishError(env.Job, err)
 		}
-		if cfg.onOutcome != nil {
-			cfg.onOutcome(env.Meta.ID, err)
-		}
+		callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
 		cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
 		return nil, err
 	}
@@ -159,7 +157,7 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	}
 	switch {
 	case r.onOutcome != nil:
-		r.onOutcome(r.id, err)
+		callOnOutcome(r.onOutcome, r.id, err)
 	case err != nil && !r.waited.Load():
 		slog.Default().Warn("publish not confirmed, receipt not waited on",
 			"queue", r.pub.queue, "urn", r.urn, "message_id", r.id, "error", err)
@@ -190,12 +188,29 @@ func (q *resolver) add(r *Receipt) {
 }
 
 func (q *resolver) run() {
+	var batch []*Receipt
+	next := 0 // batch[next:] are still pending
+	clean := false
+	defer func() {
+		if clean {
+			return
+		}
+		// A callback ended the goroutine (runtime.Goexit; a panic is
+		// recovered in resolve): the rest of the batch goes back to the
+		// front of the queue, and a new goroutine carries on, so running
+		// stays true and no receipt is left behind.
+		q.mu.Lock()
+		q.queue = append(append([]*Receipt(nil), batch[next:]...), q.queue...)
+		q.mu.Unlock()
+		go q.run()
+	}()
 	for {
 		q.mu.Lock()
-		batch := q.queue
+		batch, next = q.queue, 0
 		if len(batch) == 0 {
 			q.running = false
 			q.mu.Unlock()
+			clean = true
 			return
 		}
 		q.queue = q.spare[:0]
@@ -206,12 +221,24 @@ func (q *resolver) run() {
 			state, err := r.pending.wait(context.Background())
 			r.pending = pendingTransfer{}
 			batch[i] = nil
+			next = i + 1
 			r.resolve(state, err)
 		}
 		q.mu.Lock()
 		q.spare = batch[:0]
 		q.mu.Unlock()
 	}
+}
+
+// callOnOutcome calls a WithOnOutcome callback (nil: none), recovering
+// and logging a panic: the callback runs on the caller's goroutine or on a
+// Publisher's resolver, and neither may die of it.
+func callOnOutcome(f func(id string, err error), id string, err error) {
+	if f == nil {
+		return
+	}
+	defer recoverHook(nil, "outcome callback panicked")
+	f(id, err)
 }
 
 // isRefusal reports an error about the input (the envelope or an option),

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,4 +466,56 @@ func TestReceiptsAreObserved(t *testing.T) {
 		require.Len(t, evs, 1)
 		assert.Equal(t, PublishFailed, evs[0].Outcome)
 	})
+}
+
+// A WithOnOutcome callback that panics or exits its goroutine on the
+// resolver neither crashes the process nor stops the resolver: the
+// receipts after it (in the same batch or later) still resolve.
+func TestReceiptResolverSurvivesItsOutcomeCallback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		die  func()
+	}{
+		{"panic", func() { panic("callback bug") }},
+		{"goexit", runtime.Goexit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			s := newPipeSender()
+			p := NewPublisher(s, "orders", WithOnOutcome(func(string, error) {
+				if calls.Add(1) == 1 {
+					tc.die()
+				}
+			}))
+			r1, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			require.NoError(t, err)
+			r2, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			require.NoError(t, err)
+			s.settle(r2.ID(), &amqp.StateAccepted{}, nil)
+			s.settle(r1.ID(), &amqp.StateAccepted{}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, r1.Wait(ctx))
+			require.NoError(t, r2.Wait(ctx), "the receipt behind the callback's failure resolves")
+
+			// A receipt written afterwards resolves too.
+			r3, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			require.NoError(t, err)
+			s.settle(r3.ID(), &amqp.StateAccepted{}, nil)
+			require.NoError(t, r3.Wait(ctx))
+			assert.Eventually(t, func() bool { return calls.Load() == 3 }, 5*time.Second, time.Millisecond)
+		})
+	}
+}
+
+// A panic in the callback on the calling goroutine (Publish, a synchronous
+// Sender) is recovered too: the publish returns its own result.
+func TestPublishSurvivesAPanickingOutcomeCallback(t *testing.T) {
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithOnOutcome(func(string, error) { panic("callback bug") }))
+	id, err := p.Publish(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, id)
+	r, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+	require.NoError(t, err)
+	require.NoError(t, r.Wait(context.Background()))
 }
