@@ -346,26 +346,10 @@ func pyDial(t *testing.T, b *brokertest.Broker) *artemis.Client {
 }
 
 // pyConsume runs cons on queue in the background; the returned stop ends it
-// and checks that Consume returned nil.
+// and checks that Consume returned nil within pyTimeout.
 func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, queue, cons, opts) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume on %s", queue)
-			case <-time.After(pyTimeout):
-				t.Errorf("Consume on %s did not return in %s", queue, pyTimeout)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return consumeInBackground(t, c, queue, cons, opts, pyTimeout)
 }
 
 // pyDelivery is one delivery a Go handler saw.
