@@ -82,8 +82,9 @@ func benchDecodeLoop(b *testing.B, body []byte, decode func([]byte) (*Envelope, 
 
 // --- the consumer's hot path -------------------------------------------------
 
-func BenchmarkHandleRouted(b *testing.B) {
-	c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder})
+// benchHandleLoop hands c the benchmark's delivery until b.Loop ends and
+// returns the receiver that counted the settlements and how many it handled.
+func benchHandleLoop(b *testing.B, c *Consumer) (*fakelink.Receiver, int) {
 	msg := benchDelivery(b, benchURN)
 	r := fakelink.NewCountingReceiver()
 	ctx := context.Background()
@@ -95,6 +96,11 @@ func BenchmarkHandleRouted(b *testing.B) {
 		}
 		n++
 	}
+	return r, n
+}
+
+func BenchmarkHandleRouted(b *testing.B) {
+	r, n := benchHandleLoop(b, mustConsumer(b, Handlers{benchURN: benchAcceptOrder}))
 	if r.Counted().Accepted != n || r.Counted().Total() != n {
 		b.Fatalf("%d deliveries: %d accepted, %d settled", n, r.Counted().Accepted, r.Counted().Total())
 	}
@@ -137,7 +143,15 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 
 func BenchmarkPublish(b *testing.B) {
 	s := &fakelink.Sender{Discard: true}
-	p := NewPublisher(s, benchQueue)
+	n := benchPublishLoop(b, NewPublisher(s, benchQueue))
+	if s.Count() != n {
+		b.Fatalf("%d publishes, %d sends", n, s.Count())
+	}
+}
+
+// benchPublishLoop publishes the benchmark order through p until b.Loop
+// ends and returns how many it published.
+func benchPublishLoop(b *testing.B, p *Publisher) int {
 	ctx := context.Background()
 	data := benchOrderStruct()
 	b.ReportAllocs()
@@ -150,9 +164,7 @@ func BenchmarkPublish(b *testing.B) {
 		benchSinkID = id
 		n++
 	}
-	if s.Count() != n {
-		b.Fatalf("%d publishes, %d sends", n, s.Count())
-	}
+	return n
 }
 
 func BenchmarkFloorMessage(b *testing.B) {
@@ -500,18 +512,7 @@ func (o *benchObserver) Published(ev PublishEvent) {
 // set: compare the two, or read BenchmarkObserverOverhead's ratio.
 func BenchmarkHandleRoutedObserved(b *testing.B) {
 	obs := &benchObserver{}
-	c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs))
-	msg := benchDelivery(b, benchURN)
-	r := fakelink.NewCountingReceiver()
-	ctx := context.Background()
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		if err := c.Handle(ctx, r, msg); err != nil {
-			b.Fatal(err)
-		}
-		n++
-	}
+	r, n := benchHandleLoop(b, mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs)))
 	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.Counted().Accepted != n {
 		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.Counted().Accepted)
 	}
@@ -521,19 +522,7 @@ func BenchmarkHandleRoutedObserved(b *testing.B) {
 func BenchmarkPublishObserved(b *testing.B) {
 	obs := &benchObserver{}
 	s := &fakelink.Sender{Discard: true}
-	p := NewPublisher(s, benchQueue, WithPublishObserver(obs))
-	ctx := context.Background()
-	data := benchOrderStruct()
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		id, err := p.Publish(ctx, benchURN, data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchSinkID = id
-		n++
-	}
+	n := benchPublishLoop(b, NewPublisher(s, benchQueue, WithPublishObserver(obs)))
 	if obs.accepted.Load() != int64(n) || s.Count() != n {
 		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.Count())
 	}

@@ -175,14 +175,23 @@ type hangingCloses struct {
 func (hc *hangingCloses) wrap(dial dialFunc) dialFunc {
 	return func(ctx context.Context, b *broker) (amqpConn, error) {
 		conn, err := dial(ctx, b)
-		if err != nil {
-			return nil, err
-		}
-		return hangConn{amqpConn: conn, hc: hc}, nil
+		return hangWrap(conn, err, func(c amqpConn) amqpConn { return hangConn{amqpConn: c, hc: hc} })
 	}
 }
 
-func (hc *hangingCloses) hang(ctx context.Context) error {
+// hangWrap wraps what the inner seam opened, unless it failed.
+func hangWrap[T any](v T, err error, wrap func(T) T) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return wrap(v), nil
+}
+
+// closeAndHang closes the inner link, then waits for ctx as a detach over a
+// half-open network does.
+func (hc *hangingCloses) closeAndHang(ctx context.Context, inner func(context.Context) error) error {
+	_ = inner(ctx)
 	hc.mu.Lock()
 	hc.closes++
 	hc.mu.Unlock()
@@ -203,10 +212,7 @@ type hangConn struct {
 
 func (c hangConn) NewSession(ctx context.Context, opts *amqp.SessionOptions) (amqpSession, error) {
 	s, err := c.amqpConn.NewSession(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return hangSession{amqpSession: s, hc: c.hc}, nil
+	return hangWrap(s, err, func(s amqpSession) amqpSession { return hangSession{amqpSession: s, hc: c.hc} })
 }
 
 type hangSession struct {
@@ -216,18 +222,12 @@ type hangSession struct {
 
 func (s hangSession) NewSender(ctx context.Context, target string, opts *amqp.SenderOptions) (linkSender, error) {
 	l, err := s.amqpSession.NewSender(ctx, target, opts)
-	if err != nil {
-		return nil, err
-	}
-	return hangSender{linkSender: l, hc: s.hc}, nil
+	return hangWrap(l, err, func(l linkSender) linkSender { return hangSender{linkSender: l, hc: s.hc} })
 }
 
 func (s hangSession) NewReceiver(ctx context.Context, source string, opts *amqp.ReceiverOptions) (linkReceiver, error) {
 	r, err := s.amqpSession.NewReceiver(ctx, source, opts)
-	if err != nil {
-		return nil, err
-	}
-	return hangReceiver{linkReceiver: r, hc: s.hc}, nil
+	return hangWrap(r, err, func(r linkReceiver) linkReceiver { return hangReceiver{linkReceiver: r, hc: s.hc} })
 }
 
 type hangSender struct {
@@ -236,8 +236,7 @@ type hangSender struct {
 }
 
 func (s hangSender) Close(ctx context.Context) error {
-	_ = s.linkSender.Close(ctx)
-	return s.hc.hang(ctx)
+	return s.hc.closeAndHang(ctx, s.linkSender.Close)
 }
 
 type hangReceiver struct {
@@ -246,8 +245,7 @@ type hangReceiver struct {
 }
 
 func (r hangReceiver) Close(ctx context.Context) error {
-	_ = r.linkReceiver.Close(ctx)
-	return r.hc.hang(ctx)
+	return r.hc.closeAndHang(ctx, r.linkReceiver.Close)
 }
 
 func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {

@@ -241,12 +241,11 @@ func encodeCases(t *testing.T) []struct {
 }
 
 func TestEncodeGolden(t *testing.T) {
-	var names []string
+	g := newGoldenDir(t, filepath.Join("testdata", "encode"), ".json")
 	for _, tc := range encodeCases(t) {
-		names = append(names, tc.name)
-		t.Run(tc.name, func(t *testing.T) {
+		g.run(tc.name, func(t *testing.T, golden string) {
 			got := mustEncode(t, tc.env)
-			assertGolden(t, filepath.Join("testdata", "encode", tc.name+".json"), got)
+			assertGolden(t, golden, got)
 
 			if !json.Valid(got) {
 				t.Fatalf("not valid JSON: %s", got)
@@ -277,7 +276,7 @@ func TestEncodeGolden(t *testing.T) {
 			}
 		})
 	}
-	assertNoOrphanGoldens(t, filepath.Join("testdata", "encode"), ".json", names)
+	g.assertNoOrphans()
 }
 
 func TestEncodeContractExample(t *testing.T) {

@@ -708,6 +708,30 @@ func assertGolden(t *testing.T, path string, got []byte) {
 	}
 }
 
+// goldenDir runs a table's cases as subtests, each with the path of its
+// golden file, and knows which files the table names.
+type goldenDir struct {
+	t        *testing.T
+	dir, ext string
+	names    []string
+}
+
+func newGoldenDir(t *testing.T, dir, ext string) *goldenDir {
+	return &goldenDir{t: t, dir: dir, ext: ext}
+}
+
+// run runs f as the subtest name, given the path of name's golden file.
+func (g *goldenDir) run(name string, f func(t *testing.T, golden string)) {
+	g.names = append(g.names, name)
+	g.t.Run(name, func(t *testing.T) { f(t, filepath.Join(g.dir, name+g.ext)) })
+}
+
+// assertNoOrphans fails when the directory holds a golden file no case ran.
+func (g *goldenDir) assertNoOrphans() {
+	g.t.Helper()
+	assertNoOrphanGoldens(g.t, g.dir, g.ext, g.names)
+}
+
 // assertNoOrphanGoldens fails when dir holds a golden file with the given
 // extension that no case of the table produced: a renamed case must not
 // leave a stale file behind.

@@ -436,17 +436,15 @@ var reencodeCases = []struct{ name, body string }{
 }
 
 func TestReencodeGolden(t *testing.T) {
-	dir := filepath.Join("testdata", "encode", "reencode")
-	var names []string
+	g := newGoldenDir(t, filepath.Join("testdata", "encode", "reencode"), ".json")
 	for _, tc := range reencodeCases {
-		names = append(names, tc.name)
-		t.Run(tc.name, func(t *testing.T) {
+		g.run(tc.name, func(t *testing.T, golden string) {
 			env := mustDecode(t, tc.body)
 			if err := env.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
 			out := mustEncode(t, env)
-			assertGolden(t, filepath.Join(dir, tc.name+".json"), out)
+			assertGolden(t, golden, out)
 			checkCanonicalReencode(t, []byte(tc.body), out)
 			// The string path agrees with the byte path.
 			fromString, err := decodeString(tc.body)
@@ -469,7 +467,7 @@ func TestReencodeGolden(t *testing.T) {
 			}
 		})
 	}
-	assertNoOrphanGoldens(t, dir, ".json", names)
+	g.assertNoOrphans()
 }
 
 // The escapes case pins each canonical choice on its own.

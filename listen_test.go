@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,12 +40,9 @@ func TestListenSurvivesAHandlerThatExitsItsGoroutine(t *testing.T) {
 				fr.Push(m)
 			}
 			rec := newRecorder()
-			var mu sync.Mutex
-			var order []string
+			var order seqLog
 			c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, m *amqp.Message) error {
-				mu.Lock()
-				order = append(order, seqOf(m))
-				mu.Unlock()
+				order.add(m)
 				if m == exiting {
 					runtime.Goexit()
 				}
@@ -69,9 +67,7 @@ func TestListenSurvivesAHandlerThatExitsItsGoroutine(t *testing.T) {
 				}
 			}
 			if tc.group != "" || tc.workers == 1 {
-				mu.Lock()
-				assert.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, order, "the group goes on in order")
-				mu.Unlock()
+				assert.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, order.all(), "the group goes on in order")
 			}
 		})
 	}
@@ -138,6 +134,24 @@ func groupedMessage(t testing.TB, group string, seq int) *amqp.Message {
 }
 
 func seqOf(msg *amqp.Message) string { return fmt.Sprint(msg.ApplicationProperties["seq"]) }
+
+// seqLog records the seq of each message a handler saw, in call order.
+type seqLog struct {
+	mu   sync.Mutex
+	seqs []string
+}
+
+func (l *seqLog) add(msg *amqp.Message) {
+	l.mu.Lock()
+	l.seqs = append(l.seqs, seqOf(msg))
+	l.mu.Unlock()
+}
+
+func (l *seqLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.seqs)
+}
 
 // listenInBackground runs c.Listen and returns its result channel and the
 // cancel of its context.
@@ -275,13 +289,10 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 	push("other", 5)
 	gate := make(chan struct{})
 	slowStarted := make(chan struct{}, 3)
-	var mu sync.Mutex
-	var slowOrder []string
+	var slowOrder seqLog
 	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
 		if groupID(msg) == "slow" {
-			mu.Lock()
-			slowOrder = append(slowOrder, seqOf(msg))
-			mu.Unlock()
+			slowOrder.add(msg)
 			slowStarted <- struct{}{}
 			<-gate
 		}
@@ -290,9 +301,7 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 	done, cancel := listenInBackground(c, fr)
 	waitSettled(t, fr, 20) // all but the slow group, with one worker stuck
 	<-slowStarted
-	mu.Lock()
-	assert.Equal(t, []string{"0"}, slowOrder, "the slow group's later deliveries wait for its first")
-	mu.Unlock()
+	assert.Equal(t, []string{"0"}, slowOrder.all(), "the slow group's later deliveries wait for its first")
 	for m := range fr.Dispositions() {
 		assert.NotEqual(t, "slow", groupID(m))
 	}
@@ -300,7 +309,7 @@ func TestListenSlowGroupDoesNotBlockOthers(t *testing.T) {
 	waitSettled(t, fr, 3)
 	cancel()
 	require.NoError(t, <-done)
-	assert.Equal(t, []string{"0", "1", "2"}, slowOrder)
+	assert.Equal(t, []string{"0", "1", "2"}, slowOrder.all())
 	for _, d := range fr.Dispositions() {
 		assert.Equal(t, fakelink.Accepted, d)
 	}
@@ -345,18 +354,16 @@ func TestListenOneWorkerKeepsQueueOrderWithGroups(t *testing.T) {
 	for i := range n {
 		fr.Push(groupedMessage(t, []string{"a", "b", "", "c"}[i%4], i))
 	}
-	var mu sync.Mutex
-	var order []string
+	var log seqLog
 	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, _ *Envelope, msg *amqp.Message) error {
-		mu.Lock()
-		order = append(order, seqOf(msg))
-		mu.Unlock()
+		log.add(msg)
 		return nil
 	}})
 	done, cancel := listenInBackground(c, fr)
 	waitSettled(t, fr, n)
 	cancel()
 	require.NoError(t, <-done)
+	order := log.all()
 	require.Len(t, order, n)
 	for i, s := range order {
 		assert.Equal(t, fmt.Sprint(i), s)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -348,24 +349,10 @@ func propertyString(v any) string {
 		return x
 	case bool:
 		return strconv.FormatBool(x)
-	case int64:
-		return strconv.FormatInt(x, 10)
-	case int32:
-		return strconv.FormatInt(int64(x), 10)
-	case int16:
-		return strconv.FormatInt(int64(x), 10)
-	case int8:
-		return strconv.FormatInt(int64(x), 10)
-	case int:
-		return strconv.Itoa(x)
-	case uint64:
-		return strconv.FormatUint(x, 10)
-	case uint32:
-		return strconv.FormatUint(uint64(x), 10)
-	case uint16:
-		return strconv.FormatUint(uint64(x), 10)
-	case uint8:
-		return strconv.FormatUint(uint64(x), 10)
+	case int64, int32, int16, int8, int:
+		return strconv.FormatInt(reflect.ValueOf(x).Int(), 10)
+	case uint64, uint32, uint16, uint8:
+		return strconv.FormatUint(reflect.ValueOf(x).Uint(), 10)
 	case float64:
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	case float32:

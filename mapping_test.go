@@ -61,12 +61,11 @@ func TestNewMessageGolden(t *testing.T) {
 		}},
 		{name: "dead_letter", env: dead},
 	}
-	var names []string
+	g := newGoldenDir(t, filepath.Join("testdata", "projection"), ".golden")
 	for _, tt := range tests {
-		names = append(names, tt.name)
-		t.Run(tt.name, func(t *testing.T) {
+		g.run(tt.name, func(t *testing.T, golden string) {
 			msg := mustMessage(t, tt.env, tt.opts...)
-			assertGolden(t, filepath.Join("testdata", "projection", tt.name+".golden"), renderMessage(t, msg))
+			assertGolden(t, golden, renderMessage(t, msg))
 
 			// The body is exactly the canonical encoding.
 			want := mustEncode(t, tt.env)
@@ -78,7 +77,7 @@ func TestNewMessageGolden(t *testing.T) {
 			}
 		})
 	}
-	assertNoOrphanGoldens(t, filepath.Join("testdata", "projection"), ".golden", names)
+	g.assertNoOrphans()
 }
 
 // TestNewMessageConformance checks the shared cross-SDK suite's values for

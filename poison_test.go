@@ -73,12 +73,11 @@ func TestPoisonRecordGolden(t *testing.T) {
 		{name: "empty_body", body: ``},
 		{name: "whitespace_body", body: " \n"},
 	}
-	var names []string
+	g := newGoldenDir(t, filepath.Join("testdata", "poison"), ".json")
 	for _, tt := range tests {
-		names = append(names, tt.name)
-		t.Run(tt.name, func(t *testing.T) {
+		g.run(tt.name, func(t *testing.T, golden string) {
 			rec := poisonRecord(tt.body, poisonDeadLetter())
-			assertGolden(t, filepath.Join("testdata", "poison", tt.name+".json"), rec)
+			assertGolden(t, golden, rec)
 
 			if !utf8.Valid(rec) || !json.Valid(rec) {
 				t.Fatalf("record is not valid UTF-8 JSON: %q", rec)
@@ -136,7 +135,7 @@ func TestPoisonRecordGolden(t *testing.T) {
 			}
 		})
 	}
-	assertNoOrphanGoldens(t, filepath.Join("testdata", "poison"), ".json", names)
+	g.assertNoOrphans()
 }
 
 func TestPoisonRecordExactShapes(t *testing.T) {
@@ -585,11 +584,9 @@ func poisonCause(body string) error {
 }
 
 func TestPoisonTexts(t *testing.T) {
-	dir := filepath.Join("testdata", "poison", "errors")
-	var names []string
+	g := newGoldenDir(t, filepath.Join("testdata", "poison", "errors"), ".json")
 	for _, tc := range poisonTextCases {
-		names = append(names, tc.name)
-		t.Run(tc.name, func(t *testing.T) {
+		g.run(tc.name, func(t *testing.T, golden string) {
 			err := poisonCause(tc.body)
 			if !errors.Is(err, ErrInvalidEnvelope) {
 				t.Fatalf("error %v does not wrap ErrInvalidEnvelope", err)
@@ -608,8 +605,8 @@ func TestPoisonTexts(t *testing.T) {
 			// The poison record as the consumer writes it to the DLQ.
 			dl := newDeadLetter(ReasonPoison, err, "orders", 0, time.UnixMilli(1749132730000))
 			dl.Exception = nil
-			assertGolden(t, filepath.Join(dir, tc.name+".json"), poisonRecord(tc.body, dl))
+			assertGolden(t, golden, poisonRecord(tc.body, dl))
 		})
 	}
-	assertNoOrphanGoldens(t, dir, ".json", names)
+	g.assertNoOrphans()
 }
