@@ -248,9 +248,7 @@ var plainByte = func() (t [256]bool) {
 func scanString(s string, i int) (end int, escaped, ok bool) {
 	j := i + 1
 	for {
-		for j < len(s) && plainByte[s[j]] {
-			j++
-		}
+		j = skipPlain(s, j)
 		if j >= len(s) {
 			return 0, false, false
 		}
@@ -283,6 +281,34 @@ func scanString(s string, i int) (end int, escaped, ok bool) {
 			j += size
 		}
 	}
+}
+
+// skipPlain returns the index of the first byte at or after s[j] that is
+// not plain (a quote, a backslash, a control character or a non-ASCII byte),
+// or len(s). It tests eight bytes at a time while it can: in the word, a
+// byte below 0x20 gets its high bit set by x-0x20, a quote or a backslash by
+// the zero-byte test on x^'"' or x^'\\', and a non-ASCII byte has it set
+// already. A borrow can also set the bits of the bytes above such a byte,
+// which only ends the word loop at the word that holds it; plain bytes alone
+// never set one. The byte loop then finds the exact index.
+func skipPlain(s string, j int) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	for ; j+8 <= len(s); j += 8 {
+		w := s[j : j+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, b := x^('"'*ones), x^('\\'*ones)
+		if (x|(x-0x20*ones)|(q-ones)&^q|(b-ones)&^b)&high != 0 {
+			break
+		}
+	}
+	for j < len(s) && plainByte[s[j]] {
+		j++
+	}
+	return j
 }
 
 func isHex4(h string) bool {

@@ -107,3 +107,52 @@ func FuzzFastDecodeMatchesChecked(f *testing.F) {
 		checkFastDecode(t, string(body))
 	})
 }
+
+// skipPlainByByte is skipPlain's definition: the table, a byte at a time.
+func skipPlainByByte(s string, j int) int {
+	for j < len(s) && plainByte[s[j]] {
+		j++
+	}
+	return j
+}
+
+// TestSkipPlainAgreesWithTheTable: the eight-bytes-at-a-time loop stops
+// where the byte loop does, for every byte value at every position of a
+// word and every start, alone and after another stopping byte (the case in
+// which a borrow marks the bytes above it), and on random strings.
+func TestSkipPlainAgreesWithTheTable(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		for j := 0; j <= len(s); j++ {
+			if got, want := skipPlain(s, j), skipPlainByByte(s, j); got != want {
+				t.Fatalf("skipPlain(%q, %d) = %d, want %d", s, j, got, want)
+			}
+		}
+	}
+	for b := 0; b < 256; b++ {
+		for p := 0; p < 19; p++ {
+			buf := []byte("abcdefghijklmnopqrstu")
+			buf[p] = byte(b)
+			check(string(buf))
+			for _, before := range []byte{0x00, 0x1f, '"', '\\', 0x80, 0xff} {
+				if p > 0 {
+					buf[p-1] = before
+					check(string(buf))
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte("ab \"\\\x00\x1f\x20\x21\x5b\x5d\x7f\x80\xc3\xa9\xff")
+	for range 2000 {
+		buf := make([]byte, rng.IntN(40))
+		for i := range buf {
+			if rng.IntN(4) == 0 {
+				buf[i] = alphabet[rng.IntN(len(alphabet))]
+			} else {
+				buf[i] = byte('a' + rng.IntN(26))
+			}
+		}
+		check(string(buf))
+	}
+}
