@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -44,19 +43,10 @@ const MaxTries = 3
 // PoisonText is the body of the poison message: plain text, not JSON.
 const PoisonText = "order 1006; qty=2; sku=A-17"
 
-type config struct {
-	URL     string
-	Queue   string
-	Timeout time.Duration
-}
-
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "orders", "the queue; dead-letter records go to <queue>.dlq")
-	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up after this long")
-	flag.Parse()
-
-	broker.Main("orders", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	var cfg broker.Config
+	broker.Main("orders", &cfg, broker.Flags{Queue: "orders", QueueHelp: "the queue; dead-letter records go to <queue>.dlq", Timeout: time.Minute},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Order is the business payload: the envelope's data object.
@@ -74,7 +64,7 @@ func (e *GatewayError) Error() string {
 	return fmt.Sprintf("payment gateway timeout (order %d)", e.OrderID)
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) error {
+func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	dlq := cfg.Queue + ".dlq"

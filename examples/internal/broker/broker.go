@@ -2,19 +2,15 @@
 // URL from the environment, a plain go-amqp connection and links for the
 // examples that work below the library's Client (putting a raw message on
 // a queue, browsing or moving dead-letter records), a message's body as
-// text, and the run-until-Ctrl-C frame of every example's main.
+// text, and (start.go) the start-up every example's main shares.
 package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -181,24 +177,4 @@ func BodyText(msg *amqp.Message) string {
 		b.Write(d)
 	}
 	return b.String()
-}
-
-// RandomHex returns n random bytes in hex, for fresh queue names and ids.
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// Main runs an example's run function with the standard output and a
-// context that Ctrl-C cancels. When run fails, it prints the error after
-// the example's name and exits with status 1.
-func Main(name string, run func(ctx context.Context, out io.Writer) error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(1)
-	}
 }

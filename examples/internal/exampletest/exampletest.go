@@ -1,8 +1,8 @@
 // Package exampletest is the examples' test harness: the broker from
 // ARTEMIS_URL (the test is skipped without it), fresh queue names, a plain
 // go-amqp session, and ways to look at a queue: browse it, or take every
-// message off it. Every call is bounded in time, and what it opens is
-// closed when the test ends.
+// message off it. An Example holds them for one test. Every call is
+// bounded in time, and what it opens is closed when the test ends.
 package exampletest
 
 import (
@@ -18,6 +18,66 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
 )
+
+// Example is one example test's broker: ARTEMIS_URL and a fresh queue,
+// with a session, opened on first use, to look at queues.
+type Example struct {
+	t     testing.TB
+	URL   string
+	Queue string
+	sess  *amqp.Session
+}
+
+// New returns the test's Example with a fresh queue that starts with
+// prefix, or skips the test when ARTEMIS_URL is not set.
+func New(t testing.TB, prefix string) *Example {
+	t.Helper()
+	return &Example{t: t, URL: URL(t), Queue: Queue(t, prefix)}
+}
+
+// Config is the example's shared configuration for the test: its broker
+// and queue, and timeout.
+func (e *Example) Config(timeout time.Duration) broker.Config {
+	return broker.Config{URL: e.URL, Queue: e.Queue, Timeout: timeout}
+}
+
+// Session returns the test's session, opened on first use and closed when
+// the test ends.
+func (e *Example) Session() *amqp.Session {
+	e.t.Helper()
+	if e.sess == nil {
+		e.sess = Session(e.t, e.URL)
+	}
+	return e.sess
+}
+
+// Purge empties queues when the test ends (see Purge).
+func (e *Example) Purge(queues ...string) {
+	e.t.Helper()
+	Purge(e.t, e.Session(), queues...)
+}
+
+// Browse returns copies of every message on queue (see Browse).
+func (e *Example) Browse(queue string) []*amqp.Message {
+	e.t.Helper()
+	return Browse(e.t, e.Session(), queue)
+}
+
+// Take consumes every message on queue and returns them (see Take).
+func (e *Example) Take(queue string) []*amqp.Message {
+	e.t.Helper()
+	return Take(e.t, e.Session(), queue)
+}
+
+// Run calls run with a context that has no deadline (the example's own
+// timeout bounds it) and a fresh output, and fails the test, showing that
+// output, when run fails (see Run). It logs the output and returns it.
+func (e *Example) Run(run func(ctx context.Context, out io.Writer) error) string {
+	e.t.Helper()
+	out := Run(e.t, func(w io.Writer) error { return run(context.Background(), w) })
+	e.t.Logf("output:\n%s", out)
+	return out
+}
 
 // OpTimeout bounds one broker operation; the test machine is small and
 // shared, so it is generous.
