@@ -29,6 +29,7 @@ import (
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // URNCreated is the URN of the orders this example publishes.
@@ -331,7 +332,7 @@ type dlqRecord struct {
 // on the queue). A record is matched by its envelope's meta.id, or, for a
 // poison record, by the AMQP message-id it kept from the original.
 func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []string) (map[string]*dlqRecord, error) {
-	r, err := broker.BrowseReceiver(ctx, sess, dlq)
+	r, err := queuelink.Browser(ctx, sess, dlq)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +361,7 @@ func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []st
 // sendText puts a plain AMQP message (a string body, no BabelQueue
 // properties) on queue and waits for the broker to accept it.
 func sendText(ctx context.Context, sess *amqp.Session, queue, messageID, text string) error {
-	s, err := broker.QueueSender(ctx, sess, queue)
+	s, err := queuelink.Sender(ctx, sess, queue)
 	if err != nil {
 		return err
 	}

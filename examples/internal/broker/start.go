@@ -12,6 +12,17 @@ import (
 	"time"
 )
 
+// DefaultURL is the broker of `scripts/artemis start`.
+const DefaultURL = "amqp://babel:babel@127.0.0.1:5672"
+
+// URL returns ARTEMIS_URL, or DefaultURL when it is not set.
+func URL() string {
+	if u := os.Getenv("ARTEMIS_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
 // Config is the part of its configuration every example shares: the
 // broker, the queue, and how long the run may take.
 type Config struct {
