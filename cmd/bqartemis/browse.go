@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // filter selects records by reason, URN and age.
@@ -75,7 +76,7 @@ func oneQueue(args []string, what string) (string, error) {
 // browse reads copies of the messages on queue, leaving them in place, and
 // hands each to fn until fn says stop or the queue is read.
 func browse(ctx context.Context, s *session, queue string, idle time.Duration, fn func(*amqp.Message) (more bool, err error)) error {
-	r, err := s.browser(ctx, queue)
+	r, err := queuelink.Browser(ctx, s.sess, queue)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func browse(ctx context.Context, s *session, queue string, idle time.Duration, f
 		_ = r.Close(cctx)
 	}()
 	for {
-		msg, err := receiveOrIdle(ctx, r, idle)
+		msg, err := queuelink.ReceiveOrIdle(ctx, r, idle)
 		if err != nil {
 			return fmt.Errorf("browse %s: %w", queue, err)
 		}

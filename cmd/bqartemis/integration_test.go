@@ -89,16 +89,21 @@ func consumeOnce(t *testing.T, c *brokertest.Conn, queue string, n int) {
 	}
 }
 
-// makeDeadLetters leaves four records on queue.dlq: failed, unknown_urn,
-// poison and a gated forward.
-func makeDeadLetters(t *testing.T, env map[string]string, c *brokertest.Conn, queue string) {
+// makeDeadLetters returns the tool's environment for the test broker, a
+// connection to it, and a fresh queue whose queue.dlq (the last result)
+// holds four records: failed, unknown_urn, poison and a gated forward.
+func makeDeadLetters(t *testing.T) (env map[string]string, c *brokertest.Conn, queue, dlq string) {
 	t.Helper()
+	env = brokerEnv(t)
+	c = brokertest.Require(t).Dial(t)
+	queue = brokertest.Queue(t)
 	cli(t, env, "publish", queue, urnFail, `{"order_id":1}`, "-header", "traceparent=00-aa-bb-01")
 	cli(t, env, "publish", queue, urnUnknown, `{"order_id":2}`)
 	c.Send(queue, &amqp.Message{Value: "not json <at all>"})
 	c.Send(queue, &amqp.Message{Value: `{"job":"urn:babel:tool:v2","trace_id":"t","data":{},"meta":{"id":"m2","schema_version":2},"attempts":0}`,
 		ApplicationProperties: map[string]any{artemis.PropSchemaVersion: "2"}})
 	consumeOnce(t, c, queue, 4)
+	return env, c, queue, queue + ".dlq"
 }
 
 func statOf(t *testing.T, env map[string]string, queue string) map[string]any {
@@ -111,11 +116,7 @@ func statOf(t *testing.T, env map[string]string, queue string) map[string]any {
 }
 
 func TestIntegrationInspect(t *testing.T) {
-	env := brokerEnv(t)
-	c := brokertest.Require(t).Dial(t)
-	queue := brokertest.Queue(t)
-	dlq := queue + ".dlq"
-	makeDeadLetters(t, env, c, queue)
+	env, _, queue, dlq := makeDeadLetters(t)
 
 	lines := jsonLines(t, cli(t, env, "inspect", dlq, "-json"))
 	kinds := map[string]map[string]any{}
@@ -165,11 +166,7 @@ func TestIntegrationInspect(t *testing.T) {
 }
 
 func TestIntegrationRedrive(t *testing.T) {
-	env := brokerEnv(t)
-	c := brokertest.Require(t).Dial(t)
-	queue := brokertest.Queue(t)
-	dlq := queue + ".dlq"
-	makeDeadLetters(t, env, c, queue)
+	env, c, queue, dlq := makeDeadLetters(t)
 
 	dry := cli(t, env, "redrive", dlq, "-dry-run")
 	if !strings.Contains(dry, "would move  dead_letter "+urnFail) || !strings.Contains(dry, "1 would move, 3 would stay") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // headerList is a repeatable -header K=V flag.
@@ -148,11 +149,11 @@ func setupPublish(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		defer s.Close()
-		snd, err := s.sender(ctx, queue)
+		snd, err := queuelink.Sender(ctx, s.sess, queue)
 		if err != nil {
 			return err
 		}
-		if err := sendAccepted(ctx, snd, msg); err != nil {
+		if err := queuelink.SendAccepted(ctx, snd, msg); err != nil {
 			return fmt.Errorf("publish to %s: %w", queue, err)
 		}
 		_ = snd.Close(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // redriveFlags select what redrive moves and where.
@@ -224,7 +225,7 @@ func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, dlq string, env
 // record is still on the DLQ and the next run publishes it again under the
 // same duplicate id, which Artemis stores once.
 func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env *environment) (err error) {
-	r, err := s.taker(ctx, dlq)
+	r, err := queuelink.Receiver(ctx, s.sess, dlq, -1)
 	if err != nil {
 		return err
 	}
@@ -250,14 +251,14 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 		if f.max > 0 && moved >= f.max {
 			// Done: take back what the broker sent ahead, without asking
 			// for more, and keep it.
-			msg, err = receiveOrIdle(ctx, r, f.idle)
+			msg, err = queuelink.ReceiveOrIdle(ctx, r, f.idle)
 			if err != nil || msg == nil {
 				break
 			}
 			held = append(held, msg)
 			continue
 		}
-		msg, err = receiveOrIdle(ctx, r, f.idle)
+		msg, err = queuelink.ReceiveOrIdle(ctx, r, f.idle)
 		if err != nil {
 			return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
 		}
@@ -276,7 +277,7 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 		}
 		snd := senders[m.target]
 		if snd == nil {
-			if snd, err = s.sender(ctx, m.target); err != nil {
+			if snd, err = queuelink.Sender(ctx, s.sess, m.target); err != nil {
 				held = append(held, msg)
 				return err
 			}
@@ -284,7 +285,7 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 		}
 		// 1. The copy, confirmed: the broker accepted it (or dropped it as
 		// a duplicate of an earlier run's copy, which it also accepts).
-		if err := sendAccepted(ctx, snd, m.msg); err != nil {
+		if err := queuelink.SendAccepted(ctx, snd, m.msg); err != nil {
 			held = append(held, msg)
 			return fmt.Errorf("%s stays on %s: publish to %s: %w", m.label(), dlq, m.target, err)
 		}

@@ -29,23 +29,15 @@ const (
 )
 
 type config struct {
-	URL     string
-	Queue   string
-	Delay   time.Duration
-	Timeout time.Duration // on top of the delay
+	broker.Config // its Timeout comes on top of the delay
+	Delay         time.Duration
 }
 
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "", "the queue (default: a fresh delayed-<random> queue)")
+	var cfg config
 	flag.DurationVar(&cfg.Delay, "delay", 3*time.Second, "how long Artemis holds the delayed message")
-	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "give up this long after the delay has passed")
-	flag.Parse()
-	if cfg.Queue == "" {
-		cfg.Queue = "delayed-" + broker.RandomHex(4)
-	}
-
-	broker.Main("delayed", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	broker.Main("delayed", &cfg.Config, broker.Flags{Timeout: 30 * time.Second, TimeoutHelp: "give up this long after the delay has passed"},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // arrival is a message as the handler saw it.

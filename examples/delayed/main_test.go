@@ -12,14 +12,12 @@ import (
 )
 
 func TestDelayed(t *testing.T) {
-	url := exampletest.URL(t)
-	queue := exampletest.Queue(t, "ex-delayed")
 	const delay = 2 * time.Second
+	ex := exampletest.New(t, "ex-delayed")
 
-	text := exampletest.Run(t, func(w io.Writer) error {
-		return run(context.Background(), config{URL: url, Queue: queue, Delay: delay, Timeout: 30 * time.Second}, w)
+	text := ex.Run(func(ctx context.Context, w io.Writer) error {
+		return run(ctx, config{Config: ex.Config(30 * time.Second), Delay: delay}, w)
 	})
-	t.Logf("output:\n%s", text)
 
 	m := regexp.MustCompile(`measured delay: (\S+) \(asked for 2s\)`).FindStringSubmatch(text)
 	if m == nil {
@@ -42,8 +40,7 @@ func TestDelayed(t *testing.T) {
 		t.Errorf("want %s received before %s", URNNow, URNReminder)
 	}
 
-	sess := exampletest.Session(t, url)
-	if left := exampletest.Take(t, sess, queue); len(left) != 0 {
-		t.Errorf("%d messages left on %s, want 0", len(left), queue)
+	if left := ex.Take(ex.Queue); len(left) != 0 {
+		t.Errorf("%d messages left on %s, want 0", len(left), ex.Queue)
 	}
 }

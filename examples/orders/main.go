@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // URNCreated is the URN of the orders this example publishes.
@@ -44,19 +44,10 @@ const MaxTries = 3
 // PoisonText is the body of the poison message: plain text, not JSON.
 const PoisonText = "order 1006; qty=2; sku=A-17"
 
-type config struct {
-	URL     string
-	Queue   string
-	Timeout time.Duration
-}
-
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "orders", "the queue; dead-letter records go to <queue>.dlq")
-	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up after this long")
-	flag.Parse()
-
-	broker.Main("orders", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	var cfg broker.Config
+	broker.Main("orders", &cfg, broker.Flags{Queue: "orders", QueueHelp: "the queue; dead-letter records go to <queue>.dlq", Timeout: time.Minute},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Order is the business payload: the envelope's data object.
@@ -74,7 +65,7 @@ func (e *GatewayError) Error() string {
 	return fmt.Sprintf("payment gateway timeout (order %d)", e.OrderID)
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) error {
+func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	dlq := cfg.Queue + ".dlq"
@@ -341,7 +332,7 @@ type dlqRecord struct {
 // on the queue). A record is matched by its envelope's meta.id, or, for a
 // poison record, by the AMQP message-id it kept from the original.
 func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []string) (map[string]*dlqRecord, error) {
-	r, err := broker.BrowseReceiver(ctx, sess, dlq)
+	r, err := queuelink.Browser(ctx, sess, dlq)
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +361,7 @@ func browseRecords(ctx context.Context, sess *amqp.Session, dlq string, ids []st
 // sendText puts a plain AMQP message (a string body, no BabelQueue
 // properties) on queue and waits for the broker to accept it.
 func sendText(ctx context.Context, sess *amqp.Session, queue, messageID, text string) error {
-	s, err := broker.QueueSender(ctx, sess, queue)
+	s, err := queuelink.Sender(ctx, sess, queue)
 	if err != nil {
 		return err
 	}

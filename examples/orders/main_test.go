@@ -14,16 +14,11 @@ import (
 )
 
 func TestOrders(t *testing.T) {
-	url := exampletest.URL(t)
-	queue := exampletest.Queue(t, "ex-orders")
-	dlq := queue + ".dlq"
-	sess := exampletest.Session(t, url)
-	exampletest.Purge(t, sess, queue, dlq)
+	ex := exampletest.New(t, "ex-orders")
+	queue, dlq := ex.Queue, ex.Queue+".dlq"
+	ex.Purge(queue, dlq)
 
-	text := exampletest.Run(t, func(w io.Writer) error {
-		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute}, w)
-	})
-	t.Logf("output:\n%s", text)
+	text := ex.Run(func(ctx context.Context, w io.Writer) error { return run(ctx, ex.Config(time.Minute), w) })
 
 	for _, want := range []string{
 		"order 1001  attempt 0  handled",
@@ -55,10 +50,10 @@ func TestOrders(t *testing.T) {
 	// The effects on the broker: the queue is empty, and the dead-letter
 	// queue holds exactly the two records, still there after the example
 	// browsed them.
-	if left := exampletest.Browse(t, sess, queue); len(left) != 0 {
+	if left := ex.Browse(queue); len(left) != 0 {
 		t.Errorf("%d messages left on %s, want 0", len(left), queue)
 	}
-	records := exampletest.Browse(t, sess, dlq)
+	records := ex.Browse(dlq)
 	if len(records) != 2 {
 		t.Fatalf("%s holds %d records, want 2", dlq, len(records))
 	}

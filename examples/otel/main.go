@@ -29,13 +29,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -56,24 +55,16 @@ const URNShipped = "urn:babel:orders:shipped"
 const ScopeName = "github.com/babelqueue/babelqueue-go-artemis/examples/otel"
 
 type config struct {
-	URL     string
-	Queue   string
-	Timeout time.Duration
+	broker.Config
 	// TracerProvider records the spans; nil means an SDK provider that
 	// prints each span to the output as it ends.
 	TracerProvider trace.TracerProvider
 }
 
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "", "the queue (default: a fresh otel-<random> queue)")
-	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "give up after this long")
-	flag.Parse()
-	if cfg.Queue == "" {
-		cfg.Queue = "otel-" + broker.RandomHex(4)
-	}
-
-	broker.Main("otel", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	var cfg config
+	broker.Main("otel", &cfg.Config, broker.Flags{Timeout: 30 * time.Second},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // handled is what the handler saw.
@@ -86,7 +77,9 @@ type handled struct {
 func run(ctx context.Context, cfg config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	out := &lockedWriter{w: w} // spans end on the consumer's goroutine too
+	// A log.Logger serialises its writes: spans end on the consumer's
+	// goroutine too.
+	out := log.New(w, "", 0)
 
 	tp := cfg.TracerProvider
 	if tp == nil {
@@ -94,11 +87,14 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		defer sdk.Shutdown(context.WithoutCancel(ctx))
 		tp = sdk
 	}
-	tracer := tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
+	spans := messaging{
+		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		queue:  cfg.Queue,
+		common: append([]attribute.KeyValue{semconv.MessagingSystemActiveMQ, semconv.MessagingDestinationName(cfg.Queue)},
+			serverAttributes(cfg.URL)...),
+	}
 	prop := propagation.TraceContext{}
-	common := []attribute.KeyValue{semconv.MessagingSystemActiveMQ, semconv.MessagingDestinationName(cfg.Queue)}
-	common = append(common, serverAttributes(cfg.URL)...)
-	fmt.Fprintf(out, "otel example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
+	out.Printf("otel example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
 
 	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue)
 	if err != nil {
@@ -112,22 +108,10 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		headers := artemis.HeadersFromContext(ctx)
 		parent := prop.Extract(ctx, headers)
-		ctx, span := tracer.Start(parent, "process "+cfg.Queue,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithLinks(trace.LinkFromContext(parent)),
-			trace.WithAttributes(common...),
-			trace.WithAttributes(
-				semconv.MessagingOperationName("process"),
-				semconv.MessagingOperationTypeProcess,
-				semconv.MessagingMessageID(env.Meta.ID),
-				semconv.MessagingMessageConversationID(env.TraceID),
-			))
+		ctx, span := spans.start(parent, "process", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, env,
+			trace.WithLinks(trace.LinkFromContext(parent)))
 		err := ship(ctx, env) // the business work, inside the span
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
+		end(span, err)
 		select {
 		case got <- handled{headers.Get("traceparent"), span.SpanContext(), trace.SpanContextFromContext(parent)}:
 		case <-ctx.Done():
@@ -144,28 +128,16 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sctx, span := tracer.Start(ctx, "send "+cfg.Queue,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(common...),
-		trace.WithAttributes(
-			semconv.MessagingOperationName("send"),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingMessageID(env.Meta.ID),
-			semconv.MessagingMessageConversationID(env.TraceID),
-		))
+	sctx, span := spans.start(ctx, "send", trace.SpanKindProducer, semconv.MessagingOperationTypeSend, env)
 	carrier := artemis.HeaderCarrier{}
 	prop.Inject(sctx, carrier)
 	_, err = pub.PublishEnvelope(sctx, env, artemis.WithHeaders(carrier))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
+	end(span, err)
 	if err != nil {
 		return err
 	}
 	producer := span.SpanContext()
-	fmt.Fprintf(out, "published %s (meta.id %s) with traceparent %s\n", URNShipped, env.Meta.ID, carrier.Get("traceparent"))
+	out.Printf("published %s (meta.id %s) with traceparent %s\n", URNShipped, env.Meta.ID, carrier.Get("traceparent"))
 
 	var h handled
 	select {
@@ -179,13 +151,43 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err := cons.Stop(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "the handler got traceparent %s\n", h.traceparent)
+	out.Printf("the handler got traceparent %s\n", h.traceparent)
 	if !h.parent.IsRemote() || h.parent.SpanID() != producer.SpanID() || h.span.TraceID() != producer.TraceID() {
 		return errors.New("the process span is not a child of the send span: the trace context was lost on the way")
 	}
-	fmt.Fprintf(out, "the process span %s is a child of the send span %s, in trace %s\n",
+	out.Printf("the process span %s is a child of the send span %s, in trace %s\n",
 		h.span.SpanID(), producer.SpanID(), producer.TraceID())
 	return nil
+}
+
+// messaging starts the spans of the messaging operations on one queue,
+// with the semantic-convention attributes both kinds carry.
+type messaging struct {
+	tracer trace.Tracer
+	queue  string
+	common []attribute.KeyValue // messaging.system, the destination, the server
+}
+
+// start starts the span "<op> <queue>" of kind on env: op is the
+// operation's name and opType its type (semconv.MessagingOperationType*).
+func (m messaging) start(ctx context.Context, op string, kind trace.SpanKind, opType attribute.KeyValue,
+	env *artemis.Envelope, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	opts = append(opts, trace.WithSpanKind(kind), trace.WithAttributes(m.common...), trace.WithAttributes(
+		semconv.MessagingOperationName(op),
+		opType,
+		semconv.MessagingMessageID(env.Meta.ID),
+		semconv.MessagingMessageConversationID(env.TraceID),
+	))
+	return m.tracer.Start(ctx, op+" "+m.queue, opts...)
+}
+
+// end ends span, recording err as its error status first when it is set.
+func end(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // ship stands for the handler's work; a real one would start child spans
@@ -214,7 +216,7 @@ func serverAttributes(raw string) []attribute.KeyValue {
 
 // printExporter writes each span on two lines: what it is, then its
 // attributes. A real program exports to a collector (OTLP) instead.
-type printExporter struct{ out io.Writer }
+type printExporter struct{ out *log.Logger }
 
 func (e *printExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
 	for _, s := range spans {
@@ -229,22 +231,10 @@ func (e *printExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnly
 		for _, a := range s.Attributes() {
 			attrs = append(attrs, string(a.Key)+"="+a.Value.Emit())
 		}
-		fmt.Fprintf(e.out, "span %q  kind %s  trace %s  span %s  parent %s\n    %s\n",
+		e.out.Printf("span %q  kind %s  trace %s  span %s  parent %s\n    %s\n",
 			s.Name(), s.SpanKind(), s.SpanContext().TraceID(), s.SpanContext().SpanID(), parent, strings.Join(attrs, " "))
 	}
 	return nil
 }
 
 func (e *printExporter) Shutdown(context.Context) error { return nil }
-
-// lockedWriter serialises writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}

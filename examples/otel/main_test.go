@@ -17,16 +17,15 @@ import (
 )
 
 func TestTraceThroughTheBroker(t *testing.T) {
-	url := exampletest.URL(t)
-	queue := exampletest.Queue(t, "ex-otel")
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ex := exampletest.New(t, "ex-otel")
+	queue := ex.Queue
 
-	out := exampletest.Run(t, func(w io.Writer) error {
-		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, TracerProvider: tp}, w)
+	out := ex.Run(func(ctx context.Context, w io.Writer) error {
+		return run(ctx, config{Config: ex.Config(time.Minute), TracerProvider: tp}, w)
 	})
-	t.Logf("output:\n%s", out)
 
 	spans := rec.Ended()
 	if len(spans) != 2 {

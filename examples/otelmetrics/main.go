@@ -29,7 +29,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -46,37 +45,20 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
-// The workload's figures (internal/workload), named here for the tests.
-const (
-	URNCreated   = workload.URNCreated
-	FailingOrder = workload.FailingOrder
-	Orders       = workload.Orders
-	MaxTries     = workload.MaxTries
-	Settlements  = workload.Settlements
-)
-
 // ScopeName names the instrumentation scope of the example's instruments.
 const ScopeName = "github.com/babelqueue/babelqueue-go-artemis/examples/otelmetrics"
 
 type config struct {
-	URL     string
-	Queue   string
-	Timeout time.Duration
+	broker.Config
 	// Reader collects the metrics and belongs to the caller; nil means a
 	// ManualReader whose metrics are printed at the end.
 	Reader sdkmetric.Reader
 }
 
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "", "the queue (default: a fresh otelmetrics-<random> queue)")
-	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up after this long")
-	flag.Parse()
-	if cfg.Queue == "" {
-		cfg.Queue = "otelmetrics-" + broker.RandomHex(4)
-	}
-
-	broker.Main("otelmetrics", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	var cfg config
+	broker.Main("otelmetrics", &cfg.Config, broker.Flags{Timeout: time.Minute},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Metrics is an artemis.Observer that records OpenTelemetry metrics. The
@@ -159,14 +141,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "otelmetrics example: queue %s, broker %s\n", cfg.Queue, broker.Redact(cfg.URL))
-	// The hooks: one Observer for the publisher and the consumer.
-	obs := workload.NewCounter(metrics)
-	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue, artemis.WithPublishObserver(obs))
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	if err := workload.Run(ctx, client, pub, cfg.Queue, obs, out, artemis.WithObserver(obs)); err != nil {
+	// The hooks: metrics is the Observer of the publisher and the consumer.
+	if err := workload.Run(ctx, cfg.URL, cfg.Queue, metrics, out); err != nil {
 		return err
 	}
 	if manual == nil {

@@ -12,24 +12,23 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
+	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/workload"
 )
 
 func TestMetricsThroughTheBroker(t *testing.T) {
-	url := exampletest.URL(t)
-	queue := exampletest.Queue(t, "ex-otelmetrics")
-	s := exampletest.Session(t, url)
-	exampletest.Purge(t, s, queue+".dlq")
 	reader := sdkmetric.NewManualReader()
+	ex := exampletest.New(t, "ex-otelmetrics")
+	queue := ex.Queue
+	ex.Purge(queue + ".dlq")
 
-	out := exampletest.Run(t, func(w io.Writer) error {
-		return run(context.Background(), config{URL: url, Queue: queue, Timeout: time.Minute, Reader: reader}, w)
+	out := ex.Run(func(ctx context.Context, w io.Writer) error {
+		return run(ctx, config{Config: ex.Config(time.Minute), Reader: reader}, w)
 	})
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	lines := Lines(rm)
-	t.Logf("output:\n%s\nmetrics:\n%s", out, strings.Join(lines, "\n"))
+	t.Logf("metrics:\n%s", strings.Join(Lines(rm), "\n"))
 
 	byName := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
@@ -43,20 +42,20 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 
 	// Publishes: five, all accepted, each timed.
 	sent := sums(t, byName["messaging.client.sent.messages"])
-	if len(sent) != 1 || sent[key(queue, "messaging.operation.name", "send")] != Orders {
-		t.Errorf("messaging.client.sent.messages %v, want %d accepted sends to %s", sent, Orders, queue)
+	if len(sent) != 1 || sent[key(queue, "messaging.operation.name", "send")] != workload.Orders {
+		t.Errorf("messaging.client.sent.messages %v, want %d accepted sends to %s", sent, workload.Orders, queue)
 	}
 	sendTime := histograms(t, byName["messaging.client.operation.duration"])
-	if h := sendTime[key(queue, "messaging.operation.name", "send")]; h.Count != Orders || h.Sum <= 0 {
-		t.Errorf("messaging.client.operation.duration count %d sum %v, want %d publishes with a positive time", h.Count, h.Sum, Orders)
+	if h := sendTime[key(queue, "messaging.operation.name", "send")]; h.Count != workload.Orders || h.Sum <= 0 {
+		t.Errorf("messaging.client.operation.duration count %d sum %v, want %d publishes with a positive time", h.Count, h.Sum, workload.Orders)
 	}
 
 	// Settlements: four orders accepted, the failing one abandoned twice
 	// then dead-lettered.
 	settled := sums(t, byName["babelqueue.settlements"])
 	want := map[string]int64{
-		key(queue, "babelqueue.disposition", "accepted"):                                      Orders - 1,
-		key(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     MaxTries - 1,
+		key(queue, "babelqueue.disposition", "accepted"):                                      workload.Orders - 1,
+		key(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     workload.MaxTries - 1,
 		key(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
 	}
 	if !equal(settled, want) {
@@ -67,19 +66,19 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 	for _, h := range settleTime {
 		n += h.Count
 	}
-	if n != Settlements {
-		t.Errorf("babelqueue.settlement.duration counts %d settlements, want %d", n, Settlements)
+	if n != workload.Settlements {
+		t.Errorf("babelqueue.settlement.duration counts %d settlements, want %d", n, workload.Settlements)
 	}
 
 	// The handler ran once per delivery: 4 successes, 3 failures.
 	process := histograms(t, byName["messaging.process.duration"])
 	if ok, failed := process[key(queue, "messaging.operation.name", "process")].Count,
-		process[key(queue, "error.type", "handler_failed", "messaging.operation.name", "process")].Count; ok != Orders-1 || failed != MaxTries {
-		t.Errorf("messaging.process.duration: %d successful and %d failed handler runs, want %d and %d", ok, failed, Orders-1, MaxTries)
+		process[key(queue, "error.type", "handler_failed", "messaging.operation.name", "process")].Count; ok != workload.Orders-1 || failed != workload.MaxTries {
+		t.Errorf("messaging.process.duration: %d successful and %d failed handler runs, want %d and %d", ok, failed, workload.Orders-1, workload.MaxTries)
 	}
 
 	// The failing order's copy is on the DLQ.
-	if dlq := exampletest.Browse(t, s, queue+".dlq"); len(dlq) != 1 {
+	if dlq := ex.Browse(queue + ".dlq"); len(dlq) != 1 {
 		t.Errorf("%d messages on %s.dlq, want the failing order's copy", len(dlq), queue)
 	}
 	if !strings.Contains(out, "7 settlements observed") {

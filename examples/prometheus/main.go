@@ -43,21 +43,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// The workload's figures (internal/workload), named here for the tests.
-const (
-	URNCreated   = workload.URNCreated
-	FailingOrder = workload.FailingOrder
-	Orders       = workload.Orders
-	MaxTries     = workload.MaxTries
-	Settlements  = workload.Settlements
-)
-
 type config struct {
-	URL     string
-	Queue   string
-	Listen  string // the /metrics address, on loopback
-	Linger  time.Duration
-	Timeout time.Duration
+	broker.Config        // its Timeout bounds the run, not the -linger
+	Listen        string // the /metrics address, on loopback
+	Linger        time.Duration
 	// Serving, when set, is called with the /metrics URL once every
 	// delivery is settled, while the endpoint still serves (a test scrapes
 	// it there).
@@ -65,17 +54,11 @@ type config struct {
 }
 
 func main() {
-	cfg := config{URL: broker.URL()}
-	flag.StringVar(&cfg.Queue, "queue", "", "the queue (default: a fresh prometheus-<random> queue)")
+	var cfg config
 	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:9464", "serve /metrics on this address")
 	flag.DurationVar(&cfg.Linger, "linger", 0, "keep serving /metrics this long after the run (Ctrl-C stops it)")
-	flag.DurationVar(&cfg.Timeout, "timeout", time.Minute, "give up on the run after this long")
-	flag.Parse()
-	if cfg.Queue == "" {
-		cfg.Queue = "prometheus-" + broker.RandomHex(4)
-	}
-
-	broker.Main("prometheus", func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
+	broker.Main("prometheus", &cfg.Config, broker.Flags{Timeout: time.Minute, TimeoutHelp: "give up on the run after this long"},
+		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
 // Metrics is an artemis.Observer that updates Prometheus collectors. The
@@ -147,7 +130,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer stop()
 	fmt.Fprintf(out, "prometheus example: queue %s, broker %s, metrics at %s\n", cfg.Queue, broker.Redact(cfg.URL), url)
 
-	if err := work(ctx, cfg, metrics, out); err != nil {
+	// The hooks: metrics is the Observer of the publisher and the
+	// consumer. cfg.Timeout bounds the run, not the serving after it.
+	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	err = workload.Run(wctx, cfg.URL, cfg.Queue, metrics, out)
+	cancel()
+	if err != nil {
 		return err
 	}
 	body, err := scrape(ctx, url)
@@ -171,21 +159,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 	return nil
-}
-
-// work publishes the orders and consumes them until every delivery is
-// settled, with one Observer on both sides.
-func work(ctx context.Context, cfg config, metrics *Metrics, out io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	// The hooks: one Observer for the publisher and the consumer.
-	obs := workload.NewCounter(metrics)
-	client, pub, err := broker.Connect(ctx, cfg.URL, cfg.Queue, artemis.WithPublishObserver(obs))
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	return workload.Run(ctx, client, pub, cfg.Queue, obs, out, artemis.WithObserver(obs))
 }
 
 // serve starts the /metrics endpoint on addr, which must be a loopback

@@ -15,15 +15,14 @@ import (
 )
 
 func TestMetricsEndpointThroughTheBroker(t *testing.T) {
-	url := exampletest.URL(t)
-	queue := exampletest.Queue(t, "ex-prometheus")
-	s := exampletest.Session(t, url)
-	exampletest.Purge(t, s, queue+".dlq")
-
 	var scraped, endpoint string
 	var compared error
 	served := false
-	cfg := config{URL: url, Queue: queue, Listen: "127.0.0.1:0", Timeout: time.Minute,
+	ex := exampletest.New(t, "ex-prometheus")
+	queue := ex.Queue
+	ex.Purge(queue + ".dlq")
+
+	cfg := config{Config: ex.Config(time.Minute), Listen: "127.0.0.1:0",
 		Serving: func(metricsURL string) {
 			served, endpoint = true, metricsURL
 			// The counters, exactly.
@@ -46,8 +45,7 @@ babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",q
 			b, _ := io.ReadAll(resp.Body)
 			scraped = string(b)
 		}}
-	out := exampletest.Run(t, func(w io.Writer) error { return run(context.Background(), cfg, w) })
-	t.Logf("output:\n%s", out)
+	out := ex.Run(func(ctx context.Context, w io.Writer) error { return run(ctx, cfg, w) })
 	if !served {
 		t.Fatal("the endpoint was never announced as serving")
 	}
@@ -77,7 +75,7 @@ babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",q
 	if _, err := scrape(ctx, endpoint); err == nil {
 		t.Error("the endpoint still serves after run returned")
 	}
-	if dlq := exampletest.Browse(t, s, queue+".dlq"); len(dlq) != 1 {
+	if dlq := ex.Browse(queue + ".dlq"); len(dlq) != 1 {
 		t.Errorf("%d messages on %s.dlq, want the failing order's copy", len(dlq), queue)
 	}
 }

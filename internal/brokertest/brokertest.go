@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // The environment variables `scripts/artemis env` prints.
@@ -129,12 +130,9 @@ func (c *Conn) NewSender(addr string) *amqp.Sender {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
 	defer cancel()
-	s, err := c.Session.NewSender(ctx, addr, &amqp.SenderOptions{
-		TargetCapabilities: []string{"queue"},
-		SettlementMode:     amqp.SenderSettleModeUnsettled.Ptr(),
-	})
+	s, err := queuelink.Sender(ctx, c.Session, addr)
 	if err != nil {
-		c.t.Fatalf("attach a sender to %s: %v", addr, err)
+		c.t.Fatal(err)
 	}
 	return s
 }
@@ -189,20 +187,10 @@ func (c *Conn) Send(addr string, msg *amqp.Message) {
 }
 
 // SendAccepted sends msg and returns an error unless the broker's outcome
-// is accepted. (go-amqp's Send returns nil for released and modified.)
+// is accepted (see queuelink.SendAccepted). (go-amqp's Send returns nil
+// for released and modified.)
 func SendAccepted(ctx context.Context, s *amqp.Sender, msg *amqp.Message) error {
-	receipt, err := s.SendWithReceipt(ctx, msg, nil)
-	if err != nil {
-		return err
-	}
-	state, err := receipt.Wait(ctx)
-	if err != nil {
-		return err
-	}
-	if _, ok := state.(*amqp.StateAccepted); !ok {
-		return fmt.Errorf("outcome %T %+v, not accepted", state, state)
-	}
-	return nil
+	return queuelink.SendAccepted(ctx, s, msg)
 }
 
 // Receive waits up to timeout for the next message on r; it returns nil

@@ -82,9 +82,12 @@ func newLedger(now func() time.Time) *Ledger {
 
 // ExpectCalls sets the handler calls one id is meant to get (a dead-letter
 // scenario whose handler always fails expects max-tries calls).
-func (l *Ledger) ExpectCalls(n int) {
+func (l *Ledger) ExpectCalls(n int) { l.set(&l.expectCalls, n) }
+
+// set stores n in the setting p points to, under the lock.
+func (l *Ledger) set(p *int, n int) {
 	l.mu.Lock()
-	l.expectCalls = n
+	*p = n
 	l.mu.Unlock()
 }
 
@@ -305,21 +308,13 @@ func (l *Ledger) Mark(streams ...string) {
 // acknowledged after a Mark: outcomes the client had already read when the
 // fault came (one per publishing goroutine at most) are no sign that
 // publishing resumed.
-func (l *Ledger) PublishWindow(n int) {
-	l.mu.Lock()
-	l.pubWindow = n
-	l.mu.Unlock()
-}
+func (l *Ledger) PublishWindow(n int) { l.set(&l.pubWindow, n) }
 
 // ConsumeWindow makes Consume progress only once more than n new ids were
 // handled ok after a Mark: deliveries already prefetched when the fault
 // came (credit, plus those in a handler) can be handled without the
 // connection, so they are no sign that consuming resumed.
-func (l *Ledger) ConsumeWindow(n int) {
-	l.mu.Lock()
-	l.window = n
-	l.mu.Unlock()
-}
+func (l *Ledger) ConsumeWindow(n int) { l.set(&l.window, n) }
 
 func (l *Ledger) progress(stream string) {
 	at, ok := l.marked[stream]

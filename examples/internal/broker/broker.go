@@ -1,36 +1,21 @@
-// Package broker is what the examples share to reach Artemis: the broker
-// URL from the environment, a plain go-amqp connection and links for the
-// examples that work below the library's Client (putting a raw message on
-// a queue, browsing or moving dead-letter records), a message's body as
-// text, and the run-until-Ctrl-C frame of every example's main.
+// Package broker is what the examples share to reach Artemis: in start.go
+// the start-up every example's main shares (the broker URL from the
+// environment, -queue and -timeout, the run-until-Ctrl-C frame); here a
+// plain go-amqp connection for the examples that work below the library's
+// Client (putting a raw message on a queue, browsing dead-letter records,
+// with the links of the library's internal/queuelink) and a message's body
+// as text; in client.go the Client and a background consumer.
 package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
-	"os/signal"
 	"strings"
 	"time"
 
 	"github.com/Azure/go-amqp"
 )
-
-// DefaultURL is the broker of `scripts/artemis start`.
-const DefaultURL = "amqp://babel:babel@127.0.0.1:5672"
-
-// URL returns ARTEMIS_URL, or DefaultURL when it is not set.
-func URL() string {
-	if u := os.Getenv("ARTEMIS_URL"); u != "" {
-		return u
-	}
-	return DefaultURL
-}
 
 // Redact returns raw with its password replaced by xxxxx, for printing.
 func Redact(raw string) string {
@@ -66,17 +51,6 @@ func Dial(ctx context.Context, raw string) (*amqp.Conn, error) {
 	return conn, nil
 }
 
-// QueueSender attaches a sender to queue with the "queue" capability (an
-// anycast queue on Artemis) that sends unsettled, so every transfer gets
-// the broker's outcome.
-func QueueSender(ctx context.Context, s *amqp.Session, queue string) (*amqp.Sender, error) {
-	mode := amqp.SenderSettleModeUnsettled
-	return s.NewSender(ctx, queue, &amqp.SenderOptions{
-		TargetCapabilities: []string{"queue"},
-		SettlementMode:     &mode,
-	})
-}
-
 // Session dials raw with Dial and begins a session on the connection. The
 // caller closes the connection (which ends the session too) when done; on
 // an error nothing is left open.
@@ -91,79 +65,6 @@ func Session(ctx context.Context, raw string) (*amqp.Conn, *amqp.Session, error)
 		return nil, nil, fmt.Errorf("begin a session on %s: %w", Redact(raw), err)
 	}
 	return conn, sess, nil
-}
-
-// BrowseReceiver attaches a browser to queue: its source asks for the
-// "copy" distribution mode, so Artemis sends copies and leaves every
-// message on the queue (settling a copy changes nothing on the broker).
-// The copies come pre-settled, so credit (100) keeps flowing without a
-// disposition per message.
-func BrowseReceiver(ctx context.Context, s *amqp.Session, queue string) (*amqp.Receiver, error) {
-	settled := amqp.SenderSettleModeSettled
-	r, err := s.NewReceiver(ctx, queue, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		SourceDistributionMode:    amqp.SourceDistributionModeCopy,
-		RequestedSenderSettleMode: &settled,
-		Credit:                    100,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("browse %s: %w", queue, err)
-	}
-	return r, nil
-}
-
-// QueueReceiver attaches a receiver that consumes from queue (the "queue"
-// capability, an anycast queue on Artemis). Deliveries come unsettled: each
-// stays on the queue until the caller accepts it. credit is the link
-// credit go-amqp keeps topped up; -1 leaves credit to the caller's
-// IssueCredit calls.
-func QueueReceiver(ctx context.Context, s *amqp.Session, queue string, credit int32) (*amqp.Receiver, error) {
-	unsettled := amqp.SenderSettleModeUnsettled
-	r, err := s.NewReceiver(ctx, queue, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		RequestedSenderSettleMode: &unsettled,
-		Credit:                    credit,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach a receiver to %s: %w", queue, err)
-	}
-	return r, nil
-}
-
-// ReceiveOrIdle returns the next delivery on r, or nil (and no error) once
-// none has come for idle. AMQP gives no end-of-queue mark, and Artemis does
-// not answer go-amqp's drain (it asks with zero credit), so a queue counts
-// as read to the end once it has been silent for idle.
-func ReceiveOrIdle(ctx context.Context, r *amqp.Receiver, idle time.Duration) (*amqp.Message, error) {
-	rctx, cancel := context.WithTimeout(ctx, idle)
-	defer cancel()
-	msg, err := r.Receive(rctx, nil)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return nil, nil
-	}
-	return msg, err
-}
-
-// Browse returns copies of every message on queue, leaving them all in
-// place (see BrowseReceiver); the queue counts as read once nothing has
-// come for idle (see ReceiveOrIdle).
-func Browse(ctx context.Context, s *amqp.Session, queue string, idle time.Duration) ([]*amqp.Message, error) {
-	r, err := BrowseReceiver(ctx, s, queue)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close(context.WithoutCancel(ctx))
-	var msgs []*amqp.Message
-	for {
-		msg, err := ReceiveOrIdle(ctx, r, idle)
-		if err != nil {
-			return nil, fmt.Errorf("browse %s: %w", queue, err)
-		}
-		if msg == nil {
-			return msgs, nil
-		}
-		msgs = append(msgs, msg)
-	}
 }
 
 // BodyText returns a message's body as text: an AMQP value that is a
@@ -181,24 +82,4 @@ func BodyText(msg *amqp.Message) string {
 		b.Write(d)
 	}
 	return b.String()
-}
-
-// RandomHex returns n random bytes in hex, for fresh queue names and ids.
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// Main runs an example's run function with the standard output and a
-// context that Ctrl-C cancels. When run fails, it prints the error after
-// the example's name and exits with status 1.
-func Main(name string, run func(ctx context.Context, out io.Writer) error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(1)
-	}
 }

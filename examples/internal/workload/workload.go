@@ -1,6 +1,7 @@
 // Package workload is the run the metrics examples (otelmetrics,
-// prometheus) measure: Orders orders published and consumed through one
-// Observer, order FailingOrder failing every try until it is dead-lettered.
+// prometheus) measure: Orders orders published and consumed through the
+// example's Observer, order FailingOrder failing every try until it is
+// dead-lettered.
 package workload
 
 import (
@@ -31,31 +32,44 @@ const MaxTries = 3
 // accepted, the failing one abandoned MaxTries-1 times, then dead-lettered.
 const Settlements = Orders - 1 + MaxTries
 
-// Counter passes every event on to an Observer and counts the
+// counter passes every event on to an Observer and counts the
 // settlements: how Run knows the queue is through.
-type Counter struct {
+type counter struct {
 	artemis.Observer
 	n    atomic.Int64
 	done chan struct{}
 }
 
-// NewCounter wraps o, the example's Observer.
-func NewCounter(o artemis.Observer) *Counter {
-	return &Counter{Observer: o, done: make(chan struct{})}
+func newCounter(o artemis.Observer) *counter {
+	return &counter{Observer: o, done: make(chan struct{})}
 }
 
 // Settled passes ev on and closes done at the run's last settlement.
-func (c *Counter) Settled(ev artemis.SettleEvent) {
+func (c *counter) Settled(ev artemis.SettleEvent) {
 	c.Observer.Settled(ev)
 	if c.n.Add(1) == Settlements {
 		close(c.done)
 	}
 }
 
-// Run publishes the orders with pub and consumes them from queue on client
-// until obs heard every settlement. The consumer gets WithMaxTries(MaxTries)
-// and opts (the example's hooks). It tells out what it did.
-func Run(ctx context.Context, client *artemis.Client, pub *artemis.ClientPublisher, queue string, obs *Counter, out io.Writer, opts ...artemis.ConsumerOption) error {
+// Run dials the Client to url, publishes the orders to queue and consumes
+// them until every delivery is settled for good, telling out what it did.
+// The example's Observer o is the hook on both sides: the publisher's
+// (artemis.WithPublishObserver) and the consumer's (artemis.WithObserver,
+// next to WithMaxTries(MaxTries)).
+func Run(ctx context.Context, url, queue string, o artemis.Observer, out io.Writer) error {
+	obs := newCounter(o)
+	client, pub, err := broker.Connect(ctx, url, queue, artemis.WithPublishObserver(obs))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	return consume(ctx, client, pub, queue, obs, out)
+}
+
+// consume publishes the orders with pub and consumes them from queue on
+// client until obs heard every settlement.
+func consume(ctx context.Context, client *artemis.Client, pub *artemis.ClientPublisher, queue string, obs *counter, out io.Writer) error {
 	handle := func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		var order struct {
 			ID int `json:"order_id"`
@@ -71,7 +85,7 @@ func Run(ctx context.Context, client *artemis.Client, pub *artemis.ClientPublish
 	// No WithOnError and no WithLogger: the failures are also logged, at
 	// warn, to slog.Default() (standard error).
 	cons, err := broker.Consume(ctx, client, queue, artemis.Handlers{URNCreated: handle},
-		append([]artemis.ConsumerOption{artemis.WithMaxTries(MaxTries)}, opts...)...)
+		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
 	if err != nil {
 		return err
 	}
