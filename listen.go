@@ -3,7 +3,6 @@ package artemis
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -444,16 +443,4 @@ func groupID(msg *amqp.Message) string {
 		return ""
 	}
 	return *msg.Properties.GroupID
-}
-
-// giveBack releases a delivery that was taken but never started.
-func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
-	if msg == nil {
-		return
-	}
-	if err := r.ReleaseMessage(ctx, msg); err != nil {
-		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: Pending, Err: err}
-		c.report(ctx, e, nil, msg)
-		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
-	}
 }
