@@ -59,22 +59,16 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	defer cancel()
 	q := faultQueue("dlq")
 	dlq := q + ".dlq"
-	sent := faultPublish(t, ctx, fb, q, total, 4)
 	l := ledger.New()
 	l.ExpectCalls(maxTries)
-	for id := range sent {
-		l.Acked(id)
-	}
+	sent := faultSent(t, ctx, fb, q, total, 4, l)
 
 	var (
 		limitCalls atomic.Int64
 		calls      atomic.Int64
-		killNow    = make(chan struct{})
-		killDone   = make(chan struct{})
-		killOnce   sync.Once
+		park       = newFaultPark(killAt)
 	)
-	releaseHandlers := func() { killOnce.Do(func() { close(killDone) }) }
-	defer releaseHandlers()
+	defer park.release()
 
 	reports := newFaultReports(artemis.ErrHandlerFailed, artemis.ErrDeadLetterFailed, artemis.ErrSettlement)
 	var dlMu sync.Mutex
@@ -97,13 +91,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		defer done(false) // always fails: dead-lettered after maxTries
 		calls.Add(1)
 		if env.Attempts >= maxTries-1 {
-			n := limitCalls.Add(1)
-			if n == killAt {
-				close(killNow)
-			}
-			if n >= killAt {
-				<-killDone // dead-letter only once the broker is dead
-			}
+			park.call(limitCalls.Add(1)) // from the killAt-th: dead-letter only once the broker is dead
 		}
 		return &faultFailure{}
 	}},
@@ -113,19 +101,14 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		artemis.WithDeadLetterRetryDelay(100*time.Millisecond),
 		artemis.WithOnError(onError))
 
-	events := newFaultEvents()
-	c := faultDial(t, fb, events.on)
-	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	events, stop, _ := faultConsumeDirect(t, fb, q, cons, credit)
 	events.wait(t, 0, artemis.EventSenderAttached, dlq, faultWait)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 
-	waitClosed(t, killNow, 3*time.Minute, func() string {
+	k := park.kill(t, fb, l, events, concurrency, func() string {
 		return fmt.Sprintf("%d deliveries at the limit (have %d)", killAt, limitCalls.Load())
-	})
-	mark := events.mark()
-	inHandler := l.CutAround(concurrency, func() { fb.kill(t) })
-	killedAt := time.Now()
-	releaseHandlers()
+	}, nil)
+	mark, killedAt := k.mark, k.ended
 	// The parked handlers dead-letter into a dead broker: reported, held,
 	// released (the release fails too: the link is gone).
 	waitClosed(t, reports.first[artemis.ErrDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
@@ -187,7 +170,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	faultReport(t, l, "broker SIGKILLed while dead-lettering",
 		fmt.Sprintf("resume %d ms after the restart (dead-letter link back; restart issued %d ms after the kill, took %d ms)",
 			resumed.Sub(restarted).Milliseconds(), restartAt.Sub(killedAt).Milliseconds(), restarted.Sub(restartAt).Milliseconds()),
-		fmt.Sprintf("in a handler at the kill %d", inHandler),
+		fmt.Sprintf("in a handler at the kill %d", k.inHandler),
 		fmt.Sprintf("messages %d, on the DLQ %d (copies %d), dead-letter writes failed during the outage %d",
 			total, len(onDLQ.copies), onDLQ.total, len(failedDuringOutage)))
 

@@ -80,9 +80,7 @@ func faultDefaultClient(t *testing.T, urls []string, onEvent func(artemis.Connec
 // fault) and records them as acknowledged in l.
 func faultFill(t *testing.T, ctx context.Context, fb *faultBroker, q string, n int, l *ledger.Ledger) {
 	t.Helper()
-	for id := range faultPublish(t, ctx, fb, q, n, 8) {
-		l.Acked(id)
-	}
+	faultSent(t, ctx, fb, q, n, 8, l)
 }
 
 // faultPubStats is what a publish loop saw.
