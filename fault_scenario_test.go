@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,20 +48,6 @@ const faultDefaultCredit = 10
 // with concurrency handlers resumed only once it handled more new ids than
 // it could have held when the fault came.
 func faultConsumeWindow(concurrency int) int { return faultDefaultCredit + concurrency }
-
-// faultProxy starts a fault proxy in front of b's AMQP port and returns it
-// with b's URL rewritten to go through it. Close runs at the test's end.
-func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(b.URL)
-	require.NoError(t, err)
-	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	through, err := p.Rewrite(b.URL)
-	require.NoError(t, err)
-	return p, through
-}
 
 // faultDefaultClient dials urls with the default ClientOptions (only the
 // event hook set): the scenarios measure what a user gets out of the box.

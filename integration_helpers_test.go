@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -307,4 +309,46 @@ func mustConsumer(t testing.TB, h artemis.Handlers, opts ...artemis.ConsumerOpti
 		t.Fatalf("NewConsumer: %v", err)
 	}
 	return c
+}
+
+// publishUntil publishes urn with data from workers goroutines through pub
+// until stop is closed, each Publish with a context of perCall, and hands
+// record every result with how long the call took. The returned wait waits
+// for the goroutines (after stop is closed).
+func publishUntil(ctx context.Context, pub *artemis.ClientPublisher, workers int, stop <-chan struct{}, perCall time.Duration,
+	urn string, data any, record func(id string, err error, took time.Duration),
+) (wait func()) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pctx, cancel := context.WithTimeout(ctx, perCall)
+				start := time.Now()
+				id, err := pub.Publish(pctx, urn, data)
+				cancel()
+				record(id, err, time.Since(start))
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// faultProxy starts a fault proxy in front of b's AMQP port (its cuts
+// drawn from seed) and returns it with b's URL rewritten to go through it.
+// Close runs at the test's end.
+func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	through, err := p.Rewrite(b.URL)
+	require.NoError(t, err)
+	return p, through
 }
