@@ -99,6 +99,22 @@ func onBroker(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string) {
 	return b, b.Dial(t), brokertest.Queue(t)
 }
 
+// onBrokerPublisher is onBroker with a Publisher on the fresh queue.
+func onBrokerPublisher(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string, *artemis.Publisher) {
+	t.Helper()
+	b, conn, q := onBroker(t)
+	return b, conn, q, artemis.NewPublisher(conn.NewSender(q), q)
+}
+
+// recordCalls is a handler that sends each delivery's attempts and
+// delivery-count to calls and returns what result returns.
+func recordCalls(calls chan<- call, result func() error) artemis.HandlerFunc {
+	return func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		calls <- call{env.Attempts, msg.Header.DeliveryCount}
+		return result()
+	}
+}
+
 // listener runs Consumer.Listen on its own receiver in the background.
 type listener struct {
 	t      *testing.T

@@ -229,9 +229,8 @@ func TestIntegrationJMSViewOfTTLPriorityAndGroup(t *testing.T) {
 // broker has no ttl and no absolute expiry (JMSExpiration 0), and keeps
 // the group and the priority.
 func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
-	b, conn, q := onBroker(t)
+	b, conn, q, pub := onBrokerPublisher(t)
 	const urn = "urn:babel:test:ttl-dlq"
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	_, err := pub.Publish(ctx, urn, json.RawMessage(`{"n":1}`),
