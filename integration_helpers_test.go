@@ -368,3 +368,26 @@ func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Pr
 	require.NoError(t, err)
 	return p, through
 }
+
+// publishReceipts publishes each envelopes of urn with data {"w": w, "i":
+// i} from each of workers goroutines w through pub with PublishWithReceipt,
+// and returns every worker's receipts in order. A worker stops at its
+// first error, which fails the test.
+func publishReceipts(t *testing.T, ctx context.Context, pub *artemis.Publisher, urn string, workers, each int) [][]*artemis.Receipt {
+	t.Helper()
+	receipts := make([][]*artemis.Receipt, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				r, err := pub.PublishWithReceipt(ctx, urn, map[string]int{"w": w, "i": i})
+				if !assert.NoError(t, err) {
+					return
+				}
+				receipts[w] = append(receipts[w], r)
+			}
+		})
+	}
+	wg.Wait()
+	return receipts
+}
