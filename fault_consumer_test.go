@@ -46,19 +46,13 @@ import (
 // flight per handler goroutine; deliveries prefetched and handed to a
 // handler after the link died are not in it.
 func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
-	fb := requireFaultBroker(t)
-	const (
-		total       = 10000
-		killAt      = 3000
-		concurrency = 4
-		credit      = 10
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	q := faultQueue("consume")
-	l := ledger.New()
-	l.ConsumeWindow(credit + concurrency)
-	sent := faultSent(t, ctx, fb, q, total, 8, l)
+	const total, killAt = 10000, 3000
+	const concurrency, credit = faultKillConcurrency, faultKillCredit
+	r := faultKillStart(t, 6*time.Minute, "consume", total, 8, killAt, func(l *ledger.Ledger) {
+		l.ConsumeWindow(credit + concurrency)
+	})
+	fb, q, l, sent, park := r.fb, r.q, r.l, r.sent, r.park
+	defer park.release() // never leave a handler parked
 
 	var (
 		mu       sync.Mutex
@@ -66,9 +60,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 		mismatch []string
 		calls    atomic.Int64
 		allDone  = make(chan struct{})
-		park     = newFaultPark(killAt)
 	)
-	defer park.release() // never leave a handler parked
 	uniqueHandled := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
 
 	reports := newFaultReports(artemis.ErrSettlement)

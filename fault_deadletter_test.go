@@ -47,28 +47,18 @@ func (*faultFailure) Error() string { return "ledger rejected the entry" }
 // the deliveries in a handler at the kill plus one settlement in flight
 // per handler goroutine.
 func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
-		total       = 600
-		killAt      = 200 // deliveries at the limit before the kill
-		concurrency = 4
-		credit      = 10
-		maxTries    = 2
+		total    = 600
+		killAt   = 200 // deliveries at the limit before the kill
+		maxTries = 2
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	q := faultQueue("dlq")
-	dlq := q + ".dlq"
-	l := ledger.New()
-	l.ExpectCalls(maxTries)
-	sent := faultSent(t, ctx, fb, q, total, 4, l)
-
-	var (
-		limitCalls atomic.Int64
-		calls      atomic.Int64
-		park       = newFaultPark(killAt)
-	)
+	const concurrency, credit = faultKillConcurrency, faultKillCredit
+	r := faultKillStart(t, 5*time.Minute, "dlq", total, 4, killAt, func(l *ledger.Ledger) { l.ExpectCalls(maxTries) })
+	fb, q, l, sent, park := r.fb, r.q, r.l, r.sent, r.park
 	defer park.release()
+	dlq := q + ".dlq"
+
+	var limitCalls, calls atomic.Int64
 
 	reports := newFaultReports(artemis.ErrHandlerFailed, artemis.ErrDeadLetterFailed, artemis.ErrSettlement)
 	var dlMu sync.Mutex

@@ -462,3 +462,37 @@ func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.C
 	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
 	return events, stop, started
 }
+
+// The broker-kill scenarios under a consumer run 4 handlers on credit 10:
+// the receiver holds at most the credit unsettled when the broker dies,
+// and each handler may have one settlement in flight.
+const (
+	faultKillConcurrency = 4
+	faultKillCredit      = 10
+)
+
+// faultKillRun is the set-up of a broker-kill scenario under a consumer:
+// the fault broker, a fresh queue holding the messages sent, each
+// acknowledged in the ledger, and the park for its handlers.
+type faultKillRun struct {
+	fb   *faultBroker
+	q    string
+	l    *ledger.Ledger
+	sent map[string]int // meta.id -> seq
+	park *faultPark
+}
+
+// faultKillStart publishes total envelopes to a fresh queue of kind from
+// workers goroutines within timeout, after prepare set up the ledger (its
+// window, the calls it expects); the park closes at the killAt-th call.
+func faultKillStart(t *testing.T, timeout time.Duration, kind string, total, workers, killAt int,
+	prepare func(*ledger.Ledger),
+) *faultKillRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r := &faultKillRun{fb: requireFaultBroker(t), q: faultQueue(kind), l: ledger.New(), park: newFaultPark(killAt)}
+	prepare(r.l)
+	r.sent = faultSent(t, ctx, r.fb, r.q, total, workers, r.l)
+	return r
+}
