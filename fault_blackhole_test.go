@@ -3,7 +3,6 @@
 package artemis_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
@@ -27,7 +25,6 @@ import (
 // when the hole opened, those started on the dead connection before the
 // Client saw the loss, and one accept in flight per handler.
 func TestFaultBlackholedFirstURL(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
 		publishes   = 8000
 		consumes    = 8000
@@ -35,39 +32,22 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 		resumeIn    = 20 * time.Second // the target
 		waitResume  = 30 * time.Second // how long the test waits before it reports "not resumed" and heals
 		concurrency = 4
-		work        = 3 * time.Millisecond
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	qp, qc := faultQueue("hole-pub"), faultQueue("hole-con")
-	l := ledger.New()
-	l.ConsumeWindow(faultConsumeWindow(concurrency))
-	l.PublishWindow(8) // one outcome per publishing goroutine may have been read already
-	faultFill(t, ctx, fb, qc, consumes, l)
-
-	p1, url1 := faultProxy(t, fb.Broker, 601)
-	p2, url2 := faultProxy(t, fb.Broker, 602)
-	events := newFaultEvents()
-	loss := newFaultLossWatch()
-	c := faultDefaultClient(t, []string{url1, url2}, func(ev artemis.ConnectionEvent) {
-		loss.on(ev, l)
-		events.on(ev)
+	r := faultStart(t, faultSetup{
+		timeout: 5 * time.Minute, pubQueue: "hole-pub", conQueue: "hole-con",
+		publishes: publishes, consumes: consumes, concurrency: concurrency, work: 3 * time.Millisecond,
+		consumeWindow: true,
+		publishWindow: 8, // one outcome per publishing goroutine may have been read already
+		seeds:         []uint64{601, 602},
 	})
-	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
-	var st faultPubStats
-	pubDone := faultPublishLoop(ctx, pub, qp, publishes, 8, 30*time.Second, 30*time.Second, 0, l, &st)
-	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	l, p1, p2 := r.l, r.proxies[0], r.proxies[1]
+	r.start(r.ctx)
 
 	acked := func() int { return l.Figures().Acked - consumes }
 	faultUnderWay(t, l, acked, holeAt, " on URL 1")
 	require.Zero(t, p2.Stats().Accepted, "nothing used URL 2 before the fault")
 
-	mark := events.mark()
-	var callsAtHole int
-	inHandler := l.CutAround(0, func() {
-		callsAtHole = l.Calls()
-		loss.armed.Store(true)
+	mark, inHandler, callsAtHole := r.fault(func() {
 		p1.Blackhole()
 		l.Mark(ledger.Publish, ledger.Consume)
 	})
@@ -89,16 +69,14 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	}
 	callsAtResume := l.Calls()
 
-	faultWaitDone(t, l, pubDone, acked, publishes, consumes, events, mark)
-	stopC()
-	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
+	r.waitDone(acked, mark)
+	r.stop(nil)
 
-	startedBlind := loss.startedBlind(callsAtHole, callsAtResume)
-	l.AddSlack(startedBlind + concurrency)
+	startedBlind := r.addBlindSlack(callsAtHole, callsAtResume)
 	extra := []string{
 		fmt.Sprintf("in a handler at the hole %d, started before the loss was seen %d", inHandler, startedBlind),
-		fmt.Sprintf("connections to URL 2 %d", p2.Stats().Accepted), st.String(),
-		fmt.Sprintf("events after the hole %s", events.summary(mark)),
+		fmt.Sprintf("connections to URL 2 %d", p2.Stats().Accepted), r.st.String(),
+		fmt.Sprintf("events after the hole %s", r.events.summary(mark)),
 	}
 	if healedFirst {
 		extra = append(extra, fmt.Sprintf("NOT resumed within %v: URL 1 healed to finish the run", waitResume))

@@ -46,35 +46,21 @@ import (
 // flight per handler goroutine; deliveries prefetched and handed to a
 // handler after the link died are not in it.
 func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
-	fb := requireFaultBroker(t)
-	const (
-		total       = 10000
-		killAt      = 3000
-		concurrency = 4
-		credit      = 10
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	q := faultQueue("consume")
-	sent := faultPublish(t, ctx, fb, q, total, 8)
-	l := ledger.New()
-	l.ConsumeWindow(credit + concurrency)
-	for id := range sent {
-		l.Acked(id)
-	}
+	const total, killAt = 10000, 3000
+	const concurrency, credit = faultKillConcurrency, faultKillCredit
+	r := faultKillStart(t, 6*time.Minute, "consume", total, 8, killAt, func(l *ledger.Ledger) {
+		l.ConsumeWindow(credit + concurrency)
+	})
+	fb, q, l, sent, park := r.fb, r.q, r.l, r.sent, r.park
+	defer park.release() // never leave a handler parked
 
 	var (
 		mu       sync.Mutex
 		handled  = make(map[string]int, total)
 		mismatch []string
 		calls    atomic.Int64
-		killNow  = make(chan struct{})
-		killDone = make(chan struct{})
 		allDone  = make(chan struct{})
-		killOnce sync.Once
 	)
-	releaseHandlers := func() { killOnce.Do(func() { close(killDone) }) }
-	defer releaseHandlers() // never leave a handler parked
 	uniqueHandled := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
 
 	reports := newFaultReports(artemis.ErrSettlement)
@@ -93,27 +79,18 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 			close(allDone)
 		}
 		mu.Unlock()
-		if n == killAt {
-			close(killNow)
-		}
-		if n >= killAt {
-			<-killDone // park until the broker is dead
-		}
+		park.call(n) // from the killAt-th call on: park until the broker is dead
 		return nil
 	}}, artemis.WithConcurrency(concurrency), artemis.WithOnError(reports.onError))
 
-	events := newFaultEvents()
-	c := faultDial(t, fb, events.on)
-	start := time.Now()
-	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	events, stop, start := faultConsumeDirect(t, fb, q, cons, credit)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 
-	waitClosed(t, killNow, 3*time.Minute, func() string { return fmt.Sprintf("%d handler calls (have %d)", killAt, calls.Load()) })
-	mark := events.mark()
-	killStart := time.Now()
-	inHandler := l.CutAround(concurrency, func() { fb.kill(t) })
-	callsAtKill := calls.Load()
-	releaseHandlers()
+	var callsAtKill int64
+	k := park.kill(t, fb, l, events, concurrency,
+		func() string { return fmt.Sprintf("%d handler calls (have %d)", killAt, calls.Load()) },
+		func() { callsAtKill = calls.Load() })
+	mark, killStart := k.mark, k.began
 	events.wait(t, mark, artemis.EventConsumerLost, q, faultWait)
 	events.wait(t, mark, artemis.EventDisconnected, "", faultWait)
 	// The consumer is trying while the broker is down.
@@ -161,7 +138,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	t.Logf("FIGURES consumer: events after the kill: %s", events.summary(mark))
 	reports.log(t)
 	faultReport(t, l, "broker SIGKILLed under a consumer",
-		fmt.Sprintf("in a handler at the kill %d", inHandler),
+		fmt.Sprintf("in a handler at the kill %d", k.inHandler),
 		fmt.Sprintf("restart took %d ms", restarted.Sub(restartStart).Milliseconds()),
 		fmt.Sprintf("messages %d, handler calls when the broker died %d", total, callsAtKill))
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
@@ -26,40 +27,34 @@ import (
 // taken where the Client sees each loss (EventDisconnected): the
 // deliveries in a handler then, plus one accept in flight per handler.
 func TestFaultCutsWithLatency(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
 		consumes    = 5000
 		publishes   = 2000
 		concurrency = 4
 		deadline    = 90 * time.Second
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	qp, qc := faultQueue("cut-pub"), faultQueue("cut-con")
-	l := ledger.New()
-	faultFill(t, ctx, fb, qc, consumes, l)
-
-	p, through := faultProxy(t, fb.Broker, 505)
-	p.Latency(20 * time.Millisecond)
-	require.NoError(t, p.CutAfter(20<<10, 300<<10))
-	events := newFaultEvents()
-	c := faultDefaultClient(t, []string{through}, func(ev artemis.ConnectionEvent) {
-		if ev.Kind == artemis.EventDisconnected {
-			l.Cut(concurrency)
-		}
-		events.on(ev)
+	r := faultStart(t, faultSetup{
+		timeout: 5 * time.Minute, pubQueue: "cut-pub", conQueue: "cut-con",
+		publishes: publishes, consumes: consumes, concurrency: concurrency,
+		seeds: []uint64{505},
+		prepare: func(proxies []*faultproxy.Proxy) {
+			proxies[0].Latency(20 * time.Millisecond)
+			require.NoError(t, proxies[0].CutAfter(20<<10, 300<<10))
+		},
+		onEvent: func(ev artemis.ConnectionEvent, l *ledger.Ledger) {
+			if ev.Kind == artemis.EventDisconnected {
+				l.Cut(concurrency)
+			}
+		},
 	})
-	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
+	l, p := r.l, r.proxies[0]
 
 	start := time.Now()
-	dctx, dcancel := context.WithTimeout(ctx, deadline)
+	dctx, dcancel := context.WithTimeout(r.ctx, deadline)
 	defer dcancel()
-	var st faultPubStats
-	pubDone := faultPublishLoop(dctx, pub, qp, publishes, 8, 30*time.Second, 30*time.Second, 0, l, &st)
+	r.start(dctx)
 	pubTook := make(chan time.Duration, 1)
-	go func() { <-pubDone; pubTook <- time.Since(start) }()
-	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, 0), nil, faultWait)
+	go func() { <-r.pubDone; pubTook <- time.Since(start) }()
 	var handledBy time.Duration
 	select {
 	case <-l.HandledAtLeast(consumes):
@@ -68,12 +63,13 @@ func TestFaultCutsWithLatency(t *testing.T) {
 	}
 	handledAtDeadline := l.Handled()
 	published := <-pubTook
-	stopC()
-	stats := p.Stats()
-	// Stop cutting before the final drains (they go straight to the broker
-	// anyway) and close the publisher cleanly.
-	require.NoError(t, p.CutAfter(0, 0))
-	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
+	var stats faultproxy.Stats
+	r.stop(func() {
+		stats = p.Stats()
+		// Stop cutting before the final drains (they go straight to the
+		// broker anyway) and close the publisher cleanly.
+		require.NoError(t, p.CutAfter(0, 0))
+	})
 
 	handled := "not by the deadline"
 	if handledBy > 0 {
@@ -82,8 +78,8 @@ func TestFaultCutsWithLatency(t *testing.T) {
 	f := faultReport(t, l, "cuts after 20-300 KB with 20 ms latency",
 		fmt.Sprintf("%d of %d handled by the %v deadline (%s)", handledAtDeadline, consumes, deadline, handled),
 		fmt.Sprintf("publishes done in %.1f s", published.Seconds()),
-		fmt.Sprintf("connections cut %d (accepted %d)", stats.Cuts, stats.Accepted), st.String(),
-		fmt.Sprintf("events %s", events.summary(0)))
+		fmt.Sprintf("connections cut %d (accepted %d)", stats.Cuts, stats.Accepted), r.st.String(),
+		fmt.Sprintf("events %s", r.events.summary(0)))
 	assert.Equal(t, consumes, handledAtDeadline, "every message handled by the deadline")
 	assert.Equal(t, consumes+publishes, f.Acked, "every publish acknowledged (and the fill)")
 	assert.Positive(t, stats.Cuts, "the proxy cut connections")

@@ -47,34 +47,18 @@ func (*faultFailure) Error() string { return "ledger rejected the entry" }
 // the deliveries in a handler at the kill plus one settlement in flight
 // per handler goroutine.
 func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
-		total       = 600
-		killAt      = 200 // deliveries at the limit before the kill
-		concurrency = 4
-		credit      = 10
-		maxTries    = 2
+		total    = 600
+		killAt   = 200 // deliveries at the limit before the kill
+		maxTries = 2
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	q := faultQueue("dlq")
+	const concurrency, credit = faultKillConcurrency, faultKillCredit
+	r := faultKillStart(t, 5*time.Minute, "dlq", total, 4, killAt, func(l *ledger.Ledger) { l.ExpectCalls(maxTries) })
+	fb, q, l, sent, park := r.fb, r.q, r.l, r.sent, r.park
+	defer park.release()
 	dlq := q + ".dlq"
-	sent := faultPublish(t, ctx, fb, q, total, 4)
-	l := ledger.New()
-	l.ExpectCalls(maxTries)
-	for id := range sent {
-		l.Acked(id)
-	}
 
-	var (
-		limitCalls atomic.Int64
-		calls      atomic.Int64
-		killNow    = make(chan struct{})
-		killDone   = make(chan struct{})
-		killOnce   sync.Once
-	)
-	releaseHandlers := func() { killOnce.Do(func() { close(killDone) }) }
-	defer releaseHandlers()
+	var limitCalls, calls atomic.Int64
 
 	reports := newFaultReports(artemis.ErrHandlerFailed, artemis.ErrDeadLetterFailed, artemis.ErrSettlement)
 	var dlMu sync.Mutex
@@ -97,13 +81,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		defer done(false) // always fails: dead-lettered after maxTries
 		calls.Add(1)
 		if env.Attempts >= maxTries-1 {
-			n := limitCalls.Add(1)
-			if n == killAt {
-				close(killNow)
-			}
-			if n >= killAt {
-				<-killDone // dead-letter only once the broker is dead
-			}
+			park.call(limitCalls.Add(1)) // from the killAt-th: dead-letter only once the broker is dead
 		}
 		return &faultFailure{}
 	}},
@@ -113,19 +91,14 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		artemis.WithDeadLetterRetryDelay(100*time.Millisecond),
 		artemis.WithOnError(onError))
 
-	events := newFaultEvents()
-	c := faultDial(t, fb, events.on)
-	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	events, stop, _ := faultConsumeDirect(t, fb, q, cons, credit)
 	events.wait(t, 0, artemis.EventSenderAttached, dlq, faultWait)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 
-	waitClosed(t, killNow, 3*time.Minute, func() string {
+	k := park.kill(t, fb, l, events, concurrency, func() string {
 		return fmt.Sprintf("%d deliveries at the limit (have %d)", killAt, limitCalls.Load())
-	})
-	mark := events.mark()
-	inHandler := l.CutAround(concurrency, func() { fb.kill(t) })
-	killedAt := time.Now()
-	releaseHandlers()
+	}, nil)
+	mark, killedAt := k.mark, k.ended
 	// The parked handlers dead-letter into a dead broker: reported, held,
 	// released (the release fails too: the link is gone).
 	waitClosed(t, reports.first[artemis.ErrDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
@@ -187,7 +160,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	faultReport(t, l, "broker SIGKILLed while dead-lettering",
 		fmt.Sprintf("resume %d ms after the restart (dead-letter link back; restart issued %d ms after the kill, took %d ms)",
 			resumed.Sub(restarted).Milliseconds(), restartAt.Sub(killedAt).Milliseconds(), restarted.Sub(restartAt).Milliseconds()),
-		fmt.Sprintf("in a handler at the kill %d", inHandler),
+		fmt.Sprintf("in a handler at the kill %d", k.inHandler),
 		fmt.Sprintf("messages %d, on the DLQ %d (copies %d), dead-letter writes failed during the outage %d",
 			total, len(onDLQ.copies), onDLQ.total, len(failedDuringOutage)))
 

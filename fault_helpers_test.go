@@ -33,6 +33,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
 const (
@@ -381,4 +382,117 @@ func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what fu
 	case <-time.After(timeout):
 		t.Fatalf("timed out after %v waiting for %s", timeout, what())
 	}
+}
+
+// faultSent publishes n envelopes to q (faultPublish, from workers
+// goroutines), records each as acknowledged in l and returns meta.id ->
+// seq.
+func faultSent(t *testing.T, ctx context.Context, fb *faultBroker, q string, n, workers int, l *ledger.Ledger) map[string]int {
+	t.Helper()
+	sent := faultPublish(t, ctx, fb, q, n, workers)
+	for id := range sent {
+		l.Acked(id)
+	}
+	return sent
+}
+
+// faultPark parks the handlers of a broker-kill scenario: the at-th call
+// (counted by the caller) closes reached, and that call and every later
+// one wait until release, so the kill comes with the handlers held.
+type faultPark struct {
+	at      int64
+	reached chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newFaultPark(at int) *faultPark {
+	return &faultPark{at: int64(at), reached: make(chan struct{}), done: make(chan struct{})}
+}
+
+// call is the handler's n-th counted call: it closes reached at the at-th
+// and parks from there on until release.
+func (p *faultPark) call(n int64) {
+	if n == p.at {
+		close(p.reached)
+	}
+	if n >= p.at {
+		<-p.done
+	}
+}
+
+// release lets the parked handlers go (any number of times; a test defers
+// it so that no handler stays parked).
+func (p *faultPark) release() { p.once.Do(func() { close(p.done) }) }
+
+// faultKill is when a scenario's kill happened.
+type faultKill struct {
+	mark      int       // the events' mark before the kill
+	inHandler int       // deliveries in a handler at the kill
+	began     time.Time // before the SIGKILL
+	ended     time.Time // once the broker is dead
+}
+
+// kill waits (3 minutes, what says for what) until the handlers are parked,
+// SIGKILLs the broker inside l.CutAround(slack, ...), runs atKill (when
+// not nil) and releases the handlers.
+func (p *faultPark) kill(t *testing.T, fb *faultBroker, l *ledger.Ledger, events *faultEvents, slack int,
+	what func() string, atKill func(),
+) faultKill {
+	t.Helper()
+	waitClosed(t, p.reached, 3*time.Minute, what)
+	k := faultKill{mark: events.mark(), began: time.Now()}
+	k.inHandler = l.CutAround(slack, func() { fb.kill(t) })
+	k.ended = time.Now()
+	if atKill != nil {
+		atKill()
+	}
+	p.release()
+	return k
+}
+
+// faultConsumeDirect runs cons on q through a Client straight to the
+// broker (faultDial) with the given credit, in the background. It returns
+// the Client's events, the consumer's stop and when the consume started.
+func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.Consumer, credit int) (*faultEvents, func(), time.Time) {
+	t.Helper()
+	events := newFaultEvents()
+	c := faultDial(t, fb, events.on)
+	started := time.Now()
+	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	return events, stop, started
+}
+
+// The broker-kill scenarios under a consumer run 4 handlers on credit 10:
+// the receiver holds at most the credit unsettled when the broker dies,
+// and each handler may have one settlement in flight.
+const (
+	faultKillConcurrency = 4
+	faultKillCredit      = 10
+)
+
+// faultKillRun is the set-up of a broker-kill scenario under a consumer:
+// the fault broker, a fresh queue holding the messages sent, each
+// acknowledged in the ledger, and the park for its handlers.
+type faultKillRun struct {
+	fb   *faultBroker
+	q    string
+	l    *ledger.Ledger
+	sent map[string]int // meta.id -> seq
+	park *faultPark
+}
+
+// faultKillStart publishes total envelopes to a fresh queue of kind from
+// workers goroutines within timeout, after prepare set up the ledger (its
+// window, the calls it expects); the park closes at the killAt-th call.
+func faultKillStart(t *testing.T, timeout time.Duration, kind string, total, workers, killAt int,
+	prepare func(*ledger.Ledger),
+) *faultKillRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r := &faultKillRun{fb: requireFaultBroker(t), q: faultQueue(kind), l: ledger.New(), park: newFaultPark(killAt)}
+	prepare(r.l)
+	r.sent = faultSent(t, ctx, r.fb, r.q, total, workers, r.l)
+	return r
 }

@@ -91,39 +91,25 @@ func TestFaultPublishThroughAnOutage(t *testing.T) {
 	var (
 		ok, unknown, connect, other atomic.Int64
 		stop                        = make(chan struct{})
-		wg                          sync.WaitGroup
 		otherErr                    atomic.Value
 		longest                     atomic.Int64
 	)
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
-				start := time.Now()
-				_, err := pub.Publish(pctx, faultURN, faultData{Seq: 1})
-				pcancel()
-				if d := int64(time.Since(start)); d > longest.Load() {
-					longest.Store(d)
-				}
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case errors.Is(err, artemis.ErrOutcomeUnknown):
-					unknown.Add(1) // in flight at the kill
-				case errors.Is(err, artemis.ErrConnect):
-					connect.Add(1)
-				default:
-					other.Add(1)
-					otherErr.Store(err.Error())
-				}
-			}
-		})
-	}
+	wait := publishUntil(ctx, pub, workers, stop, 2*time.Minute, faultURN, faultData{Seq: 1}, func(_ string, err error, took time.Duration) {
+		if d := int64(took); d > longest.Load() {
+			longest.Store(d)
+		}
+		switch {
+		case err == nil:
+			ok.Add(1)
+		case errors.Is(err, artemis.ErrOutcomeUnknown):
+			unknown.Add(1) // in flight at the kill
+		case errors.Is(err, artemis.ErrConnect):
+			connect.Add(1)
+		default:
+			other.Add(1)
+			otherErr.Store(err.Error())
+		}
+	})
 	for ok.Load() < 500 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -143,7 +129,7 @@ func TestFaultPublishThroughAnOutage(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
+	wait()
 
 	evMu.Lock()
 	back := backAt

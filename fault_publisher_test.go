@@ -25,20 +25,16 @@ import (
 // as Client.Publisher's documentation says to. Every publish that returned
 // nil must be on the queue, each message exactly once.
 func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
 		total     = 5000
 		workers   = 8
 		killAfter = 1500 // acknowledged publishes
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	q := faultQueue("publish")
-	events := newFaultEvents()
-	c := faultDial(t, fb, events.on)
-	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
-	l := ledger.New()
+	// The publish loop is this test's own (it keeps what each publish
+	// returned); the set-up is the scenarios' on a Client straight to the
+	// broker it kills.
+	r := faultStart(t, faultSetup{timeout: 6 * time.Minute, pubQueue: "publish", direct: true})
+	fb, ctx, q, events, pub, l := r.fb, r.ctx, r.qp, r.events, r.pub, r.l
 
 	var (
 		mu        sync.Mutex

@@ -29,40 +29,34 @@ const (
 // again with the same envelope. Every acknowledged message is on the
 // queue, once.
 func TestFaultResetsUnderPublish(t *testing.T) {
-	fb := requireFaultBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	p, through := faultProxy(t, fb.Broker, 101)
-	events := newFaultEvents()
-	c := faultDefaultClient(t, []string{through}, events.on)
-	q := faultQueue("reset-pub")
-	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
-
-	l := ledger.New()
-	l.PublishWindow(8) // one outcome per publishing goroutine may have been read before the reset
-	var st faultPubStats
+	r := faultStart(t, faultSetup{
+		timeout: 5 * time.Minute, pubQueue: "reset-pub", publishes: faultResetTotal,
+		publishWindow: 8, // one outcome per publishing goroutine may have been read before the reset
+		seeds:         []uint64{101},
+		pace:          6 * time.Millisecond,
+	})
+	ctx, l, p := r.ctx, r.l, r.proxies[0]
 	stop := make(chan struct{})
 	resets := faultEvery(stop, faultResetMin, faultResetMax, 7, func() {
 		l.Mark(ledger.Publish)
 		p.Reset()
 	})
 	start := time.Now()
-	done := faultPublishLoop(ctx, pub, q, faultResetTotal, 8, 30*time.Second, 30*time.Second, 6*time.Millisecond, l, &st)
+	r.start(ctx)
 	select {
-	case <-done:
+	case <-r.pubDone:
 	case <-ctx.Done():
 	}
 	elapsed := time.Since(start)
 	close(stop)
 	nResets := <-resets
-	require.NoError(t, pub.Close(context.Background()))
-	faultRecordStoredAndLeft(t, fb.Broker, l, q)
+	require.NoError(t, r.pub.Close(context.Background()))
+	faultRecordStoredAndLeft(t, r.fb.Broker, l, r.qp)
 
 	f := faultReport(t, l, "resets under publish",
 		fmt.Sprintf("%d publishes in %.1f s (%.0f/s)", faultResetTotal, elapsed.Seconds(), faultRate(faultResetTotal, elapsed)),
-		fmt.Sprintf("resets %d", nResets), st.String(),
-		fmt.Sprintf("library retries %d", events.count(0, artemis.EventPublishRetried)))
+		fmt.Sprintf("resets %d", nResets), r.st.String(),
+		fmt.Sprintf("library retries %d", r.events.count(0, artemis.EventPublishRetried)))
 	assert.Equal(t, faultResetTotal, f.Acked, "every publish was acknowledged in the end")
 	assert.Positive(t, nResets, "the proxy reset the connection")
 }

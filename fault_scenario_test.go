@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,20 +49,6 @@ const faultDefaultCredit = 10
 // it could have held when the fault came.
 func faultConsumeWindow(concurrency int) int { return faultDefaultCredit + concurrency }
 
-// faultProxy starts a fault proxy in front of b's AMQP port and returns it
-// with b's URL rewritten to go through it. Close runs at the test's end.
-func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(b.URL)
-	require.NoError(t, err)
-	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	through, err := p.Rewrite(b.URL)
-	require.NoError(t, err)
-	return p, through
-}
-
 // faultDefaultClient dials urls with the default ClientOptions (only the
 // event hook set): the scenarios measure what a user gets out of the box.
 func faultDefaultClient(t *testing.T, urls []string, onEvent func(artemis.ConnectionEvent)) *artemis.Client {
@@ -80,9 +65,7 @@ func faultDefaultClient(t *testing.T, urls []string, onEvent func(artemis.Connec
 // fault) and records them as acknowledged in l.
 func faultFill(t *testing.T, ctx context.Context, fb *faultBroker, q string, n int, l *ledger.Ledger) {
 	t.Helper()
-	for id := range faultPublish(t, ctx, fb, q, n, 8) {
-		l.Acked(id)
-	}
+	faultSent(t, ctx, fb, q, n, 8, l)
 }
 
 // faultPubStats is what a publish loop saw.
@@ -351,4 +334,149 @@ func (w *faultLossWatch) startedBlind(at, callsBy int) int {
 		return int(n) - at
 	}
 	return callsBy - at
+}
+
+// faultSetup says what a fault scenario runs before its fault: what it
+// publishes and consumes, through which proxies, with which Client.
+type faultSetup struct {
+	timeout        time.Duration // the scenario's deadline (faultRun.ctx)
+	pubQueue       string        // faultQueue kind of the queue only the publishers write to
+	conQueue       string        // faultQueue kind of the queue the consumer reads ("": none)
+	publishes      int           // envelopes the publish loop sends (seq 0..publishes-1)
+	consumes       int           // messages filled into the consumer's queue before the fault
+	concurrency    int           // handlers
+	work           time.Duration // each handler call's work
+	consumeWindow  bool          // l.ConsumeWindow(faultConsumeWindow(concurrency))
+	publishWindow  int           // l.PublishWindow(publishWindow) when above 0
+	seeds          []uint64      // one fault proxy per seed, dialled in this order
+	direct         bool          // no proxy: faultDial straight to the broker (quick re-attach)
+	prepare        func(proxies []*faultproxy.Proxy)
+	onEvent        func(ev artemis.ConnectionEvent, l *ledger.Ledger) // before the loss watch and the events see ev
+	perCall, limit time.Duration                                      // faultPublishLoop's (0: 30 s each)
+	pace           time.Duration                                      // faultPublishLoop's
+}
+
+// faultRun is a fault scenario's skeleton, built by faultStart: fresh
+// queues, the ledger, the consumer's queue filled, the proxies, the events
+// and the loss watch, the Client, a duplicate-detecting publisher; start
+// runs the publish loop and the consumer, fault applies the fault with the
+// handlers counted, waitDone and stop finish the accounting.
+type faultRun struct {
+	t        *testing.T
+	fb       *faultBroker
+	set      faultSetup
+	ctx      context.Context
+	l        *ledger.Ledger
+	qp, qc   string
+	proxies  []*faultproxy.Proxy
+	urls     []string // the proxies' URLs, in order
+	events   *faultEvents
+	loss     *faultLossWatch
+	c        *artemis.Client
+	pub      *artemis.ClientPublisher
+	st       faultPubStats
+	pubDone  <-chan struct{}
+	stopCons func()
+}
+
+// faultStart builds the scenario set describes, on the fault broker. Its
+// context ends set.timeout from now or when the test ends.
+func faultStart(t *testing.T, set faultSetup) *faultRun {
+	t.Helper()
+	fb := requireFaultBroker(t)
+	if set.perCall == 0 {
+		set.perCall = 30 * time.Second
+	}
+	if set.limit == 0 {
+		set.limit = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), set.timeout)
+	t.Cleanup(cancel)
+	r := &faultRun{t: t, fb: fb, set: set, ctx: ctx, l: ledger.New(), qp: faultQueue(set.pubQueue)}
+	if set.consumeWindow {
+		r.l.ConsumeWindow(faultConsumeWindow(set.concurrency))
+	}
+	if set.publishWindow > 0 {
+		r.l.PublishWindow(set.publishWindow)
+	}
+	if set.conQueue != "" {
+		r.qc = faultQueue(set.conQueue)
+		faultFill(t, ctx, fb, r.qc, set.consumes, r.l)
+	}
+	for _, seed := range set.seeds {
+		p, through := faultProxy(t, fb.Broker, seed)
+		r.proxies, r.urls = append(r.proxies, p), append(r.urls, through)
+	}
+	if set.prepare != nil {
+		set.prepare(r.proxies)
+	}
+	r.events, r.loss = newFaultEvents(), newFaultLossWatch()
+	onEvent := func(ev artemis.ConnectionEvent) {
+		if set.onEvent != nil {
+			set.onEvent(ev, r.l)
+		}
+		r.loss.on(ev, r.l)
+		r.events.on(ev)
+	}
+	if set.direct {
+		r.c = faultDial(t, fb, onEvent)
+	} else {
+		r.c = faultDefaultClient(t, r.urls, onEvent)
+	}
+	var err error
+	r.pub, err = r.c.Publisher(ctx, r.qp, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+	return r
+}
+
+// start runs the publish loop on ctx (r.ctx or one derived from it) and,
+// when there is a consumer's queue, the ledger's consumer in the
+// background.
+func (r *faultRun) start(ctx context.Context) {
+	s := r.set
+	r.pubDone = faultPublishLoop(ctx, r.pub, r.qp, s.publishes, 8, s.perCall, s.limit, s.pace, r.l, &r.st)
+	if r.qc != "" {
+		r.stopCons = consumeInBackground(r.t, r.c, r.qc, faultLedgerConsumer(r.t, r.l, s.concurrency, s.work), nil, faultWait)
+	}
+}
+
+// fault applies fault inside the ledger's cut, with the loss watch armed,
+// and returns the event mark taken before it, the deliveries in a handler
+// at the fault and the handler calls by then.
+func (r *faultRun) fault(fault func()) (mark, inHandler, callsAt int) {
+	mark = r.events.mark()
+	inHandler = r.l.CutAround(0, func() {
+		callsAt = r.l.Calls()
+		r.loss.armed.Store(true)
+		fault()
+	})
+	return mark, inHandler, callsAt
+}
+
+// waitDone waits for the publish loop and for every filled message to be
+// handled (faultWaitDone).
+func (r *faultRun) waitDone(acked func() int, mark int) {
+	r.t.Helper()
+	faultWaitDone(r.t, r.l, r.pubDone, acked, r.set.publishes, r.set.consumes, r.events, mark)
+}
+
+// stop stops the consumer, runs beforeDrain (when not nil), closes the
+// publisher and drains both queues into the ledger.
+func (r *faultRun) stop(beforeDrain func()) {
+	r.t.Helper()
+	r.stopCons()
+	if beforeDrain != nil {
+		beforeDrain()
+	}
+	faultCloseAndDrain(r.t, r.fb.Broker, r.l, r.pub, r.qp, r.qc)
+}
+
+// addBlindSlack adds the handler-duplicate bound's second part to the
+// ledger: the handler calls that started after the fault (callsAt) before
+// the Client saw the loss (all of them until callsBy if it did not), plus
+// one accept in flight per handler. It returns the first number.
+func (r *faultRun) addBlindSlack(callsAt, callsBy int) int {
+	startedBlind := r.loss.startedBlind(callsAt, callsBy)
+	r.l.AddSlack(startedBlind + r.set.concurrency)
+	return startedBlind
 }

@@ -3,15 +3,12 @@
 package artemis_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
@@ -28,72 +25,52 @@ import (
 // Client declared the connection lost (nobody could know yet: their
 // accepts went into the dead pipe), and one accept in flight per handler.
 func TestFaultStallMidPublishAndConsume(t *testing.T) {
-	fb := requireFaultBroker(t)
 	const (
 		publishes   = 10000
 		consumes    = 6000
 		stallAt     = 1500 // acknowledged publishes and handled messages before the stall
 		stallFor    = 30 * time.Second
-		perCall     = 5 * time.Second
 		callLimit   = 6 * time.Second // "within ~5 s"
 		concurrency = 4
-		work        = 3 * time.Millisecond
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	qp, qc := faultQueue("stall-pub"), faultQueue("stall-con")
-	l := ledger.New()
-	l.ConsumeWindow(faultConsumeWindow(concurrency))
-	faultFill(t, ctx, fb, qc, consumes, l)
-
-	p, through := faultProxy(t, fb.Broker, 303)
-	events := newFaultEvents()
-	loss := newFaultLossWatch() // handler calls when the Client first saw the loss during the stall
-	c := faultDefaultClient(t, []string{through}, func(ev artemis.ConnectionEvent) {
-		loss.on(ev, l)
-		events.on(ev)
+	r := faultStart(t, faultSetup{
+		timeout: 5 * time.Minute, pubQueue: "stall-pub", conQueue: "stall-con",
+		publishes: publishes, consumes: consumes, concurrency: concurrency, work: 3 * time.Millisecond,
+		consumeWindow: true,
+		seeds:         []uint64{303},
+		perCall:       5 * time.Second, limit: callLimit,
 	})
-	pub, err := c.Publisher(ctx, qp, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
-
-	var st faultPubStats
-	pubDone := faultPublishLoop(ctx, pub, qp, publishes, 8, perCall, callLimit, 0, l, &st)
-	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	l, p, st := r.l, r.proxies[0], &r.st
+	r.start(r.ctx)
 
 	acked := func() int { return l.Figures().Acked }
 	faultUnderWay(t, l, acked, stallAt, " before the stall")
 
-	mark := events.mark()
-	var callsAtStall int
-	inHandler := l.CutAround(0, func() {
-		callsAtStall = l.Calls()
-		loss.armed.Store(true)
-		p.Stall()
-	})
+	// r.loss notes the handler calls when the Client first saw the loss
+	// during the stall.
+	mark, inHandler, callsAtStall := r.fault(p.Stall)
 	ackedAtStall, handledAtStall := acked(), l.Handled()
 	time.Sleep(stallFor) // the fault's length: the scenario is "30 s without a byte"
 	ackedDuringStall, handledDuringStall := acked()-ackedAtStall, l.Handled()-handledAtStall
 	callsAtHeal := l.Calls()
 	l.Mark(ledger.Publish, ledger.Consume)
 	p.Heal()
-	loss.armed.Store(false)
+	r.loss.armed.Store(false)
 	healed := time.Now()
 
-	faultWaitDone(t, l, pubDone, acked, publishes, consumes, events, mark)
+	r.waitDone(acked, mark)
 	finished := time.Since(healed)
-	stopC()
-	faultCloseAndDrain(t, fb.Broker, l, pub, qp, qc)
+	r.stop(nil)
 
 	// The bound's second part: handler starts during the stall before the
 	// loss was seen (all those before the heal if it never was).
-	startedBlind := loss.startedBlind(callsAtStall, callsAtHeal)
-	l.AddSlack(startedBlind + concurrency)
+	startedBlind := r.addBlindSlack(callsAtStall, callsAtHeal)
 	f := faultReport(t, l, "30 s stall mid-publish and mid-consume",
 		fmt.Sprintf("in a handler at the stall %d, started during the stall before the loss was seen %d", inHandler, startedBlind),
 		fmt.Sprintf("during the stall: %d acknowledged, %d handled", ackedDuringStall, handledDuringStall),
 		fmt.Sprintf("publishes over %v %d", callLimit, st.slow), st.String(),
 		fmt.Sprintf("all done %.1f s after the heal", finished.Seconds()),
-		fmt.Sprintf("events after the stall %s", events.summary(mark)))
+		fmt.Sprintf("events after the stall %s", r.events.summary(mark)))
 	assert.Equal(t, publishes+consumes, f.Acked, "every publish acknowledged in the end (and the fill)")
 	assert.Zero(t, st.slow, "publishes with a 5 s context that took longer than %v", callLimit)
 	assert.LessOrEqual(t, st.maxLatency, callLimit, "the longest publish")

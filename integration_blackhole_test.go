@@ -3,7 +3,6 @@ package artemis_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
-	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // TestIntegrationBlackholedFirstURLHandsOverToTheSecond: the Client is
@@ -24,13 +22,7 @@ import (
 // byte): publishing and consuming resume on the second URL within 20 s.
 func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	b := brokertest.Require(t)
-	u, err := url.Parse(b.URL)
-	require.NoError(t, err)
-	proxy, err := faultproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	first, err := proxy.Rewrite(b.URL)
-	require.NoError(t, err)
+	proxy, first := faultProxy(t, b, 1) // 1: faultproxy's default seed (this test makes no cuts)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -79,7 +71,6 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	const workers = 4
 	var (
 		stop     = make(chan struct{})
-		wg       sync.WaitGroup
 		okAfter  atomic.Int64
 		firstOK  atomic.Int64 // unix nanos of the first publish accepted after the black hole
 		timeouts atomic.Int64
@@ -87,30 +78,18 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	)
 	holeAt := time.Now()
 	proxy.Blackhole()
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				id, err := pub.Publish(pctx, "urn:babel:bh:tick", map[string]int{"n": 2})
-				pcancel()
-				switch {
-				case err == nil:
-					acked.Store(id, time.Now())
-					okAfter.Add(1)
-					firstOK.CompareAndSwap(0, time.Now().UnixNano())
-				case errors.Is(err, context.DeadlineExceeded):
-					timeouts.Add(1)
-				default:
-					t.Logf("publish: %v", err)
-				}
-			}
-		})
-	}
+	wait := publishUntil(ctx, pub, workers, stop, 5*time.Second, "urn:babel:bh:tick", map[string]int{"n": 2}, func(id string, err error, _ time.Duration) {
+		switch {
+		case err == nil:
+			acked.Store(id, time.Now())
+			okAfter.Add(1)
+			firstOK.CompareAndSwap(0, time.Now().UnixNano())
+		case errors.Is(err, context.DeadlineExceeded):
+			timeouts.Add(1)
+		default:
+			t.Logf("publish: %v", err)
+		}
+	})
 	resumed := func() bool {
 		if okAfter.Load() < 50 {
 			return false
@@ -130,7 +109,7 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	}
 	require.Eventually(t, resumed, 60*time.Second, 10*time.Millisecond, "publishing and consuming resume on the second URL")
 	close(stop)
-	wg.Wait()
+	wait()
 	pubBack := time.Unix(0, firstOK.Load()).Sub(holeAt)
 	// Consuming resumed when the first message published on the second URL
 	// was handled.

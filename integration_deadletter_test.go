@@ -21,10 +21,8 @@ import (
 // failingConsumer always fails its one URN, with maxTries 1 so the first
 // failure dead-letters, and a short retry delay.
 func failingConsumer(t testing.TB, urn string, dlq artemis.Sender, q string, calls chan<- call, errs *errorLog) *artemis.Consumer {
-	return mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
-		calls <- call{env.Attempts, msg.Header.DeliveryCount}
-		return &gatewayError{}
-	}}, artemis.WithMaxTries(1), artemis.WithDeadLetterSender(dlq), artemis.WithQueue(q),
+	return mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
+		artemis.WithMaxTries(1), artemis.WithDeadLetterSender(dlq), artemis.WithQueue(q),
 		artemis.WithDeadLetterRetryDelay(200*time.Millisecond), artemis.WithDeadLetterTimeout(time.Second),
 		artemis.WithOnError(errs.onError))
 }

@@ -46,6 +46,36 @@ func (o *orderTap) Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amq
 	return m, err
 }
 
+// groupRuns counts the handlers running, per group and at once, and keeps
+// what each group's handlers got, in order; its caller holds a lock.
+type groupRuns struct {
+	handled   map[string][]*amqp.Message
+	running   map[string]int
+	now, peak int
+}
+
+func newGroupRuns() *groupRuns {
+	return &groupRuns{handled: map[string][]*amqp.Message{}, running: map[string]int{}}
+}
+
+// enter starts a handler of group g for msg; a second handler of a group
+// (other than "", no group) at once fails the test.
+func (r *groupRuns) enter(t *testing.T, g string, msg *amqp.Message) {
+	r.handled[g] = append(r.handled[g], msg)
+	r.running[g]++
+	r.now++
+	r.peak = max(r.peak, r.now)
+	if g != "" {
+		assert.Equal(t, 1, r.running[g], "two handlers of %s at once", g)
+	}
+}
+
+// leave ends a handler of group g.
+func (r *groupRuns) leave(g string) {
+	r.running[g]--
+	r.now--
+}
+
 func TestIntegrationMessageGroups(t *testing.T) {
 	b, conn, q := onBroker(t)
 	const groups, perGroup, ungrouped = 4, 15, 10
@@ -85,30 +115,22 @@ func TestIntegrationMessageGroups(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	handled := map[string][]*amqp.Message{}
-	running := map[string]int{}
+	runs := newGroupRuns()
+	handled := runs.handled
 	accepted := map[string]bool{}
-	peak, now := 0, 0
 	all := make(chan struct{})
 	rng := rand.New(rand.NewPCG(5, 6))
 	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		g := msgGroup(msg)
 		seq := artemis.HeadersFromContext(ctx).Get("seq")
 		mu.Lock()
-		handled[g] = append(handled[g], msg)
-		running[g]++
-		now++
-		peak = max(peak, now)
-		if g != "" {
-			assert.Equal(t, 1, running[g], "two handlers of %s at once", g)
-		}
+		runs.enter(t, g, msg)
 		fail := env.Attempts == 0 && rng.IntN(6) == 0
 		delay := time.Duration(rng.IntN(3)) * time.Millisecond
 		mu.Unlock()
 		time.Sleep(delay) // handler work of random length
 		mu.Lock()
-		running[g]--
-		now--
+		runs.leave(g)
 		if !fail && !accepted[seq] {
 			accepted[seq] = true
 			if len(accepted) == len(plan) {
@@ -147,6 +169,6 @@ func TestIntegrationMessageGroups(t *testing.T) {
 			assert.Same(t, tap.received[id][i], handled[id][i], "%s: handler %d is not delivery %d", id, i, i)
 		}
 	}
-	assert.Greater(t, peak, 1, "groups ran in parallel")
-	t.Logf("%d messages in %d groups and ungrouped, peak %d handlers at once", len(plan), groups, peak)
+	assert.Greater(t, runs.peak, 1, "groups ran in parallel")
+	t.Logf("%d messages in %d groups and ungrouped, peak %d handlers at once", len(plan), groups, runs.peak)
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -95,6 +97,22 @@ func onBroker(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string) {
 	t.Helper()
 	b := brokertest.Require(t)
 	return b, b.Dial(t), brokertest.Queue(t)
+}
+
+// onBrokerPublisher is onBroker with a Publisher on the fresh queue.
+func onBrokerPublisher(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string, *artemis.Publisher) {
+	t.Helper()
+	b, conn, q := onBroker(t)
+	return b, conn, q, artemis.NewPublisher(conn.NewSender(q), q)
+}
+
+// recordCalls is a handler that sends each delivery's attempts and
+// delivery-count to calls and returns what result returns.
+func recordCalls(calls chan<- call, result func() error) artemis.HandlerFunc {
+	return func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		calls <- call{env.Attempts, msg.Header.DeliveryCount}
+		return result()
+	}
 }
 
 // listener runs Consumer.Listen on its own receiver in the background.
@@ -307,4 +325,69 @@ func mustConsumer(t testing.TB, h artemis.Handlers, opts ...artemis.ConsumerOpti
 		t.Fatalf("NewConsumer: %v", err)
 	}
 	return c
+}
+
+// publishUntil publishes urn with data from workers goroutines through pub
+// until stop is closed, each Publish with a context of perCall, and hands
+// record every result with how long the call took. The returned wait waits
+// for the goroutines (after stop is closed).
+func publishUntil(ctx context.Context, pub *artemis.ClientPublisher, workers int, stop <-chan struct{}, perCall time.Duration,
+	urn string, data any, record func(id string, err error, took time.Duration),
+) (wait func()) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pctx, cancel := context.WithTimeout(ctx, perCall)
+				start := time.Now()
+				id, err := pub.Publish(pctx, urn, data)
+				cancel()
+				record(id, err, time.Since(start))
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// faultProxy starts a fault proxy in front of b's AMQP port (its cuts
+// drawn from seed) and returns it with b's URL rewritten to go through it.
+// Close runs at the test's end.
+func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	through, err := p.Rewrite(b.URL)
+	require.NoError(t, err)
+	return p, through
+}
+
+// publishReceipts publishes each envelopes of urn with data {"w": w, "i":
+// i} from each of workers goroutines w through pub with PublishWithReceipt,
+// and returns every worker's receipts in order. A worker stops at its
+// first error, which fails the test.
+func publishReceipts(t *testing.T, ctx context.Context, pub *artemis.Publisher, urn string, workers, each int) [][]*artemis.Receipt {
+	t.Helper()
+	receipts := make([][]*artemis.Receipt, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				r, err := pub.PublishWithReceipt(ctx, urn, map[string]int{"w": w, "i": i})
+				if !assert.NoError(t, err) {
+					return
+				}
+				receipts[w] = append(receipts[w], r)
+			}
+		})
+	}
+	wg.Wait()
+	return receipts
 }

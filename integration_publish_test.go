@@ -37,22 +37,7 @@ func TestIntegrationPublishWithReceiptPipelined(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	const workers, each = 4, 500
-	receipts := make([][]*artemis.Receipt, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:pipelined", map[string]int{"w": w, "i": i})
-				if !assert.NoError(t, err) {
-					return
-				}
-				receipts[w] = append(receipts[w], r)
-			}
-		}()
-	}
-	wg.Wait()
+	receipts := publishReceipts(t, ctx, pub, "urn:babel:test:pipelined", workers, each)
 	want := map[string]string{}
 	for w, rs := range receipts {
 		require.Len(t, rs, each)
@@ -229,9 +214,8 @@ func TestIntegrationJMSViewOfTTLPriorityAndGroup(t *testing.T) {
 // broker has no ttl and no absolute expiry (JMSExpiration 0), and keeps
 // the group and the priority.
 func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
-	b, conn, q := onBroker(t)
+	b, conn, q, pub := onBrokerPublisher(t)
 	const urn = "urn:babel:test:ttl-dlq"
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	_, err := pub.Publish(ctx, urn, json.RawMessage(`{"n":1}`),

@@ -24,21 +24,19 @@ import (
 // TestIntegrationRedeliveryCountsAttempts fails twice and then succeeds:
 // Artemis's delivery-count gives the handler attempts 0, 1 and 2.
 func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
-	_, conn, q := onBroker(t)
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
+	_, conn, q, pub := onBrokerPublisher(t)
 	const urn = "urn:babel:orders:created"
 
 	calls := make(chan call, 16)
 	errs := newErrorLog()
 	n := 0
-	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
-		calls <- call{env.Attempts, msg.Header.DeliveryCount}
+	cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error {
 		n++
 		if n <= 2 {
 			return &gatewayError{}
 		}
 		return nil
-	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
+	})}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
 	env, _ := publishEnvelope(t, pub, q, urn)
 	l := listen(t, conn, q, cons, 1)
 
@@ -66,16 +64,13 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 // maxTries (3) deliveries the envelope is on <queue>.dlq with the block,
 // and the source queue is empty.
 func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
-	_, conn, q := onBroker(t)
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
+	_, conn, q, pub := onBrokerPublisher(t)
 	const urn = "urn:babel:orders:created"
 
 	calls := make(chan call, 16)
 	errs := newErrorLog()
-	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
-		calls <- call{env.Attempts, msg.Header.DeliveryCount}
-		return &gatewayError{}
-	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
+	cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
+		artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
 	start := time.Now().UnixMilli()
 	env, original := publishEnvelope(t, pub, q, urn)
 	l := listen(t, conn, q, cons, 1)
@@ -126,8 +121,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 // TestIntegrationScheduledDelivery publishes with WithDelay(3s): Artemis
 // holds the message until then.
 func TestIntegrationScheduledDelivery(t *testing.T) {
-	_, conn, q := onBroker(t)
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
+	_, conn, q, pub := onBrokerPublisher(t)
 	const delay = 3 * time.Second
 	const margin = 7 * time.Second
 
@@ -181,10 +175,8 @@ func TestIntegrationVersionGate(t *testing.T) {
 
 			calls := make(chan call, 4)
 			errs := newErrorLog()
-			cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, m *amqp.Message) error {
-				calls <- call{env.Attempts, m.Header.DeliveryCount}
-				return nil
-			}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
+			cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return nil })},
+				artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
 			l := listen(t, conn, q, cons, 1)
 
 			fwd := receiveOn(t, conn, q+".dlq", nil)

@@ -21,8 +21,7 @@ import (
 // for a worker. Afterwards every published message was either handled
 // (accepted) or is still on the queue.
 func TestIntegrationShutdownLosesNothing(t *testing.T) {
-	b, conn, q := onBroker(t)
-	pub := artemis.NewPublisher(conn.NewSender(q), q)
+	b, conn, q, pub := onBrokerPublisher(t)
 	const urn = "urn:babel:orders:created"
 	const published = 20
 	const concurrency = 4
