@@ -43,7 +43,7 @@ func TestFaultStallMidPublishAndConsume(t *testing.T) {
 	l, p, st := r.l, r.proxies[0], &r.st
 	r.start(r.ctx)
 
-	acked := func() int { return l.Figures().Acked }
+	acked := func() int { return l.Figures().Acked - consumes } // the fill is acknowledged before the start
 	faultUnderWay(t, l, acked, stallAt, " before the stall")
 
 	// r.loss notes the handler calls when the Client first saw the loss
