@@ -423,6 +423,10 @@ func faultStart(t *testing.T, set faultSetup) *faultRun {
 	} else {
 		r.c = faultDefaultClient(t, r.urls, onEvent)
 	}
+	// Cleanups run last in, first out: this one ends the scenario's calls
+	// before the Client and the proxies close (the first covers a failure
+	// before this point).
+	t.Cleanup(cancel)
 	var err error
 	r.pub, err = r.c.Publisher(ctx, r.qp, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
