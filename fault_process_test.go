@@ -5,6 +5,7 @@ package artemis_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,9 @@ type faultChild struct {
 	done chan error
 }
 
+// wait waits for the process to exit and returns how it did (cmd.Wait).
+func (c *faultChild) wait() error { return <-c.done }
+
 func startFaultChild(t *testing.T, q, logPath string) *faultChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -101,7 +105,7 @@ func startFaultChild(t *testing.T, q, logPath string) *faultChild {
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-ch.done
+			_ = ch.wait() // "signal: killed": the kill is the point
 		}
 	})
 	return ch
@@ -122,7 +126,7 @@ func (cl *faultChildLog) read(t *testing.T) {
 	t.Helper()
 	for {
 		s, err := cl.r.ReadString('\n')
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			cl.partial += s
 			return
 		}
@@ -203,7 +207,7 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 		poll(func() bool { return l.Handled() >= at }, fmt.Sprintf("%d handled before kill %d", at, i+1), 3*time.Minute)
 		require.NoError(t, child.cmd.Process.Kill())
 		killedAt := time.Now()
-		<-child.done
+		require.Error(t, child.wait(), "the child exits by the SIGKILL")
 		cl.read(t) // the last lines the dead process wrote
 		inHandler := cl.killed(faultChildWorkers)
 		perKill = append(perKill, fmt.Sprintf("kill %d at %d handled: %d in a handler", i+1, l.Handled(), inHandler))

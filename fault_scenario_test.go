@@ -233,15 +233,6 @@ func faultRate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// faultResumeMS prints a resume figure.
-func faultResumeMS(l *ledger.Ledger, stream string) string {
-	d, pending := l.Resume(stream)
-	if pending {
-		return "not resumed"
-	}
-	return fmt.Sprintf("%d ms", d.Milliseconds())
-}
-
 // faultEvery runs fn every [lo, hi) (random) until stop is closed, and
 // returns a channel closed once it stopped, with the number of runs.
 func faultEvery(stop <-chan struct{}, lo, hi time.Duration, seed uint64, fn func()) (done <-chan int) {
