@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -678,6 +679,38 @@ func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
 	assert.Equal(t, 2, h.fb.connCount())
 	assert.Len(t, h.fb.conn(1).sendersTo("orders.dlq"), 1, "the dead-letter sender re-attached on the new connection")
 
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+// TestConsumeAbandonsAFailedAttemptThroughTheClient: under Client.Consume a
+// failed attempt is modified (delivery-failed) on the receiver the Client
+// attached, the settlement counts as one (the receiver's wrapper passes the
+// modify through), and with no WithQueue the events name the receiver's
+// address.
+func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
+	h, attached := liveHarness(t)
+	require.NoError(t, h.dial())
+	obs := &observed{}
+	seen := newHandled()
+	var logs fakelink.LogBuffer
+	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithObserver(obs),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	run := startConsume(h, "orders.eu", cons, nil)
+	r := attachedReceiver(t, attached)
+	msg := orderMessage(t, 0)
+	r.Push(msg)
+	seen.next(t)
+	waitSettled(t, r, 1)
+	d, ok := r.Disposition(msg)
+	require.True(t, ok)
+	assert.Equal(t, fakelink.Failed, d, "a failed attempt is modified with delivery-failed")
+	evs := obs.settlements()
+	require.Len(t, evs, 1)
+	assert.Equal(t, "orders.eu", evs[0].Queue, "the receiver's address, through the Client's wrapper")
+	assert.Equal(t, Abandoned, evs[0].Disposition)
+	assert.ErrorIs(t, evs[0].Kind, ErrHandlerFailed)
+	assert.Contains(t, logs.String(), `msg="handler failed, retrying" queue=orders.eu`)
 	run.cancel()
 	require.NoError(t, run.wait(t))
 }

@@ -156,3 +156,61 @@ func TestSkipPlainAgreesWithTheTable(t *testing.T) {
 		check(string(buf))
 	}
 }
+
+// TestSkipValueEnds: skipValue and skipString on the shapes eachMember can
+// meet, including the ends they never reach on valid JSON (an unterminated
+// string or container stops at the end, never past it).
+func TestSkipValueEnds(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		i    int
+		want int
+	}{
+		{`"abc",`, 0, 5},
+		{`"a\"b"}`, 0, 6},
+		{`"unterminated`, 0, 13},
+		{`{"a":[1,{"b":"}"}]},`, 0, 19},
+		{`[1,2`, 0, 4},
+		{`12.5e3}`, 0, 6},
+		{`true`, 0, 4},
+		{`null ,`, 0, 4},
+		{`1`, 1, 1},
+		{``, 0, 0},
+	} {
+		if got := skipValue(tc.s, tc.i); got != tc.want {
+			t.Errorf("skipValue(%q, %d) = %d, want %d", tc.s, tc.i, got, tc.want)
+		}
+	}
+}
+
+func TestUnquote(t *testing.T) {
+	for _, tc := range []struct{ q, want, err string }{
+		{`"plain"`, "plain", ""},
+		{`""`, "", ""},
+		{`"caf\u00e9 \"q\" \\ \n"`, "café \"q\" \\ \n", ""},
+		{`plain`, "", "not a JSON string: plain"},
+		{`"`, "", "not a JSON string"},
+		{`"bad \x"`, "", "invalid character 'x' in string escape code"},
+	} {
+		got, err := unquote(tc.q)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("unquote(%s): error %v, want one saying %q", tc.q, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("unquote(%s) = %q, %v; want %q", tc.q, got, err, tc.want)
+		}
+	}
+}
+
+func TestIsJSONObject(t *testing.T) {
+	for s, want := range map[string]bool{
+		`{}`: true, " \t\r\n{\"a\":1}": true, `[]`: false, ` "x"`: false, ``: false, "  ": false,
+	} {
+		if got := isJSONObject([]byte(s)); got != want {
+			t.Errorf("isJSONObject(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
