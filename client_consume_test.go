@@ -702,6 +702,10 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	r.Push(msg)
 	seen.next(t)
 	waitSettled(t, r, 1)
+	// Consume returns once its handlers are done, their events and log
+	// lines included.
+	run.cancel()
+	require.NoError(t, run.wait(t))
 	d, ok := r.Disposition(msg)
 	require.True(t, ok)
 	assert.Equal(t, fakelink.Failed, d, "a failed attempt is modified with delivery-failed")
@@ -711,6 +715,4 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	assert.Equal(t, Abandoned, evs[0].Disposition)
 	assert.ErrorIs(t, evs[0].Kind, ErrHandlerFailed)
 	assert.Contains(t, logs.String(), `msg="handler failed, retrying" queue=orders.eu`)
-	run.cancel()
-	require.NoError(t, run.wait(t))
 }
