@@ -254,7 +254,7 @@ func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 		}
 		m.CreatedAt = n
 	default:
-		m.extra = append(m.extra, newRawField(qkey, val, clean))
+		m.addExtra(newRawField(qkey, val, clean))
 		return nil
 	}
 	if err != nil {
