@@ -397,28 +397,34 @@ func faultSent(t *testing.T, ctx context.Context, fb *faultBroker, q string, n, 
 }
 
 // faultPark parks the handlers of a broker-kill scenario: the at-th call
-// (counted by the caller) closes reached, and that call and every later
-// one wait until release, so the kill comes with the handlers held.
+// (counted by the caller) and every later one wait until release, and
+// reached closes once all the consumer's handlers are parked, so the kill
+// comes with every handler held: none is free to take a prefetched
+// delivery on the dead link, and the deliveries in a handler at the kill
+// are the handler count.
 type faultPark struct {
-	at      int64
-	reached chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	at       int64
+	handlers int64
+	parked   atomic.Int64
+	reached  chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
-func newFaultPark(at int) *faultPark {
-	return &faultPark{at: int64(at), reached: make(chan struct{}), done: make(chan struct{})}
+func newFaultPark(at, handlers int) *faultPark {
+	return &faultPark{at: int64(at), handlers: int64(handlers), reached: make(chan struct{}), done: make(chan struct{})}
 }
 
-// call is the handler's n-th counted call: it closes reached at the at-th
-// and parks from there on until release.
+// call is the handler's n-th counted call: from the at-th on it parks until
+// release, and the call that parks the last free handler closes reached.
 func (p *faultPark) call(n int64) {
-	if n == p.at {
+	if n < p.at {
+		return
+	}
+	if p.parked.Add(1) == p.handlers {
 		close(p.reached)
 	}
-	if n >= p.at {
-		<-p.done
-	}
+	<-p.done
 }
 
 // release lets the parked handlers go (any number of times; a test defers
@@ -440,7 +446,9 @@ func (p *faultPark) kill(t *testing.T, fb *faultBroker, l *ledger.Ledger, events
 	what func() string, atKill func(),
 ) faultKill {
 	t.Helper()
-	waitClosed(t, p.reached, 3*time.Minute, what)
+	waitClosed(t, p.reached, 3*time.Minute, func() string {
+		return fmt.Sprintf("%s, %d of %d handlers parked", what(), p.parked.Load(), p.handlers)
+	})
 	k := faultKill{mark: events.mark(), began: time.Now()}
 	k.inHandler = l.CutAround(slack, func() { fb.kill(t) })
 	k.ended = time.Now()
@@ -484,14 +492,15 @@ type faultKillRun struct {
 
 // faultKillStart publishes total envelopes to a fresh queue of kind from
 // workers goroutines within timeout, after prepare set up the ledger (its
-// window, the calls it expects); the park closes at the killAt-th call.
+// window, the calls it expects); the park holds every call from the
+// killAt-th on, and is reached once all faultKillConcurrency handlers are held.
 func faultKillStart(t *testing.T, timeout time.Duration, kind string, total, workers, killAt int,
 	prepare func(*ledger.Ledger),
 ) *faultKillRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	r := &faultKillRun{fb: requireFaultBroker(t), q: faultQueue(kind), l: ledger.New(), park: newFaultPark(killAt)}
+	r := &faultKillRun{fb: requireFaultBroker(t), q: faultQueue(kind), l: ledger.New(), park: newFaultPark(killAt, faultKillConcurrency)}
 	prepare(r.l)
 	r.sent = faultSent(t, ctx, r.fb, r.q, total, workers, r.l)
 	return r
