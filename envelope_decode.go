@@ -113,14 +113,14 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	switch key {
 	case "job":
 		bit = 1 << 0
-		v, err := stringValue(val, "job")
+		v, err := stringValue(val, clean, "job")
 		if err != nil {
 			return fmt.Errorf("the URN (job, else urn) is not a string: job is %s", truncate(val))
 		}
 		env.Job, d.hasJob = v, val != "null"
 	case "urn":
 		bit = 1 << 1
-		v, err := stringValue(val, "urn")
+		v, err := stringValue(val, clean, "urn")
 		if err != nil {
 			return fmt.Errorf("the URN (job, else urn) is not a string: urn is %s", truncate(val))
 		}
@@ -130,7 +130,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		env.extra = append(env.extra, newRawField(qkey, val, clean))
 	case "trace_id":
 		bit = 1 << 2
-		v, err := stringValue(val, "trace_id")
+		v, err := stringValue(val, clean, "trace_id")
 		if err != nil {
 			return err
 		}
@@ -228,13 +228,13 @@ func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 	switch key {
 	case "id":
 		bit = 1 << 0
-		m.ID, err = stringValue(val, "meta.id")
+		m.ID, err = stringValue(val, clean, "meta.id")
 	case "queue":
 		bit = 1 << 1
-		m.Queue, err = stringValue(val, "meta.queue")
+		m.Queue, err = stringValue(val, clean, "meta.queue")
 	case "lang":
 		bit = 1 << 2
-		m.Lang, err = stringValue(val, "meta.lang")
+		m.Lang, err = stringValue(val, clean, "meta.lang")
 	case "schema_version":
 		bit = 1 << 3
 		// Only the literal integer 1 is version 1; "1", 1.0 and true are not.
@@ -267,13 +267,17 @@ func (d *metaDecoder) member(qkey, key, val string, clean bool) error {
 	return nil
 }
 
-// stringValue reads a JSON string; null reads as "".
-func stringValue(val, name string) (string, error) {
+// stringValue reads a JSON string; null reads as "". clean is the
+// scanner's word that the value holds no escape (false when unknown).
+func stringValue(val string, clean bool, name string) (string, error) {
 	if val == "null" {
 		return "", nil
 	}
 	if val[0] != '"' {
 		return "", fmt.Errorf("%s is not a string: %s", name, truncate(val))
+	}
+	if clean {
+		return val[1 : len(val)-1], nil
 	}
 	return unquote(val)
 }

@@ -96,7 +96,11 @@ func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val st
 // or its strings are not valid UTF-8. Only what follows a value (a comma, a
 // closing bracket, the end) is left to the caller. clean reports that the
 // value is in canonical form already (no whitespace between its tokens, no
-// escape the canonical form does not write), so it needs no rewrite.
+// escape the canonical form does not write), so it needs no rewrite. A
+// string on its own is clean only when it holds no escape at all: its value
+// is then the text between its quotes, so the decoder reads it without
+// looking for escapes again (one with canonical escapes, rare, is rewritten
+// by canonicalValue to the same bytes).
 func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 	if i >= len(s) {
 		return 0, false, false
@@ -107,7 +111,7 @@ func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 		if !ok {
 			return 0, false, false
 		}
-		return end, !escaped || canonicalEscapes(s[i:end]), true
+		return end, !escaped, true
 	case '{', '[':
 		if depth >= maxScanDepth {
 			return 0, false, false
