@@ -181,16 +181,9 @@ func (c *Conn) Send(addr string, msg *amqp.Message) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
 	defer cancel()
-	if err := SendAccepted(ctx, s, msg); err != nil {
+	if err := queuelink.SendAccepted(ctx, s, msg); err != nil {
 		c.t.Fatalf("send to %s: %v", addr, err)
 	}
-}
-
-// SendAccepted sends msg and returns an error unless the broker's outcome
-// is accepted (see queuelink.SendAccepted). (go-amqp's Send returns nil
-// for released and modified.)
-func SendAccepted(ctx context.Context, s *amqp.Sender, msg *amqp.Message) error {
-	return queuelink.SendAccepted(ctx, s, msg)
 }
 
 // Receive waits up to timeout for the next message on r; it returns nil
