@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -198,4 +199,63 @@ func redactURL(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// The backup's log lines that date a fail-back: it sends its journal files
+// to the restarted primary (AMQ221025, one line per file), then, while the
+// two finish synchronising, it stops delivering and settling (accepts sent
+// then are lost: the primary takes over without them) until it closes its
+// connections and restarts as a backup (AMQ221039).
+const (
+	logSendingToReplica = "AMQ221025"
+	logRestartAsBackup  = "AMQ221039"
+	handBackLogWait     = 15 * time.Second
+)
+
+// HandBackStarted returns when the backup began handing back to a primary
+// restarted at or after since: the stamp of its last AMQ221025 line before
+// its AMQ221039 line. It waits up to 15 s for AMQ221039 and fails the test
+// when the log has no such pair of lines.
+func (p *HAPair) HandBackStarted(t testing.TB, since time.Time) time.Time {
+	t.Helper()
+	since = since.Truncate(time.Millisecond) // the log's resolution
+	deadline := time.Now().Add(handBackLogWait)
+	for {
+		lines, err := p.Backup.Log(since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, found, err := handBackStart(lines)
+		if err != nil {
+			t.Fatalf("%v (%s)", err, p.Backup.LogPath())
+		}
+		if found {
+			return at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backup's log has no %s line (restarting as a backup) within %v of the primary's restart at %s (%s)",
+				logRestartAsBackup, handBackLogWait, since.Format(time.TimeOnly), p.Backup.LogPath())
+		}
+		time.Sleep(haActivePollPeriod)
+	}
+}
+
+// handBackStart finds, in lines, the last AMQ221025 line before the first
+// AMQ221039 line. found is false while there is no AMQ221039 line yet; an
+// AMQ221039 without an AMQ221025 before it is an error.
+func handBackStart(lines []LogLine) (at time.Time, found bool, err error) {
+	var sending *LogLine
+	for i := range lines {
+		switch {
+		case strings.Contains(lines[i].Text, logSendingToReplica):
+			sending = &lines[i]
+		case strings.Contains(lines[i].Text, logRestartAsBackup):
+			if sending == nil {
+				return time.Time{}, false, fmt.Errorf("the backup's log has %s (restarting as a backup) at %s without an %s line (sending its journal to the primary) before it",
+					logRestartAsBackup, lines[i].At.Format(time.TimeOnly), logSendingToReplica)
+			}
+			return sending.At, true, nil
+		}
+	}
+	return time.Time{}, false, nil
 }

@@ -51,8 +51,15 @@ func TestHAPairFailsOverAndFailsBack(t *testing.T) {
 		}
 	}
 
+	restart := time.Now()
 	failback := pair.RestartPrimary(t)
 	t.Logf("primary active again %v after its restart (fail-back)", failback.Round(time.Millisecond))
+	// The backup's log dates the hand-back (the fault tests' bound uses it).
+	handBack := pair.HandBackStarted(t, restart)
+	if handBack.Before(restart.Truncate(time.Millisecond)) || handBack.After(time.Now()) {
+		t.Fatalf("the hand-back at %s is not between the restart at %s and now", handBack.Format(time.StampMilli), restart.Format(time.StampMilli))
+	}
+	t.Logf("the backup began handing back %v after the restart", handBack.Sub(restart).Round(time.Millisecond))
 	// The backup restarts itself as a backup: its AMQP acceptor closes.
 	deadline := time.Now().Add(OpTimeout)
 	for {
