@@ -23,7 +23,8 @@ import (
 //
 // The handler-duplicate bound is the stall's: the deliveries in a handler
 // when the hole opened, those started on the dead connection before the
-// Client saw the loss, and one accept in flight per handler.
+// Client saw the loss, and one accept in flight per handler; at least the
+// link credit (creditFloor).
 func TestFaultBlackholedFirstURL(t *testing.T) {
 	const (
 		publishes   = 8000
@@ -73,8 +74,9 @@ func TestFaultBlackholedFirstURL(t *testing.T) {
 	r.stop(nil)
 
 	startedBlind := r.addBlindSlack(callsAtHole, callsAtResume)
+	credit := r.creditFloor()
 	extra := []string{
-		fmt.Sprintf("in a handler at the hole %d, started before the loss was seen %d", inHandler, startedBlind),
+		fmt.Sprintf("in a handler at the hole %d, started before the loss was seen %d, %s", inHandler, startedBlind, credit),
 		fmt.Sprintf("connections to URL 2 %d", p2.Stats().Accepted), r.st.String(),
 		fmt.Sprintf("events after the hole %s", r.events.summary(mark)),
 	}

@@ -466,6 +466,25 @@ func (r *faultRun) stop(beforeDrain func()) {
 	faultCloseAndDrain(r.t, r.fb.Broker, r.l, r.pub, r.qp, r.qc)
 }
 
+// creditFloor raises the handler-duplicate bound to the link credit per
+// cut when its parts come to less. The broker holds at most Credit
+// unsettled deliveries on the link (go-amqp grants credit only as
+// deliveries are settled, and the flow frame follows the dispositions that
+// freed it), so a cut of the network brings back at most that many, and
+// each may have been handled already: short handler calls can have more
+// than the one accept per handler in flight that the slack counts. Not for
+// a broker kill (acks it had not yet written to its journal come back
+// too). It returns the figure for the line.
+func (r *faultRun) creditFloor() string {
+	credit := max(2*r.set.concurrency, artemis.MinCredit) // Client.Consume's default credit
+	f := r.l.Figures()
+	if floor := f.Cuts * credit; f.Bound() < floor {
+		r.l.AddSlack(floor - f.Bound())
+		return fmt.Sprintf("bound raised from %d to the link credit %d per cut", f.Bound(), credit)
+	}
+	return fmt.Sprintf("link credit %d", credit)
+}
+
 // addBlindSlack adds the handler-duplicate bound's second part to the
 // ledger: the handler calls that started after the fault (callsAt) before
 // the Client saw the loss (all of them until callsBy if it did not), plus
