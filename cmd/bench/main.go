@@ -61,6 +61,7 @@ import (
 	"github.com/google/uuid"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 const urn = "urn:babel:bench:order-created"
@@ -586,7 +587,7 @@ func (r *runner) topUp(ctx context.Context, queue string, n int, grouped bool) e
 		return err
 	}
 	defer conn.Close()
-	snd, err := newSender(ctx, sess, queue)
+	snd, err := queuelink.Sender(ctx, sess, queue)
 	if err != nil {
 		return err
 	}
@@ -630,28 +631,6 @@ func (r *runner) topUp(ctx context.Context, queue string, n int, grouped bool) e
 
 func groupName(i int) string { return "group-" + strconv.Itoa(i) }
 
-func newSender(ctx context.Context, sess *amqp.Session, q string) (*amqp.Sender, error) {
-	snd, err := sess.NewSender(ctx, q, &amqp.SenderOptions{
-		TargetCapabilities: []string{"queue"},
-		SettlementMode:     amqp.SenderSettleModeUnsettled.Ptr(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach a sender to %s: %w", q, err)
-	}
-	return snd, nil
-}
-
-func newReceiver(ctx context.Context, sess *amqp.Session, q string, credit int) (*amqp.Receiver, error) {
-	rcv, err := sess.NewReceiver(ctx, q, &amqp.ReceiverOptions{
-		SourceCapabilities: []string{"queue"},
-		Credit:             int32(credit),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach a receiver to %s: %w", q, err)
-	}
-	return rcv, nil
-}
-
 // open dials the side's connection and attaches its link; not timed.
 func (r *runner) open(ctx context.Context, sd *side, s *scenario) error {
 	if s.kind == "client-consume" && sd.lib {
@@ -665,13 +644,13 @@ func (r *runner) open(ctx context.Context, sd *side, s *scenario) error {
 		return err
 	}
 	if !s.consumes() {
-		if sd.snd, err = newSender(ctx, sess, sd.queue); err != nil {
+		if sd.snd, err = queuelink.Sender(ctx, sess, sd.queue); err != nil {
 			return err
 		}
 		sd.pub = artemis.NewPublisher(sd.snd, sd.queue)
 		return nil
 	}
-	sd.rcv, err = newReceiver(ctx, sess, sd.queue, s.credit)
+	sd.rcv, err = queuelink.Receiver(ctx, sess, sd.queue, int32(s.credit))
 	return err
 }
 

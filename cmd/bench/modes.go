@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 // clientSide runs Client.Consume for a whole measurement, with a handler
@@ -192,11 +193,11 @@ func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer cconn.Close()
-	snd, err := newSender(ctx, psess, q)
+	snd, err := queuelink.Sender(ctx, psess, q)
 	if err != nil {
 		return nil, err
 	}
-	rcv, err := newReceiver(ctx, csess, q, 100)
+	rcv, err := queuelink.Receiver(ctx, csess, q, 100)
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +365,7 @@ func (r *runner) memory() error {
 		return err
 	}
 	defer conn.Close()
-	snd, err := newSender(ctx, sess, q)
+	snd, err := queuelink.Sender(ctx, sess, q)
 	if err != nil {
 		return err
 	}
