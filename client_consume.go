@@ -15,6 +15,10 @@ import (
 // MinCredit is the smallest default receiver credit Consume grants.
 const MinCredit = 10
 
+// defaultCredit is the link credit Consume grants a Consumer with
+// concurrency workers when ConsumeOptions.Credit is 0.
+func defaultCredit(concurrency int) int { return max(2*concurrency, MinCredit) }
+
 // ConsumeOptions configures Client.Consume. nil means the defaults.
 type ConsumeOptions struct {
 	// Credit is the receiver's link credit: how many deliveries the broker
@@ -75,7 +79,7 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	case credit < 0:
 		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
 	case credit == 0:
-		credit = max(2*cons.concurrency, MinCredit)
+		credit = defaultCredit(cons.concurrency)
 	}
 	credit = min(credit, math.MaxInt32)
 

@@ -476,7 +476,7 @@ func (r *faultRun) stop(beforeDrain func()) {
 // a broker kill (acks it had not yet written to its journal come back
 // too). It returns the figure for the line.
 func (r *faultRun) creditFloor() string {
-	credit := max(2*r.set.concurrency, artemis.MinCredit) // Client.Consume's default credit
+	credit := artemis.DefaultCredit(r.set.concurrency)
 	f := r.l.Figures()
 	if floor := f.Cuts * credit; f.Bound() < floor {
 		r.l.AddSlack(floor - f.Bound())
