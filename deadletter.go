@@ -1,8 +1,6 @@
 package artemis
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -167,50 +165,35 @@ func deadLetterEnvelope(env *Envelope, dl *DeadLetter, src *amqp.Message, queue 
 	msg := projection(&cp, string(body), stringProperties(src))
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
-	setDeadLetterID(msg, src, dl.Reason, queue)
 	return msg
 }
 
-// setDeadLetterID gives msg, the DLQ copy of src, an _AMQ_DUPL_ID that is
-// the same every time this one stored message is dead-lettered from queue
-// for reason, so Artemis stores one copy when a dead-lettering is repeated
-// because the source's accept was lost. It is derived from what the
-// broker keeps unchanged across redeliveries (message-id, creation-time,
-// the source's own _AMQ_DUPL_ID) and never from the delivery count, so a
-// re-published message (a redrive: new _AMQ_DUPL_ID, new creation-time)
-// that fails again is a new dead-lettering. A source without a message-id
-// carries nothing to tell two of them apart: its copy gets no duplicate id.
-func setDeadLetterID(msg, src *amqp.Message, reason, queue string) {
-	props := make(map[string]any, len(msg.ApplicationProperties)+1)
-	for k, v := range msg.ApplicationProperties {
-		props[k] = v
+// withoutDuplicateID returns props less Artemis's _AMQ_DUPL_ID, copying the
+// map only when it holds one (the source's map is never modified).
+//
+// A DLQ copy carries no duplicate id. Artemis answers accepted for a transfer
+// it drops as a duplicate of an id in its cache, so an id shared by two
+// different dead-letterings would lose the second: a message republished
+// from the DLQ with the same meta.id and created_at (every SDK's redrive
+// does that; meta is immutable) that fails again must reach the DLQ again.
+// Nothing an AMQP consumer sees is unique to one stored delivery, so no id
+// derived from the message can tell a repeated dead-lettering (the source's
+// accept was lost) from a new one. The price: when the broker or the link
+// dies between the confirmed DLQ write and the source's accept, the source
+// comes back and can land on the DLQ a second time: one extra visible copy,
+// never a lost message.
+func withoutDuplicateID(props map[string]any) map[string]any {
+	if _, ok := props[PropDuplicateID]; !ok {
+		return props
 	}
-	delete(props, PropDuplicateID)
-	msg.ApplicationProperties = props
-	if src.Properties == nil || src.Properties.MessageID == nil {
-		return
+	cp := make(map[string]any, len(props)-1)
+	for k, v := range props {
+		if k != PropDuplicateID {
+			cp[k] = v
+		}
 	}
-	h := sha256.New()
-	field := func(s string) {
-		h.Write(strconv.AppendInt(nil, int64(len(s)), 10))
-		h.Write([]byte{':'})
-		h.Write([]byte(s))
-	}
-	field(fmt.Sprintf("%T:%v", src.Properties.MessageID, src.Properties.MessageID))
-	if t := src.Properties.CreationTime; t != nil {
-		field(strconv.FormatInt(t.UnixMilli(), 10))
-	} else {
-		field("")
-	}
-	dup, _ := src.ApplicationProperties[PropDuplicateID].(string)
-	field(dup)
-	field(reason)
-	field(queue)
-	props[PropDuplicateID] = deadLetterIDPrefix + hex.EncodeToString(h.Sum(nil)[:16])
+	return cp
 }
-
-// deadLetterIDPrefix starts the _AMQ_DUPL_ID of every DLQ copy.
-const deadLetterIDPrefix = "bq-dlq-"
 
 // stringProperties keeps the string application properties that are not
 // contract properties: the out-of-band headers to carry forward.
@@ -242,14 +225,13 @@ func setTo(msg *amqp.Message, addr string) {
 // forwardCopy is the message as received, for the DLQ: the same body section
 // kind byte for byte, the same properties, application properties and
 // annotations, less scheduled-delivery annotations (they would delay the DLQ
-// copy) and the delivery details of this hop, and with the DLQ copy's own
-// _AMQ_DUPL_ID (setDeadLetterID) for the source's. A DLQ copy is always
-// durable.
+// copy), the delivery details of this hop and the source's _AMQ_DUPL_ID
+// (withoutDuplicateID). A DLQ copy is always durable.
 func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
 		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
-		ApplicationProperties: src.ApplicationProperties,
+		ApplicationProperties: withoutDuplicateID(src.ApplicationProperties),
 		Data:                  src.Data,
 		Value:                 src.Value,
 		Sequence:              src.Sequence,
@@ -273,6 +255,5 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	}
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
-	setDeadLetterID(msg, src, "forward", queue)
 	return msg
 }
