@@ -41,7 +41,8 @@ func TestHandlerSeesReconciledAttemptsAndHeaders(t *testing.T) {
 			assert.Equal(t, fakelink.Accepted, got.disp)
 			assert.Equal(t, tc.want, seen)
 			assert.Equal(t, "00-abc-def-01", headers.Get("traceparent"))
-			assert.Equal(t, "babelqueue", headers.Get(PropAppID))
+			assert.Equal(t, HeaderCarrier{"traceparent": "00-abc-def-01"}, headers, "the caller's headers only, not the contract's")
+			assert.Equal(t, "babelqueue", raw.ApplicationProperties[PropAppID], "the raw message keeps them")
 			assert.Same(t, msg, raw)
 		})
 	}

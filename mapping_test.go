@@ -323,6 +323,16 @@ func TestHeaders(t *testing.T) {
 		"blank_b":   []byte("  "),
 		"":          "blank key",
 		"  ":        "blank key",
+		// The contract's, the broker's and JMS's own: never headers.
+		PropSchemaVersion:            "1",
+		PropAttempts:                 "2",
+		PropDuplicateID:              "dup",
+		"_AMQ_GROUP_ID":              "g",
+		"_AMQ_ROUTING_TYPE":          int8(1),
+		"JMSXGroupID":                "g",
+		"JMSXDeliveryCount":          int32(3),
+		"JMS_AMQP_MA_x-opt-jms-type": "urn:babel:x:y",
+		"bq-replay-bypass":           "true",
 	}}
 	want := HeaderCarrier{
 		"string":    "v",
@@ -360,9 +370,10 @@ func TestHeaders(t *testing.T) {
 	if h := Headers(&amqp.Message{}); h == nil || len(h) != 0 {
 		t.Errorf("Headers without application properties = %#v, want an empty carrier", h)
 	}
-	// The projection's own properties read back unchanged.
-	back := Headers(mustMessage(t, contractPHP(t), WithHeaders(map[string]string{"traceparent": "tp"})))
-	wantBack := HeaderCarrier{"bq_schema_version": "1", "bq_source_lang": "php", "bq_attempts": "0", "bq_app_id": "babelqueue", "traceparent": "tp"}
+	// The projection's own properties are not headers: only the caller's
+	// read back, and forwarding them adds nothing of the contract's.
+	back := Headers(mustMessage(t, contractPHP(t), WithHeaders(map[string]string{"traceparent": "tp"}), WithDuplicateDetection()))
+	wantBack := HeaderCarrier{"traceparent": "tp"}
 	if !reflect.DeepEqual(back, wantBack) {
 		t.Errorf("Headers of a projection = %v, want %v", back, wantBack)
 	}
@@ -488,12 +499,13 @@ func TestHostileTenThousandApplicationProperties(t *testing.T) {
 	got := handleOne(t, c, rec, dlq, msg)
 	assert.Equal(t, fakelink.Accepted, got.disp)
 	assert.Empty(t, got.reports)
-	require.Len(t, seen, n+4, "every header plus the four bq_ properties")
+	require.Len(t, seen, n, "every header, none of the four bq_ properties")
 	for k, v := range headers {
 		if seen[k] != v {
 			t.Fatalf("header %s = %q, want %q", k, seen[k], v)
 		}
 	}
-	assert.Equal(t, "1", seen.Get(PropSchemaVersion))
-	assert.Equal(t, AppID, seen.Get(PropAppID))
+	assert.Empty(t, seen.Get(PropSchemaVersion))
+	assert.Equal(t, "1", msg.ApplicationProperties[PropSchemaVersion], "the message keeps them")
+	assert.Equal(t, AppID, msg.ApplicationProperties[PropAppID])
 }

@@ -39,8 +39,8 @@ func withMessage(ctx context.Context, msg *amqp.Message) context.Context {
 }
 
 // HeadersFromContext returns the out-of-band headers of the message being
-// handled: every application property as a string, blanks dropped. Outside a
-// handler it returns an empty carrier.
+// handled: every application property as a string, blanks dropped, less the
+// reserved ones (see Headers). Outside a handler it returns an empty carrier.
 func HeadersFromContext(ctx context.Context) HeaderCarrier {
 	msg, _ := ctx.Value(messageKey{}).(*amqp.Message)
 	if msg == nil {
