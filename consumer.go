@@ -231,9 +231,11 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) error {
 	if c.err != nil {
 		err := c.err
-		if rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg); rerr != nil {
+		rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg)
+		if rerr != nil {
 			err = errors.Join(err, &DeliveryError{Kind: ErrSettlement, Err: rerr})
 		}
+		c.observeRelease(r, msg, c.err, rerr)
 		return err
 	}
 	return c.handle(ctx, ctx.Done(), r, msg, nil)

@@ -133,13 +133,19 @@ func TestInvalidConfig(t *testing.T) {
 			assert.Nil(t, c)
 
 			// The deprecated constructor defers the error to Listen and Handle.
-			c = NewConsumerUnchecked(h, opts...)
+			obs := &observed{}
+			c = NewConsumerUnchecked(h, append(opts, WithObserver(obs))...)
 			r := fakelink.NewReceiver(t, "orders")
 			assert.ErrorIs(t, c.Listen(context.Background(), r), ErrInvalidConfig)
 			msg := r.Track(orderMessage(t, 0))
 			assert.ErrorIs(t, c.Handle(context.Background(), r, msg), ErrInvalidConfig)
 			d, _ := r.Disposition(msg)
 			assert.Equal(t, fakelink.Released, d, "nothing is lost to a bad configuration")
+			if evs := obs.settlements(); assert.Len(t, evs, 1, "the release is observed") {
+				assert.Equal(t, Released, evs[0].Disposition)
+				assert.ErrorIs(t, evs[0].Err, ErrInvalidConfig)
+				assert.Equal(t, "invalid_config", evs[0].KindName())
+			}
 		})
 	}
 }

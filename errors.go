@@ -40,6 +40,13 @@ var (
 // dead-lettered at it.
 var ErrHandlerExited = errors.New("babelqueue: handler exited its goroutine without returning")
 
+// ErrGivenBack is the Kind of a SettleEvent for a delivery the Consumer took
+// from the link but never started, and gave back to the broker with a plain
+// release (its delivery count untouched) because Listen was stopping: its
+// context ended, or the link was lost. It is not reported to WithOnError
+// (nothing failed; the broker delivers the message again), only observed.
+var ErrGivenBack = errors.New("babelqueue: delivery given back unstarted")
+
 // ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
 // NewEnvelope return for input that is not a valid envelope.
 var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/Azure/go-amqp"
 )
 
 // Observer hears of every settlement a Consumer makes and of every publish
@@ -48,8 +50,10 @@ type SettleEvent struct {
 	// Kind is nil when the handler succeeded, else the sentinel saying what
 	// happened: ErrHandlerFailed, ErrUnknownURN (also under the release and
 	// delete strategies, which report nothing), ErrPoison, ErrVersionGated,
-	// ErrDeadLetterFailed, or ErrSettlement when the disposition could not
-	// be sent (Disposition is then Pending).
+	// ErrDeadLetterFailed, ErrGivenBack for a delivery Listen took but
+	// never started and released on its way out (shutdown, link loss), or
+	// ErrSettlement when the disposition could not be sent (Disposition is
+	// then Pending).
 	Kind error
 	// Err is the cause: the handler's error, the decode error, the
 	// dead-letter write error, the settlement error; nil on success.
@@ -176,8 +180,32 @@ func (d *delivery) observe(kind, cause error, disp Disposition) {
 	if d.env != nil {
 		ev.MessageID = d.env.Meta.ID
 	}
-	defer recoverHook(d.c.logger, "settlement observer panicked")
-	d.c.observer.Settled(ev)
+	d.c.observeSettled(ev)
+}
+
+// observeSettled hands ev to the observer, recovering a panic.
+func (c *Consumer) observeSettled(ev SettleEvent) {
+	defer recoverHook(c.logger, "settlement observer panicked")
+	c.observer.Settled(ev)
+}
+
+// observeRelease reports a delivery released without being handled, for
+// kind (ErrGivenBack, or the configuration error of a consumer that cannot
+// handle anything), to the observer, if any: Pending and ErrSettlement when
+// the release failed (serr).
+func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr error) {
+	if c.observer == nil {
+		return
+	}
+	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: Released, Kind: kind,
+		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+	if kind != ErrGivenBack {
+		ev.Err = kind // the configuration error: what an operator must fix
+	}
+	if serr != nil {
+		ev.Disposition, ev.Kind, ev.Err = Pending, ErrSettlement, serr
+	}
+	c.observeSettled(ev)
 }
 
 // recoverHook, deferred around a call into user code, recovers a panic and
@@ -203,7 +231,8 @@ func (d *delivery) begin() {
 
 // KindName names Kind for a metric attribute or a log field: "" when the
 // handler succeeded, else "handler_failed", "unknown_urn", "poison",
-// "version_gated", "dead_letter_failed" or "settlement_failed".
+// "version_gated", "dead_letter_failed", "settlement_failed",
+// "given_back" or "invalid_config".
 func (e SettleEvent) KindName() string {
 	if e.Kind == nil {
 		return ""
@@ -227,4 +256,6 @@ var settleKindNames = []struct {
 	{ErrVersionGated, "version_gated"},
 	{ErrDeadLetterFailed, "dead_letter_failed"},
 	{ErrSettlement, "settlement_failed"},
+	{ErrGivenBack, "given_back"},
+	{ErrInvalidConfig, "invalid_config"},
 }

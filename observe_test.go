@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -412,5 +413,83 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	if obs.published.Load() == 0 || obs.byDisposition[Accepted].Load() == 0 || obs.handler.Load() < 0 ||
 		time.Duration(obs.publishTime.Load()) < 0 {
 		t.Fatal("the observer heard nothing")
+	}
+}
+
+// TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss: every
+// disposition Listen sends (fakelink records each one, also when the link
+// refuses it) is heard by the Observer exactly once, with its kind: the
+// handled deliveries, and those Listen took but never started and gave back
+// on its way out, when its context ended or its link was lost.
+func TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss(t *testing.T) {
+	for _, stop := range []string{"shutdown", "link loss"} {
+		for _, workers := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s/workers=%d", stop, workers), func(t *testing.T) {
+				fr := fakelink.NewReceiver(t, "orders")
+				for i := range 20 { // prefetched; two groups, so deliveries queue behind the ones in flight
+					fr.Push(groupedMessage(t, fmt.Sprintf("g%d", i%2), i))
+				}
+				var calls atomic.Int32
+				started := make(chan struct{}, 20)
+				gate := make(chan struct{})
+				obs := &observed{}
+				c := mustConsumer(t, Handlers{urnCreated: gatedHandler(&calls, started, gate)}, WithConcurrency(workers),
+					WithObserver(obs), WithOnError(func(context.Context, error, *Envelope, *amqp.Message) {}))
+				done, cancel := listenInBackground(c, fr)
+				defer cancel()
+				for range min(workers, 2) {
+					<-started
+				}
+				if stop == "shutdown" {
+					cancel()
+				} else {
+					fr.SetSettleErr(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced, Description: "cut"}})
+				}
+				close(gate)
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatal("Listen did not return")
+				}
+
+				sent := map[string]int{}
+				for _, d := range fr.Dispositions() {
+					sent[d.Outcome]++
+				}
+				heard := map[string]int{}
+				var givenBack int
+				for _, ev := range obs.settlements() {
+					switch {
+					case errors.Is(ev.Kind, ErrGivenBack):
+						givenBack++
+						heard["released"]++
+						assert.Equal(t, Released, ev.Disposition)
+						assert.Equal(t, "given_back", ev.KindName())
+						assert.Equal(t, "orders", ev.Queue)
+						assert.Equal(t, urnCreated, ev.URN)
+					case errors.Is(ev.Kind, ErrSettlement):
+						heard["refused"]++
+					case ev.Disposition == Accepted:
+						heard["accepted"]++
+					default:
+						t.Errorf("unexpected event %+v", ev)
+					}
+				}
+				t.Logf("dispositions sent %v, events heard %v (given back %d)", sent, heard, givenBack)
+				assert.Equal(t, fr.Settled(), len(obs.settlements()), "one event per disposition sent")
+				if stop == "shutdown" {
+					assert.Equal(t, sent["accepted"], heard["accepted"])
+					assert.Equal(t, sent["released"], heard["released"])
+					if workers > 1 {
+						assert.Positive(t, givenBack, "deliveries queued behind the groups were given back")
+					}
+				} else {
+					assert.Equal(t, fr.Settled(), heard["refused"], "every disposition was refused by the lost link, and heard as such")
+					if workers > 1 {
+						assert.Greater(t, fr.Settled(), int(calls.Load()), "deliveries never started were given back too")
+					}
+				}
+			})
+		}
 	}
 }

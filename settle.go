@@ -331,14 +331,17 @@ func deliveryAttrs(queue, urn string, env *Envelope, attempts int, disp Disposit
 	return append(attrs, slog.Int("attempts", attempts), slog.String("disposition", disp.String()))
 }
 
-// giveBack releases a delivery that was taken but never started.
+// giveBack releases a delivery that was taken but never started. The
+// observer hears of it either way, as ErrGivenBack or ErrSettlement.
 func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
 	if msg == nil {
 		return
 	}
-	if err := r.ReleaseMessage(ctx, msg); err != nil {
+	err := r.ReleaseMessage(ctx, msg)
+	if err != nil {
 		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: Pending, Err: err}
 		c.report(ctx, e, nil, msg)
 		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
 	}
+	c.observeRelease(r, msg, ErrGivenBack, err)
 }
