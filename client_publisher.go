@@ -271,10 +271,17 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 }
 
 // afterLoss handles a transfer on sl that failed after it may have been
-// written: sl is given up, and the message is sent once more on a new link
-// when it carries a duplicate id and ctx still runs; else the outcome is
-// unknown.
+// written. When the caller's own context ended while the outcome was
+// awaited, that says nothing about the link, which other callers' transfers
+// still use: the outcome is unknown and the link stays (a broker that stops
+// settling is caught by ClientOptions.OutcomeTimeouts, counted in
+// transfer). Otherwise sl is given up, and the message is sent once more on
+// a new link when it carries a duplicate id and ctx still runs; else the
+// outcome is unknown.
 func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {
+	if isContextError(err) && !linkLost(err) {
+		return nil, s.unknown(err)
+	}
 	s.failed(sl, err)
 	if ctx.Err() != nil || !hasDuplicateID(msg) {
 		return nil, s.unknown(err)

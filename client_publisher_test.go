@@ -203,6 +203,37 @@ func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
 	assert.Equal(t, 1, h.fb.connCount())
 }
 
+// TestPublisherEndedByItsContextKeepsTheLink: a publish whose own context
+// ends while it waits for the outcome says nothing about the link that
+// other callers share: the next publish uses the same link, no re-attach.
+func TestPublisherEndedByItsContextKeepsTheLink(t *testing.T) {
+	for _, d := range []time.Duration{time.Millisecond, 2 * MinOutcomeWait} {
+		t.Run(d.String(), func(t *testing.T) {
+			var calls atomic.Int32
+			h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+				fb.setup = func(c *fakeConn) {
+					c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+						if calls.Add(1) == 1 {
+							return fakelink.Hang(ctx, m)
+						}
+						return fakelink.Accept(ctx, m)
+					}
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			_, err := p.Publish(ctx, urnCreated, orderData)
+			cancel()
+			assert.ErrorIs(t, err, ErrOutcomeUnknown)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+			_, err = p.Publish(context.Background(), urnCreated, orderData)
+			require.NoError(t, err)
+			assert.Len(t, h.fb.conn(0).sendersTo("orders"), 1, "the same link, not a new one")
+			assert.Equal(t, 1, h.fb.connCount())
+		})
+	}
+}
+
 func TestPublisherReturnsTheBrokersAnswer(t *testing.T) {
 	cases := map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
 		"rejected": fakelink.Reject,

@@ -42,7 +42,13 @@ func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pen
 	}
 	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
-		if !mayBeStored(err) {
+		if !mayBeStored(err) || !linkLost(err) {
+			// Refused before it was written, or (defensively: the write is
+			// not cut by ctx, see handoffContext) the caller's context
+			// ended: never the link's fault.
+			if mayBeStored(err) {
+				return pendingTransfer{}, s.unknown(err)
+			}
 			return pendingTransfer{}, s.c.red.error(err)
 		}
 		// Cut off while being written: it may be stored. The receipt

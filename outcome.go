@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/Azure/go-amqp"
 )
@@ -100,7 +101,7 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 		}
 		return pendingTransfer{state: state}, nil
 	case receiptSender:
-		receipt, err := s.SendWithReceipt(ctx, msg, nil)
+		receipt, err := s.SendWithReceipt(handoffContext{ctx}, msg, nil)
 		if err != nil {
 			return pendingTransfer{}, creditTimeout(ctx, err)
 		}
@@ -111,6 +112,26 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 	}
 	return pendingTransfer{state: &amqp.StateAccepted{}}, nil
 }
+
+// handoffContext is the context go-amqp's SendWithReceipt gets: its Done is
+// the caller's, so a transfer still waiting for link credit ends with the
+// caller's context (nothing was written: neverSent), but it reports neither
+// a deadline nor an error. go-amqp (v1.7.0) numbers a transfer when the
+// session takes it and then drops the frame if its context has ended by the
+// time the connection's writer reads the context's Err and Deadline; the
+// broker then sees a gap in the delivery ids and closes the whole
+// connection ("Expected delivery-id N, got N+1"), failing every other
+// transfer on it. So once a transfer is handed over, the caller's deadline
+// no longer cuts its write: go-amqp's write timeout bounds it, and the
+// caller's context bounds only the wait for the outcome (receipt.Wait).
+//
+// A message larger than the peer's maximum frame size is written in
+// several frames; go-amqp waits on Done between them, so a caller's context
+// that ends in the middle of such a write still leaves it unfinished.
+type handoffContext struct{ context.Context }
+
+func (handoffContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (handoffContext) Err() error                  { return nil }
 
 // creditTimeout is err, and ctx's error with it when err is go-amqp's
 // answer to a transfer whose ctx ended while it waited for link credit

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
 )
 
 func TestOutcomeError(t *testing.T) {
@@ -169,4 +171,19 @@ func TestSendConfirmedPlainSenderTrustsSend(t *testing.T) {
 			t.Errorf("the fake broker kept a released message")
 		}
 	})
+}
+
+// TestHandoffContextKeepsTheCallersDoneOnly: go-amqp's connection writer
+// drops a numbered transfer whose context reports an error or a past
+// deadline; the context it gets ends the credit wait with the caller's, and
+// reports neither.
+func TestHandoffContextKeepsTheCallersDoneOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	h := handoffContext{ctx}
+	assert.Equal(t, ctx.Done(), h.Done(), "the credit wait still ends with the caller's context")
+	assert.NoError(t, h.Err())
+	_, ok := h.Deadline()
+	assert.False(t, ok)
 }
