@@ -254,6 +254,9 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 // ErrClosed). It waits for no dial. Cancel Consume's context first for a
 // graceful stop that lets handlers in flight settle.
 func (c *Client) Close() error {
+	if c == nil || c.done == nil {
+		return nil // a nil or zero Client: nothing was opened
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -61,6 +61,9 @@ type ConsumeOptions struct {
 // network does not hold Consume longer. A failed link's detach is bounded
 // by ctx and the dial timeout.
 func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+	if c.done == nil {
+		return errNotBuilt
+	}
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
 	}

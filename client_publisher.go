@@ -62,6 +62,9 @@ type ClientPublisher struct {
 // alive but stops settling is re-dialled, and no receipt stays pending
 // for ever.
 func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
+	if c.done == nil {
+		return nil, errNotBuilt
+	}
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
@@ -77,7 +80,12 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 
 // Close detaches the publisher's link. Later publishes fail with ErrClosed.
 // The Client's connection stays open.
-func (p *ClientPublisher) Close(ctx context.Context) error { return p.sender.close(ctx) }
+func (p *ClientPublisher) Close(ctx context.Context) error {
+	if p.sender == nil {
+		return errNotBuilt
+	}
+	return p.sender.close(ctx)
+}
 
 // clientSender is an OutcomeSender that forwards to the current link to its
 // address, re-attaching when the link or the connection was lost. The

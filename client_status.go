@@ -74,6 +74,9 @@ func (c *Client) track(ev ConnectionEvent) {
 // likes. A connection that died but whose loss was not noticed yet counts
 // as not connected.
 func (c *Client) Status() ClientStatus {
+	if c == nil {
+		return ClientStatus{LastError: errNotBuilt}
+	}
 	c.mu.Lock()
 	cn, closed := c.cur, c.closed
 	c.mu.Unlock()

@@ -233,6 +233,8 @@ func (e *Envelope) Bind(v any) error {
 // [1,2]").
 func (e *Envelope) Validate() error {
 	switch {
+	case e == nil:
+		return fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
 	case e.issues != "":
 		return fmt.Errorf("%w: %s", ErrInvalidEnvelope, e.issues)
 	case strings.TrimSpace(e.Job) == "":
@@ -258,6 +260,9 @@ func (e *Envelope) Validate() error {
 // too, whatever whitespace and escapes its body had. Data that is not one
 // JSON object in valid UTF-8 is an error wrapping ErrInvalidEnvelope.
 func (e *Envelope) Encode() ([]byte, error) {
+	if e == nil {
+		return nil, fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
+	}
 	data, err := e.canonicalData()
 	if err != nil {
 		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)

@@ -51,6 +51,11 @@ var ErrGivenBack = errors.New("babelqueue: delivery given back unstarted")
 // NewEnvelope return for input that is not a valid envelope.
 var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")
 
+// errNotBuilt is returned by the methods of a Publisher, Client,
+// ClientPublisher or Receipt that was declared as a zero value instead of
+// being made by its constructor.
+var errNotBuilt = fmt.Errorf("%w: a zero value: use NewPublisher, Dial or Client.Publisher", ErrInvalidConfig)
+
 // Errors of the Client.
 var (
 	// ErrConnect: no broker URL could be connected to. The error lists each
@@ -123,8 +128,15 @@ type DeliveryError struct {
 
 // Error describes the delivery, what was done with it and why.
 func (e *DeliveryError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
-	b.WriteString(e.Kind.Error())
+	if e.Kind != nil {
+		b.WriteString(e.Kind.Error())
+	} else {
+		b.WriteString("babelqueue: delivery error")
+	}
 	if e.URN != "" {
 		b.WriteString(" (urn ")
 		b.WriteString(e.URN)

@@ -60,6 +60,9 @@ import (
 // Listen without a return, once the handlers in flight settled and every
 // worker ended.
 func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
+	if r == nil {
+		return fmt.Errorf("%w: the receiver is nil", ErrInvalidConfig)
+	}
 	return c.listen(ctx, r, nil)
 }
 

@@ -56,6 +56,9 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 // on the calling goroutine. To have many transfers in flight from one
 // goroutine, use PublishWithReceipt.
 func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...PublishOption) (string, error) {
+	if p.unusable() {
+		return "", errNotBuilt
+	}
 	cfg := p.config(opts)
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
@@ -70,19 +73,33 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 // its meta.id once the broker accepted it. The envelope keeps its trace id:
 // WithTraceID with another id is refused with ErrInvalidConfig.
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...PublishOption) (string, error) {
+	if p.unusable() {
+		return "", errNotBuilt
+	}
+	if env == nil {
+		return "", fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
+	}
 	return p.publish(ctx, env, p.config(opts))
 }
+
+// unusable reports a nil Publisher, or one declared as a zero value (no
+// sender): its methods return errNotBuilt rather than panic.
+func (p *Publisher) unusable() bool { return p == nil || p.sender == nil }
 
 // config is the Publisher's configuration with opts applied on top. Without
 // per-call options it is the Publisher's own, applied once by NewPublisher
 // (or the shared zero configuration): a config handed to the options'
 // closures escapes to the heap, one allocation per publish that has them.
 func (p *Publisher) config(opts []PublishOption) *publishConfig {
+	base := p.base
+	if base == nil {
+		base = &noOptions // a Publisher built by hand, with a sender
+	}
 	if len(opts) == 0 {
-		return p.base
+		return base
 	}
 	cfg := new(publishConfig)
-	*cfg = *p.base
+	*cfg = *base
 	if p.base.headers != nil {
 		cfg.headers = maps.Clone(p.base.headers) // WithHeaders adds to it
 	}

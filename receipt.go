@@ -6,6 +6,7 @@ package artemis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,9 @@ import (
 //
 // Safe for concurrent use when the Sender is (*amqp.Sender is).
 func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
+	if p.unusable() {
+		return nil, errNotBuilt
+	}
 	cfg := p.config(opts)
 	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
 	if err != nil {
@@ -52,6 +56,12 @@ func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any
 // envelope that is already built and returns once the transfer is written.
 // See PublishWithReceipt.
 func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *Envelope, opts ...PublishOption) (*Receipt, error) {
+	if p.unusable() {
+		return nil, errNotBuilt
+	}
+	if env == nil {
+		return nil, fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
+	}
 	return p.publishWithReceipt(ctx, env, p.config(opts))
 }
 
@@ -123,6 +133,9 @@ func (r *Receipt) ID() string { return r.id }
 // still reported (see PublishWithReceipt). Once resolved, every Wait
 // returns the same result.
 func (r *Receipt) Wait(ctx context.Context) error {
+	if r.done == nil {
+		return errNotBuilt
+	}
 	r.waited.Store(true)
 	select {
 	case <-r.done:
