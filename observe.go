@@ -203,7 +203,8 @@ func (d *delivery) begin() {
 
 // KindName names Kind for a metric attribute or a log field: "" when the
 // handler succeeded, else "handler_failed", "unknown_urn", "poison",
-// "version_gated", "dead_letter_failed" or "settlement_failed".
+// "version_gated", "dead_letter_failed", "settlement_failed" or
+// "invalid_payload".
 func (e SettleEvent) KindName() string {
 	if e.Kind == nil {
 		return ""
@@ -227,4 +228,5 @@ var settleKindNames = []struct {
 	{ErrVersionGated, "version_gated"},
 	{ErrDeadLetterFailed, "dead_letter_failed"},
 	{ErrSettlement, "settlement_failed"},
+	{ErrInvalidPayload, "invalid_payload"},
 }
