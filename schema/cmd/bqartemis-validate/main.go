@@ -174,7 +174,12 @@ func eachValue(r io.Reader, fn func(json.RawMessage) error) error {
 // check decodes one envelope and validates its data.
 func check(reg *schema.Registry, raw json.RawMessage) result {
 	if len(raw) == 0 || raw[0] != '{' {
-		return result{Result: "not_envelope", Error: "not a JSON object"}
+		what := "not a JSON object"
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			what += ": " + truncate(s, 80) // bqartemis validate says why a body could not be sent
+		}
+		return result{Result: "not_envelope", Error: what}
 	}
 	env, err := artemis.Decode(raw)
 	if err != nil {
@@ -247,4 +252,11 @@ func printResult(w io.Writer, r result, asJSON bool) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func truncate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "..."
+	}
+	return s
 }
