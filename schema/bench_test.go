@@ -124,3 +124,43 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+// TestNoSchemaCostsNothing: with a validator whose registry has no schema
+// for the URN, the consume path allocates what it does without a
+// validator (the check is one map lookup).
+func TestNoSchemaCostsNothing(t *testing.T) {
+	c := loadConformance(t)
+	otherURN, err := New(Bytes("urn:babel:orders:cancelled", c.Schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handlers := artemis.Handlers{conformanceURN: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}
+	allocs := func(opts ...artemis.ConsumerOption) float64 {
+		cons, err := artemis.NewConsumer(handlers, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := artemis.NewEnvelope(conformanceURN, benchData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := artemis.NewMessage(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &acceptingReceiver{}
+		n := testing.AllocsPerRun(200, func() {
+			if err := cons.Handle(context.Background(), r, msg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if r.other != 0 {
+			t.Fatalf("%d deliveries not accepted", r.other)
+		}
+		return n
+	}
+	without, with := allocs(), allocs(otherURN.ConsumerOption())
+	if with != without {
+		t.Errorf("a validator without a schema for the URN: %v allocations per message, %v without a validator", with, without)
+	}
+}
