@@ -87,8 +87,8 @@ func TestBrokerValidateCommand(t *testing.T) {
 	}
 	want := "#1 " + ids[0] + " urn:babel:orders:created: valid\n" +
 		"#2 " + ids[1] + " urn:babel:orders:created: INVALID\n" +
-		"    /order_id: must be >= 1\n" +
 		`    /currency: must be one of "USD", "EUR", "TRY"` + "\n" +
+		"    /order_id: must be >= 1\n" +
 		"#3 " + ids[2] + " urn:babel:orders:refunded: no schema for this URN, not checked\n"
 	if out != want {
 		t.Errorf("output\n%s\nwant\n%s", out, want)

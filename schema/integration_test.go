@@ -168,7 +168,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if b == nil {
 		t.Fatal("the record has no dead_letter block")
 	}
-	wantErr := "babelqueue: invalid payload for urn:babel:orders:created: /order_id: is required; /orderId: is not allowed"
+	wantErr := "babelqueue: invalid payload for urn:babel:orders:created: /orderId: is not allowed; /order_id: is required"
 	switch {
 	case b.Reason != artemis.ReasonFailed:
 		t.Errorf("reason %q, want failed", b.Reason)

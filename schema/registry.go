@@ -196,7 +196,8 @@ func (r *Registry) URNs() []string {
 // ValidatePayload checks data, the JSON of a data object, against the
 // schema of urn: nil when it is valid or urn has no schema, else an
 // *artemis.PayloadError (matching artemis.ErrInvalidPayload) with one
-// violation per failing value, by JSON pointer ("/order_id: must be >= 1").
+// violation per failing value, by JSON pointer ("/order_id: must be >= 1"),
+// sorted by pointer.
 // Text that is not JSON is one violation at the root.
 func (r *Registry) ValidatePayload(urn string, data json.RawMessage) error {
 	sch := r.schemas[urn]
@@ -215,7 +216,11 @@ func (r *Registry) ValidatePayload(urn string, data json.RawMessage) error {
 	if !errors.As(err, &ve) {
 		return &artemis.PayloadError{URN: urn, Violations: []artemis.PayloadViolation{{Message: err.Error()}}, Err: err}
 	}
-	return &artemis.PayloadError{URN: urn, Violations: violations(ve, nil)}
+	out := violations(ve, nil)
+	// By pointer: the validator walks properties in map order, and a
+	// report, a dead-letter record or a test should read the same twice.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
+	return &artemis.PayloadError{URN: urn, Violations: out}
 }
 
 // PublishOption is artemis.WithPublishPayloadValidator(r): give it to

@@ -50,9 +50,9 @@ func TestValidateAFileOfEnvelopes(t *testing.T) {
 	}
 	want := "#1 " + validID + " urn:babel:orders:created: valid\n" +
 		"#2 " + invalidID + " urn:babel:orders:created: INVALID\n" +
-		"    /order_id: is required\n" +
 		"    /amount: must be >= 0\n" +
 		"    /orderId: is not allowed\n" +
+		"    /order_id: is required\n" +
 		"#3 (dead_letter poison): not an envelope: no URN (job)\n"
 	if !strings.HasPrefix(out, want) {
 		t.Errorf("output\n%s\nwant it to start with\n%s", out, want)
