@@ -150,7 +150,7 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 	d.begin()
 	defer func() {
 		if p := recover(); p != nil {
-			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator: %v", p), Stack: debug.Stack()})
+			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
 		}
 	}()
 	cause := checkPayload(d.c.payload, d.urn, d.env.Data)
