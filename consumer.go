@@ -36,8 +36,8 @@ type Handlers map[string]HandlerFunc
 type ErrorHandler func(ctx context.Context, err error, env *Envelope, msg *amqp.Message)
 
 // UnknownURNStrategy says what happens to a message whose URN has no
-// handler. Delete also drops poison and gated messages instead of writing
-// them to the dead-letter queue.
+// handler. Delete also drops poison and gated messages, and data that fails
+// its schema, instead of writing them to the dead-letter queue.
 type UnknownURNStrategy string
 
 // The unknown-URN strategies.
@@ -80,6 +80,7 @@ type Consumer struct {
 	concurrency int
 	logger      *slog.Logger // nil: see logTo
 	observer    Observer
+	payload     PayloadValidator // nil: no payload check (WithPayloadValidator)
 	now         func() time.Time
 	// after is the clock the dead-letter retry hold waits on (time.After; a
 	// test gives a channel it controls).
@@ -273,6 +274,11 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	h := c.handlers[d.urn]
 	if h == nil {
 		return d.unknownURN()
+	}
+	if c.payload != nil {
+		if settled, err := d.checkPayload(); settled {
+			return err
+		}
 	}
 	return d.call(withMessage(ctx, msg), h)
 }

@@ -112,7 +112,8 @@ func (d Disposition) String() string {
 // the decode error, the dead-letter write error), reachable with errors.As.
 type DeliveryError struct {
 	// Kind is the sentinel the error matches: ErrUnknownURN, ErrPoison,
-	// ErrVersionGated, ErrHandlerFailed, ErrDeadLetterFailed or ErrSettlement.
+	// ErrVersionGated, ErrHandlerFailed, ErrDeadLetterFailed, ErrSettlement
+	// or ErrInvalidPayload.
 	Kind error
 	// URN is the routing URN ("" when none was found).
 	URN string

@@ -107,7 +107,7 @@ func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if len(env.Data) != 0 && !isJSONObject(env.Data) {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
-	return nil
+	return cfg.checkPayload(env)
 }
 
 // projection builds the section 2 message around an already encoded body.

@@ -232,7 +232,7 @@ func (d *delivery) begin() {
 // KindName names Kind for a metric attribute or a log field: "" when the
 // handler succeeded, else "handler_failed", "unknown_urn", "poison",
 // "version_gated", "dead_letter_failed", "settlement_failed",
-// "given_back" or "invalid_config".
+// "invalid_payload", "given_back" or "invalid_config".
 func (e SettleEvent) KindName() string {
 	if e.Kind == nil {
 		return ""
@@ -256,6 +256,7 @@ var settleKindNames = []struct {
 	{ErrVersionGated, "version_gated"},
 	{ErrDeadLetterFailed, "dead_letter_failed"},
 	{ErrSettlement, "settlement_failed"},
+	{ErrInvalidPayload, "invalid_payload"},
 	{ErrGivenBack, "given_back"},
 	{ErrInvalidConfig, "invalid_config"},
 }

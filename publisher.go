@@ -278,6 +278,7 @@ type publishConfig struct {
 	now         func() time.Time
 	// observer hears the publish (WithPublishObserver).
 	observer Observer
+	payload  PayloadValidator // checks data (WithPublishPayloadValidator)
 }
 
 // WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.

@@ -257,5 +257,5 @@ func callOnOutcome(f func(id string, err error), id string, err error) {
 // isRefusal reports an error about the input (the envelope or an option),
 // returned as it is rather than as a failed publish.
 func isRefusal(err error) bool {
-	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrInvalidEnvelope)
+	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrInvalidEnvelope) || errors.Is(err, ErrInvalidPayload)
 }

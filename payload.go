@@ -1,0 +1,172 @@
+package artemis
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+)
+
+// ErrInvalidPayload is matched by a *PayloadError: the data object of a
+// message does not satisfy the schema registered for its URN. A publish
+// refused for it sent nothing; a consumer reports it as the Kind of a
+// *DeliveryError.
+var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
+
+// PayloadValidator checks the data object of a message against the schema
+// registered for its URN. It is the seam a JSON Schema validator plugs
+// into: the library itself carries none, so that its go.mod stays small;
+// the module github.com/babelqueue/babelqueue-go-artemis/schema provides one
+// (a registry of draft-07 and 2020-12 schemas per URN).
+//
+// ValidatePayload returns nil when data is valid or when no schema is
+// registered for urn (the check is opt-in per URN). Otherwise it should
+// return a *PayloadError listing each violation; any other error is taken
+// as a violation of the data object as a whole. data is the data object's
+// JSON as it travels ({} when the envelope has none); ValidatePayload must
+// not keep or modify it. It is called from many goroutines at once.
+type PayloadValidator interface {
+	ValidatePayload(urn string, data json.RawMessage) error
+}
+
+// PayloadViolation is one way a data object fails its schema.
+type PayloadViolation struct {
+	// Pointer is the JSON pointer (RFC 6901) of the failing value within
+	// the data object: "" is the object itself, "/order_id" its member
+	// order_id.
+	Pointer string
+	// Message says what the schema wants ("must be >= 1").
+	Message string
+}
+
+// String is "/order_id: must be >= 1" ("(root): ..." for the data object
+// itself).
+func (v PayloadViolation) String() string {
+	p := v.Pointer
+	if p == "" {
+		p = "(root)"
+	}
+	return p + ": " + v.Message
+}
+
+// PayloadError reports a data object that failed its schema. It matches
+// ErrInvalidPayload.
+type PayloadError struct {
+	// URN is the message URN whose schema was checked.
+	URN string
+	// Violations lists each failure, in the validator's order.
+	Violations []PayloadViolation
+	// Err is the validator's own error when it returned one that is not a
+	// *PayloadError (Violations then holds its text at the root).
+	Err error
+}
+
+// Error is "babelqueue: invalid payload for URN: /a: ...; /b: ...".
+func (e *PayloadError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrInvalidPayload.Error())
+	if e.URN != "" {
+		b.WriteString(" for ")
+		b.WriteString(e.URN)
+	}
+	for i, v := range e.Violations {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(v.String())
+	}
+	return b.String()
+}
+
+// Is matches ErrInvalidPayload.
+func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayload }
+
+// Unwrap returns the validator's own error, if any.
+func (e *PayloadError) Unwrap() error { return e.Err }
+
+// WithPublishPayloadValidator checks the data of every publish against the
+// schema v holds for its URN before anything is sent: invalid data is
+// refused with a *PayloadError (matching ErrInvalidPayload) naming each
+// violation, and the broker never sees it. It applies to Publish,
+// PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
+// or Client.Publisher it checks every publish. A nil v checks nothing.
+func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
+	return func(c *publishConfig) { c.payload = v }
+}
+
+// WithPayloadValidator checks the data of every decoded message against the
+// schema v holds for its URN, after the version gate, the decode and the
+// routing, before the handler. Invalid data never reaches the handler, and
+// it is not retried (it will not become valid): it is written at once to
+// the dead-letter queue with reason failed, the violations in error and
+// exception *artemis.PayloadError, and reported as ErrInvalidPayload.
+// Without a dead-letter sender, or under UnknownURNDelete, it is accepted
+// (dropped) and reported, as a poison message is. A URN without a schema,
+// or without a handler, is not checked. A panic in v is a failed attempt
+// (a *PanicError), handled as a handler's is. A nil v checks nothing.
+func WithPayloadValidator(v PayloadValidator) ConsumerOption {
+	return func(c *Consumer) { c.payload = v }
+}
+
+// emptyData is what a publish writes for an envelope without data.
+var emptyData = json.RawMessage("{}")
+
+// checkPayload runs v on data and returns a *PayloadError, or nil.
+func checkPayload(v PayloadValidator, urn string, data json.RawMessage) error {
+	if len(data) == 0 {
+		data = emptyData
+	}
+	err := v.ValidatePayload(urn, data)
+	if err == nil {
+		return nil
+	}
+	var pe *PayloadError
+	if errors.As(err, &pe) {
+		if pe.URN == "" {
+			cp := *pe
+			cp.URN = urn
+			return &cp
+		}
+		return pe
+	}
+	return &PayloadError{URN: urn, Violations: []PayloadViolation{{Message: err.Error()}}, Err: err}
+}
+
+// checkPayload is the publish side's check (nil without a validator).
+func (c *publishConfig) checkPayload(env *Envelope) error {
+	if c.payload == nil {
+		return nil
+	}
+	return checkPayload(c.payload, env.Job, env.Data)
+}
+
+// checkPayload is the consume side's check, run before the handler. It
+// returns true when the delivery was settled here (invalid data, or a
+// panic in the validator) with that settlement's result.
+func (d *delivery) checkPayload() (settled bool, err error) {
+	d.begin()
+	defer func() {
+		if p := recover(); p != nil {
+			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
+		}
+	}()
+	cause := checkPayload(d.c.payload, d.urn, d.env.Data)
+	if cause == nil {
+		return false, nil
+	}
+	return true, d.invalidPayload(cause)
+}
+
+// invalidPayload settles a message whose data failed its schema: a copy
+// with reason failed on the DLQ at once, or dropped (no DLQ sender, or
+// UnknownURNDelete). Either way it is reported.
+func (d *delivery) invalidPayload(cause error) error {
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(ErrInvalidPayload, cause, Dropped, d.accept)
+	}
+	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
+	return d.deadLetter(ErrInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
+}

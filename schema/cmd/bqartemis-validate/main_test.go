@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+)
+
+var schemaDir = filepath.Join("..", "..", "testdata", "schemas")
+
+func envelope(t *testing.T, urn, data string) (string, string) {
+	t.Helper()
+	env, err := artemis.NewEnvelope(urn, json.RawMessage(data), artemis.EnvelopeQueue("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), env.Meta.ID
+}
+
+func runTool(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestValidateAFileOfEnvelopes(t *testing.T) {
+	valid, validID := envelope(t, "urn:babel:orders:created", `{"order_id":1042,"amount":9.5}`)
+	invalid, invalidID := envelope(t, "urn:babel:orders:created", `{"orderId":1042,"amount":-1}`)
+	other, otherID := envelope(t, "urn:babel:orders:shipped", `{"anything":true}`)
+	file := filepath.Join(t.TempDir(), "records.json")
+	// An array of envelopes, then a poison record and one more envelope
+	// after it: a file may hold values one after another.
+	content := "[" + valid + ",\n" + invalid + "]\n" + `{"raw":"not json","dead_letter":{"reason":"poison"}}` + "\n" + other + "\n"
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runTool(t, "", "-schemas", schemaDir, file)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (an invalid message)\n%s%s", code, out, errOut)
+	}
+	want := "#1 " + validID + " urn:babel:orders:created: valid\n" +
+		"#2 " + invalidID + " urn:babel:orders:created: INVALID\n" +
+		"    /amount: must be >= 0\n" +
+		"    /orderId: is not allowed\n" +
+		"    /order_id: is required\n" +
+		"#3 (dead_letter poison): not an envelope: no URN (job)\n"
+	if !strings.HasPrefix(out, want) {
+		t.Errorf("output\n%s\nwant it to start with\n%s", out, want)
+	}
+	if !strings.HasSuffix(out, "#4 "+otherID+" urn:babel:orders:shipped: no schema for this URN, not checked\n") {
+		t.Errorf("output\n%s", out)
+	}
+	if errOut != "4 messages: 1 valid, 1 invalid, 1 without a schema, 1 not envelopes\n" {
+		t.Errorf("summary %q", errOut)
+	}
+}
+
+func TestValidateStdinJSONLines(t *testing.T) {
+	valid, _ := envelope(t, "urn:babel:orders:created", `{"order_id":1}`)
+	invalid, id := envelope(t, "urn:babel:orders:created", `{"order_id":0}`)
+	out, errOut, code := runTool(t, valid+"\n"+invalid+"\n", "-schemas", schemaDir, "-json")
+	if code != 1 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines: %s", len(lines), out)
+	}
+	var got result
+	if err := json.Unmarshal([]byte(lines[1]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != id || got.Result != "invalid" || got.Source != "stdin" || got.Index != 2 ||
+		len(got.Violations) != 1 || got.Violations[0] != (violation{Pointer: "/order_id", Message: "must be >= 1"}) {
+		t.Errorf("line %s", lines[1])
+	}
+	if !strings.Contains(lines[0], `"result":"valid"`) {
+		t.Errorf("line %s", lines[0])
+	}
+}
+
+func TestValidateAllValidExitsZero(t *testing.T) {
+	valid, _ := envelope(t, "urn:babel:orders:created", `{"order_id":1}`)
+	dl := strings.TrimSuffix(valid, "}") + `,"dead_letter":{"reason":"failed","error":"x","exception":null,"failed_at":1,"original_queue":"orders","attempts":2,"lang":"go"}}`
+	out, errOut, code := runTool(t, dl, "-schemas", schemaDir)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "(dead_letter failed): valid") {
+		t.Errorf("output %q", out)
+	}
+}
+
+func TestValidateUsageAndLoadErrors(t *testing.T) {
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "x.json"), []byte(`{"type":5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"no -schemas", "", nil, "-schemas DIR is required"},
+		{"missing directory", "", []string{"-schemas", filepath.Join(bad, "nope")}, "schema directory"},
+		{"schema that does not compile", "", []string{"-schemas", bad}, "urn:babel:x"},
+		{"input that is not JSON", "{oops", []string{"-schemas", schemaDir}, "stdin: not JSON"},
+		{"missing file", "", []string{"-schemas", schemaDir, filepath.Join(bad, "none.json")}, "none.json"},
+		{"unknown flag", "", []string{"-bogus"}, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := runTool(t, tc.stdin, tc.args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2\n%s%s", code, out, errOut)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q does not say %q", errOut, tc.want)
+			}
+		})
+	}
+}

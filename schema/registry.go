@@ -1,0 +1,254 @@
+// Package schema checks the data object of BabelQueue messages against a
+// JSON Schema per URN, with a full validator (draft-07 and 2020-12, the
+// official JSON-Schema-Test-Suite passes), and plugs into
+// github.com/babelqueue/babelqueue-go-artemis through its PayloadValidator
+// seam: on the publish side invalid data is refused before anything is
+// sent, on the consume side it never reaches the handler.
+//
+//	//go:embed schemas
+//	var schemaFiles embed.FS
+//
+//	reg, err := schema.New(schema.FS(schemaFiles, "schemas"))
+//	pub := artemis.NewPublisher(sender, "orders", reg.PublishOption())
+//	cons, err := artemis.NewConsumer(handlers, reg.ConsumerOption(), ...)
+//
+// The package is a module of its own so that the library's go.mod does not
+// carry a validator nobody asked for.
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// URNPrefix is the prefix of every BabelQueue URN (urn:babel:<domain>:<event>).
+// A schema file's path below its directory names the rest: orders/created.json
+// is the schema of urn:babel:orders:created.
+const URNPrefix = "urn:babel:"
+
+// Registry maps URNs to compiled JSON Schemas. It is built once by New and
+// never changes after; it is safe for concurrent use. The zero Registry
+// holds no schema (it checks nothing).
+type Registry struct {
+	schemas map[string]*jsonschema.Schema
+}
+
+// Source is one place New reads schemas from: Dir, FS or Bytes.
+type Source struct {
+	load func(add func(urn, where string, doc []byte) error) error
+}
+
+// Dir reads every *.json file below the directory dir (other files are
+// skipped). A file's path below dir, without .json, with each / made a :,
+// after the URNPrefix, is its URN: dir/orders/created.json is the schema of
+// urn:babel:orders:created. A file may $ref another by its path relative to
+// itself ("../shared/money.json#/$defs/amount").
+func Dir(dir string) Source {
+	return Source{load: func(add func(urn, where string, doc []byte) error) error {
+		if _, err := os.Stat(dir); err != nil {
+			return fmt.Errorf("schema directory: %w", err)
+		}
+		return loadFS(os.DirFS(dir), ".", add)
+	}}
+}
+
+// FS reads every *.json file below dir in fsys, as Dir does: for a service
+// that embeds its schemas (//go:embed schemas, then FS(files, "schemas")).
+// dir "." is the root of fsys.
+func FS(fsys fs.FS, dir string) Source {
+	return Source{load: func(add func(urn, where string, doc []byte) error) error {
+		return loadFS(fsys, dir, add)
+	}}
+}
+
+// Bytes is the schema of one URN given as JSON text.
+func Bytes(urn string, schema []byte) Source {
+	return Source{load: func(add func(urn, where string, doc []byte) error) error {
+		return add(urn, "", schema)
+	}}
+}
+
+func loadFS(fsys fs.FS, dir string, add func(urn, where string, doc []byte) error) error {
+	found := 0
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".json") {
+			return nil
+		}
+		rel := strings.TrimPrefix(p, dir+"/")
+		if dir == "." {
+			rel = p
+		}
+		doc, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		found++
+		return add(URNPrefix+strings.ReplaceAll(strings.TrimSuffix(rel, ".json"), "/", ":"), rel, doc)
+	})
+	if err != nil {
+		return fmt.Errorf("schema directory %s: %w", dir, err)
+	}
+	if found == 0 {
+		return fmt.Errorf("schema directory %s: no *.json file", dir)
+	}
+	return nil
+}
+
+// resourceBase is the made-up location schemas are compiled under: a $ref
+// resolves among the loaded schemas (and the drafts' metaschemas) only,
+// never on disk or on the network.
+const resourceBase = "bq-schema:///"
+
+// New loads and compiles the schemas of every source, once. A URN given
+// twice, a file that is not JSON, a schema that does not compile (against
+// the metaschema of its $schema: draft-07 or 2020-12; 2020-12 when it names
+// none) or a $ref to a schema that was not loaded is an error, and no
+// Registry.
+func New(sources ...Source) (*Registry, error) {
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	locs := map[string]string{} // URN -> its resource location
+	src, n := 0, 0              // the source being loaded; the Bytes so far
+	add := func(urn, where string, doc []byte) error {
+		if strings.TrimSpace(urn) == "" {
+			return errors.New("a schema with a blank URN")
+		}
+		if _, dup := locs[urn]; dup {
+			return fmt.Errorf("%s: two schemas for one URN", urn)
+		}
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+		if err != nil {
+			return fmt.Errorf("%s: %s: not JSON: %w", urn, orBytes(where), err)
+		}
+		if where == "" {
+			n++
+			where = fmt.Sprintf("bytes/%d.json", n)
+		} else {
+			where = fmt.Sprintf("fs%d/%s", src, where)
+		}
+		loc := resourceBase + where
+		if err := c.AddResource(loc, v); err != nil {
+			return fmt.Errorf("%s: %w", urn, err)
+		}
+		locs[urn] = loc
+		return nil
+	}
+	for i, s := range sources {
+		src = i
+		if s.load == nil {
+			continue
+		}
+		if err := s.load(add); err != nil {
+			return nil, err
+		}
+	}
+	r := &Registry{schemas: make(map[string]*jsonschema.Schema, len(locs))}
+	for urn, loc := range locs {
+		sch, err := c.Compile(loc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", urn, err)
+		}
+		r.schemas[urn] = sch
+	}
+	return r, nil
+}
+
+func orBytes(where string) string {
+	if where == "" {
+		return "bytes"
+	}
+	return where
+}
+
+// noLoader refuses every location that was not loaded.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s is not one of the loaded schemas", strings.TrimPrefix(url, resourceBase))
+}
+
+// Has reports whether urn has a schema.
+func (r *Registry) Has(urn string) bool { return r.schemas[urn] != nil }
+
+// URNs lists the URNs that have a schema, sorted.
+func (r *Registry) URNs() []string {
+	out := make([]string, 0, len(r.schemas))
+	for urn := range r.schemas {
+		out = append(out, urn)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ValidatePayload checks data, the JSON of a data object, against the
+// schema of urn: nil when it is valid or urn has no schema, else an
+// *artemis.PayloadError (matching artemis.ErrInvalidPayload) with one
+// violation per failing value, by JSON pointer ("/order_id: must be >= 1"),
+// sorted by pointer.
+// Text that is not JSON is one violation at the root.
+func (r *Registry) ValidatePayload(urn string, data json.RawMessage) error {
+	sch := r.schemas[urn]
+	if sch == nil {
+		return nil
+	}
+	v, err := decodeJSON(data)
+	if err != nil {
+		return &artemis.PayloadError{URN: urn, Violations: []artemis.PayloadViolation{{Message: "not JSON: " + err.Error()}}}
+	}
+	err = sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &artemis.PayloadError{URN: urn, Violations: []artemis.PayloadViolation{{Message: err.Error()}}, Err: err}
+	}
+	out := violations(ve, nil)
+	// By pointer: the validator walks properties in map order, and a
+	// report, a dead-letter record or a test should read the same twice.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
+	return &artemis.PayloadError{URN: urn, Violations: out}
+}
+
+// PublishOption is artemis.WithPublishPayloadValidator(r): give it to
+// artemis.NewPublisher or Client.Publisher to refuse invalid data before
+// anything is sent.
+func (r *Registry) PublishOption() artemis.PublishOption {
+	return artemis.WithPublishPayloadValidator(r)
+}
+
+// ConsumerOption is artemis.WithPayloadValidator(r): give it to
+// artemis.NewConsumer so invalid data is dead-lettered before the handler.
+func (r *Registry) ConsumerOption() artemis.ConsumerOption {
+	return artemis.WithPayloadValidator(r)
+}
+
+// pointer is the JSON pointer (RFC 6901) of a value location.
+func pointer(loc []string) string {
+	var b strings.Builder
+	for _, tok := range loc {
+		b.WriteByte('/')
+		tok = strings.ReplaceAll(tok, "~", "~0")
+		b.WriteString(strings.ReplaceAll(tok, "/", "~1"))
+	}
+	return b.String()
+}
+
+func joinPath(loc []string, member string) []string {
+	out := make([]string, len(loc), len(loc)+1)
+	copy(out, loc)
+	return append(out, member)
+}
