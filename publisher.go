@@ -100,8 +100,8 @@ func (p *Publisher) config(opts []PublishOption) *publishConfig {
 	}
 	cfg := new(publishConfig)
 	*cfg = *base
-	if p.base.headers != nil {
-		cfg.headers = maps.Clone(p.base.headers) // WithHeaders adds to it
+	if base.headers != nil {
+		cfg.headers = maps.Clone(base.headers) // WithHeaders adds to it
 	}
 	for _, o := range opts {
 		o(cfg)
@@ -120,10 +120,9 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		err = p.sendReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
-		if msg, err = newMessage(env, cfg); err != nil {
-			return "", err
+		if msg, err = newMessage(env, cfg); err == nil {
+			err = sendConfirmed(ctx, p.sender, msg)
 		}
-		err = sendConfirmed(ctx, p.sender, msg)
 	}
 	if err != nil && !isRefusal(err) {
 		err = p.publishError(env.Job, err)

@@ -76,11 +76,9 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 		pt, err = p.startReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
-		if msg, err = newMessage(env, cfg); err != nil {
-			cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
-			return nil, err
+		if msg, err = newMessage(env, cfg); err == nil {
+			pt, err = startTransfer(ctx, p.sender, msg)
 		}
-		pt, err = startTransfer(ctx, p.sender, msg)
 	}
 	if err != nil {
 		if !isRefusal(err) {

@@ -519,3 +519,28 @@ func TestPublishSurvivesAPanickingOutcomeCallback(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 }
+
+// TestARefusedPublishIsReportedToOnOutcome: a publish refused before
+// anything is sent (here an invalid priority) is reported to WithOnOutcome
+// exactly once, through Publish and PublishWithReceipt alike, whatever the
+// Sender.
+func TestARefusedPublishIsReportedToOnOutcome(t *testing.T) {
+	for name, s := range map[string]Sender{"fakelink": &fakelink.Sender{}, "plain": fakelink.PlainSender{S: &fakelink.Sender{}}} {
+		for _, receipt := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/receipt=%t", name, receipt), func(t *testing.T) {
+				var reported []error
+				p := NewPublisher(s, "orders", WithOnOutcome(func(_ string, err error) { reported = append(reported, err) }))
+				var err error
+				if receipt {
+					_, err = p.PublishWithReceipt(context.Background(), urnCreated, nil, WithPriority(10))
+				} else {
+					_, err = p.Publish(context.Background(), urnCreated, nil, WithPriority(10))
+				}
+				require.ErrorIs(t, err, ErrInvalidConfig)
+				if assert.Len(t, reported, 1, "reported once") {
+					assert.Equal(t, err, reported[0])
+				}
+			})
+		}
+	}
+}

@@ -58,10 +58,14 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 		"Publisher.PublishEnvelope":    func() error { _, err := (&Publisher{}).PublishEnvelope(ctx, &Envelope{}); return err },
 		"Publisher.PublishWithReceipt": func() error { _, err := (&Publisher{}).PublishWithReceipt(ctx, urnCreated, nil); return err },
 		"NewPublisher nil.Publish":     func() error { _, err := NewPublisher(nil, "q").Publish(ctx, urnCreated, nil); return err },
-		"Receipt.Done":                 func() error { return err0((&Receipt{}).Done()) },
-		"Receipt.ID":                   func() error { return err0((&Receipt{}).ID()) },
-		"Receipt.Wait":                 func() error { return err0((&Receipt{}).Wait(ctx)) },
-		"SettleEvent.KindName":         func() error { return err0(SettleEvent{}.KindName()) },
+		"Publisher by hand, options": func() error {
+			_, err := (&Publisher{sender: &fakelink.Sender{}}).Publish(ctx, urnCreated, nil, WithPriority(1))
+			return err
+		},
+		"Receipt.Done":         func() error { return err0((&Receipt{}).Done()) },
+		"Receipt.ID":           func() error { return err0((&Receipt{}).ID()) },
+		"Receipt.Wait":         func() error { return err0((&Receipt{}).Wait(ctx)) },
+		"SettleEvent.KindName": func() error { return err0(SettleEvent{}.KindName()) },
 	}
 	// These are asked of something that cannot work: they must say so.
 	wantErr := map[string]bool{}
