@@ -121,8 +121,8 @@ func urlEscape(s string) string {
 
 func TestScrubMasksEveryForm(t *testing.T) {
 	var c connFlags
-	c.addSecret("a b/c@d")
-	c.addSecret("a b")
+	c.secrets.Add("a b/c@d")
+	c.secrets.Add("a b")
 	got := c.scrub("x a b/c@d y a+b%2Fc%40d z a%20b%2Fc%40d w a b")
 	if strings.Contains(got, "a b") || strings.Contains(got, "%40d") || strings.Count(got, "xxxxx") != 4 {
 		t.Errorf("scrub left a secret: %q", got)
