@@ -90,7 +90,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		mainUsage(stderr)
 		return exitUsage
 	}
+	globals, args, err := splitGlobals(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		mainUsage(stdout)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %s\n(before the command go only the connection flags: -url, -user, -tls-*, -timeout)\n", programName, err)
+		return exitUsage
+	case len(args) == 0:
+		fmt.Fprintf(stderr, "%s: no command after the flags\n", programName)
+		mainUsage(stderr)
+		return exitUsage
+	}
 	name := args[0]
+	// The command parses the global flags with its own, before them: a
+	// flag given after the command wins over the same one given before.
+	if name != "help" {
+		args = append([]string{name}, append(globals, args[1:]...)...)
+	}
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && name == "help" {
@@ -140,6 +158,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, name)
 	mainUsage(stderr)
 	return exitUsage
+}
+
+// splitGlobals takes the connection flags that come before the command
+// (bqartemis -url URL stats, as git or kubectl take them) off args: it
+// returns them, as written, and the command with its own arguments.
+func splitGlobals(args []string, getenv func(string) string) (globals, rest []string, err error) {
+	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c connFlags
+	c.register(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	rest = fs.Args()
+	globals = args[:len(args)-len(rest)]
+	if n := len(globals); n > 0 && globals[n-1] == "--" {
+		globals = globals[:n-1]
+	}
+	return globals, rest, nil
 }
 
 // flagError marks an error the flag package returned.
@@ -192,13 +229,13 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func mainUsage(w io.Writer) {
-	fmt.Fprintf(w, "%s: the operator's tool for BabelQueue on Apache ActiveMQ Artemis\n\nusage: %s COMMAND [ARGS] [FLAGS]\n\ncommands:\n", programName, programName)
+	fmt.Fprintf(w, "%s: the operator's tool for BabelQueue on Apache ActiveMQ Artemis\n\nusage: %s [CONNECTION FLAGS] COMMAND [ARGS] [FLAGS]\n\ncommands:\n", programName, programName)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, `  help     this text; 'help COMMAND' or 'COMMAND -h' for a command's flags
 
-connection (every command):
+connection (every command; before or after the command):
   -url URL            broker URL, repeatable (a live/backup list tried in order); default $ARTEMIS_URL
   -user NAME          SASL user (default: the URL's, else $ARTEMIS_USER); the password comes
                       from the URL or $ARTEMIS_PASSWORD, never from a flag

@@ -343,3 +343,35 @@ func TestRedrivePlan(t *testing.T) {
 		t.Errorf("a gated forward moved: %+v", m)
 	}
 }
+
+// TestGlobalFlagsBeforeTheCommand: the connection flags go before the
+// command too (bqartemis -url URL stats), as git and kubectl take them.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-url", "http://h:1", "stats"}, exitUsage, `scheme "http"`},
+		{[]string{"-url=http://h:1", "peek", "q"}, exitUsage, `scheme "http"`},
+		{[]string{"--url", "http://h:1", "-timeout", "1s", "stats", "q"}, exitUsage, `scheme "http"`},
+		{[]string{"-url", "amqp://h:1", "-tls-ca", "ca.pem", "peek", "q"}, exitUsage, "need amqps://"},
+		{[]string{"-timeout", "1s", "stats", "-url", "http://h:1"}, exitUsage, `scheme "http"`},
+		{[]string{"-url", "http://h:1"}, exitUsage, "no command"},
+		{[]string{"-json", "stats"}, exitUsage, "-json"},
+		{[]string{"-url", "http://h:1", "nope"}, exitUsage, `unknown command "nope"`},
+		{[]string{"-h"}, exitOK, "commands:"},
+		{[]string{"-url", "http://h:1", "help", "stats"}, exitOK, "-json"},
+	}
+	for _, tc := range cases {
+		out, errOut, code := runCLI(t, nil, "", tc.args...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("%v: exit %d, want %d; output %q lacks %q", tc.args, code, tc.code, out+errOut, tc.want)
+		}
+	}
+	// The flag before the command reaches the connection.
+	_, errOut, code := runCLI(t, map[string]string{envURL: "amqp://h:1"}, "", "-url", "http://from-flag:1", "stats")
+	if code != exitUsage || !strings.Contains(errOut, "from-flag") {
+		t.Errorf("the -url before the command did not win over $ARTEMIS_URL: exit %d: %s", code, errOut)
+	}
+}
