@@ -55,7 +55,7 @@ func commands() []command {
 	return []command{
 		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N]",
 			"browse dead-letter records without consuming them", setupInspect},
-		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run]",
+		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run] [-bypass]",
 			"move dead-letter records back to their queue (attempts 0, dead_letter removed)", setupRedrive},
 		{"peek", "QUEUE [-json] [-max N]",
 			"browse any queue without consuming it", setupPeek},
@@ -107,7 +107,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// The command parses the global flags with its own, before them: a
 	// flag given after the command wins over the same one given before.
 	if name != "help" {
-		args = append([]string{name}, append(globals, args[1:]...)...)
+		cmdArgs := make([]string, 0, len(globals)+len(args))
+		cmdArgs = append(cmdArgs, name)
+		cmdArgs = append(cmdArgs, globals...)
+		args = append(cmdArgs, args[1:]...)
 	}
 	switch name {
 	case "help", "-h", "-help", "--help":

@@ -375,3 +375,28 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 		t.Errorf("the -url before the command did not win over $ARTEMIS_URL: exit %d: %s", code, errOut)
 	}
 }
+
+// TestRunLeavesItsArgumentsAlone: run does not write into the caller's
+// argument slice.
+func TestRunLeavesItsArgumentsAlone(t *testing.T) {
+	args := []string{"-url", "http://h:1", "stats", "q"}
+	want := strings.Join(args, " ")
+	runCLI(t, nil, "", args...)
+	args = []string{"stats", "q", "-url", "http://h:1"}
+	want2 := strings.Join(args, " ")
+	runCLI(t, nil, "", args...)
+	if got := strings.Join(args, " "); got != want2 {
+		t.Errorf("args became %q, want %q (and %q)", got, want2, want)
+	}
+}
+
+func TestRedriveBypassHeader(t *testing.T) {
+	src := deadLetterMessage(t, "failed", 100)
+	if m := (&redriveFlags{bypass: true}).plan(src, "orders.dlq"); !m.ok || m.msg.ApplicationProperties["bq-replay-bypass"] != "true" {
+		t.Errorf("-bypass: %+v", m.msg.ApplicationProperties)
+	}
+	src.ApplicationProperties["bq-replay-bypass"] = "true" // a record of a bypassed replay
+	if m := (&redriveFlags{}).plan(src, "orders.dlq"); !m.ok || m.msg.ApplicationProperties["bq-replay-bypass"] != nil {
+		t.Errorf("without -bypass: %+v", m.msg.ApplicationProperties)
+	}
+}

@@ -24,8 +24,14 @@ type redriveFlags struct {
 	urn    string
 	max    int
 	dryRun bool
+	bypass bool
 	idle   time.Duration
 }
+
+// replayBypassHeader is the BabelQueue family's out-of-band replay-bypass
+// header: a consumer that finds it "true" tells the handler the delivery
+// is a deliberate replay (redrive -bypass stamps it).
+const replayBypassHeader = "bq-replay-bypass"
 
 func (f *redriveFlags) check() error {
 	switch {
@@ -96,7 +102,7 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 		m.why = "its original queue is the dead-letter queue itself (use -to)"
 		return m
 	}
-	out, err := redriveMessage(r, msg, dlq)
+	out, err := redriveMessage(r, msg, dlq, f.bypass)
 	if err != nil {
 		m.why = err.Error()
 		return m
@@ -108,11 +114,17 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 // redriveMessage is the record as a fresh delivery: attempts 0, no
 // dead_letter block, the envelope re-encoded canonically by the library's
 // projection, the record's out-of-band headers and group kept, and a
-// duplicate id of its own (redriveID).
-func redriveMessage(r *record, src *amqp.Message, dlq string) (*amqp.Message, error) {
+// duplicate id of its own (redriveID). With bypass it carries the
+// replay-bypass header "true"; without, it carries none, even when the
+// record came from a bypassed replay.
+func redriveMessage(r *record, src *amqp.Message, dlq string, bypass bool) (*amqp.Message, error) {
 	env := *r.env
 	env.Attempts, env.DeadLetter = 0, nil
 	hdrs := outOfBandHeaders(src)
+	delete(hdrs, replayBypassHeader)
+	if bypass {
+		hdrs[replayBypassHeader] = "true"
+	}
 	hdrs[artemis.PropDuplicateID] = redriveID(dlq, r)
 	opts := []artemis.PublishOption{artemis.WithHeaders(hdrs)}
 	if p := src.Properties; p != nil && p.GroupID != nil {
@@ -171,6 +183,7 @@ func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []st
 	fs.StringVar(&f.urn, "urn", "", "move only records of this `URN`")
 	fs.IntVar(&f.max, "max", 0, "move at most `N` records (0: all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "browse and say what would move; change nothing")
+	fs.BoolVar(&f.bypass, "bypass", false, "mark each moved message as a deliberate replay (application property "+replayBypassHeader+"=true)")
 	fs.DurationVar(&f.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
 	return func(ctx context.Context, args []string) error {
 		dlq, err := oneQueue(args, "dead-letter queue")
