@@ -76,7 +76,7 @@ func Cases() []Case {
 	}
 }
 
-// URL is c's URL with addr as its host.
+// URLFor is c's URL with addr as its host.
 func (c Case) URLFor(addr string) string { return strings.ReplaceAll(c.URL, "{host}", addr) }
 
 // Pieces are every piece of three characters or more of c's secrets: a
@@ -109,14 +109,38 @@ func Check(t testing.TB, c Case, where, text string) {
 	}
 }
 
+// listen opens a loopback listener whose address shares no piece with any
+// case's secrets: errors quote the address, and a port such as 37781 would
+// show a piece of "7781#tops3cret" that the password never put there.
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	var pieces []string
+	for _, c := range Cases() {
+		pieces = append(pieces, c.Pieces()...)
+	}
+	for try := 0; try < 100; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean := true
+		for _, p := range pieces {
+			clean = clean && !strings.Contains(l.Addr().String(), p)
+		}
+		if clean {
+			return l
+		}
+		_ = l.Close()
+	}
+	t.Fatal("no loopback port free of the passwords' pieces in 100 tries")
+	return nil
+}
+
 // ClosedPort returns a loopback address nothing listens on: a dial to it
 // is refused.
 func ClosedPort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := listen(t)
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
@@ -127,10 +151,7 @@ func ClosedPort(t testing.TB) string {
 // it times out. It is closed with the test.
 func SilentPort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := listen(t)
 	done := make(chan struct{})
 	go func() {
 		var conns []net.Conn
