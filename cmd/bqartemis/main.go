@@ -7,9 +7,11 @@
 //	bqartemis help
 //
 // The broker is -url (repeatable: a live/backup list, tried in order),
-// default $ARTEMIS_URL. The password comes from the URL or
-// $ARTEMIS_PASSWORD, never from a flag (a flag shows in ps). No password
-// is ever printed.
+// default $ARTEMIS_URL. The connection flags go before or after the
+// command (bqartemis -url URL stats). The password comes from the URL
+// (percent-encoded) or $ARTEMIS_PASSWORD, never from a flag (a flag shows
+// in ps). No password, nor any piece of one, is ever printed. No command
+// creates a queue: a queue that does not exist is an error naming it.
 //
 // Exit status: 0 done, 1 a runtime error (the broker, a record that could
 // not be moved), 2 a usage error.
