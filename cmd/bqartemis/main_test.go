@@ -137,6 +137,12 @@ func TestCredentials(t *testing.T) {
 	if err != nil || ts[0].user != "u" || ts[0].pass != "p" || ts[0].addr != "amqp://h:1" || ts[0].shown != "amqp://u:xxxxx@h:1" {
 		t.Fatalf("from the URL: %+v %v", ts, err)
 	}
+	// -user replaces the URL's user only: the URL's password stays.
+	c.user = "svc"
+	ts, err = c.targets()
+	if err != nil || ts[0].user != "svc" || ts[0].pass != "p" {
+		t.Fatalf("-user with a URL password: %+v %v", ts, err)
+	}
 	c.urls = urlList{"amqp://h:1", "amqps://h:2"}
 	c.user = "flaguser"
 	ts, err = c.targets()
