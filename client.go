@@ -35,10 +35,21 @@ const MinOutcomeWait = time.Second
 // ClientOptions configures a Client. The zero value (or nil) is usable:
 // credentials from the URLs' userinfo, no events, no logging.
 type ClientOptions struct {
-	// Username and Password are SASL PLAIN credentials for every URL. When
-	// set they win over credentials in a URL's userinfo; when empty, a URL's
-	// userinfo (amqp://user:pass@host:5672) is used; with neither, the
-	// SASLType of ConnOptions applies (go-amqp's default: no SASL).
+	// Username and Password are SASL PLAIN credentials for every URL, taken
+	// field by field: a field set here replaces that field of each URL's
+	// userinfo (amqp://user:pass@host:5672), and only that one, so
+	// Username "svc" with amqp://u:p@host dials as svc with password p.
+	// An empty field leaves the URL's. When neither the options nor a URL
+	// give a user or a password, the SASLType of ConnOptions applies
+	// (go-amqp's default: no SASL).
+	//
+	// A URL's userinfo must be percent-encoded: a password with "@", "/",
+	// "?", "#" or "%" written raw makes the URL read part of it as the host
+	// or the path (amqp://u:P@ss/w@host is host "ss"), and Dial refuses
+	// such a URL (an "@" after its userinfo) with ErrInvalidConfig rather
+	// than dial it. Write P@ss/w as P%40ss%2Fw, or pass it in Password.
+	// Every error, event and log line masks the password, and the whole
+	// userinfo of a URL that is refused or does not parse.
 	Username string
 	Password string
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
 )
 
 // broker is one URL as the Client dials and shows it.
@@ -46,7 +48,11 @@ func parseBroker(raw string, o *ClientOptions) (broker, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the URL, password included: never wrap it.
-		return broker{}, fmt.Errorf("%w: broker URL %q does not parse", ErrInvalidConfig, shown)
+		return broker{}, fmt.Errorf("%w: broker URL %q does not parse (is its userinfo percent-encoded? see ClientOptions.Username)", ErrInvalidConfig, shown)
+	}
+	if redact.Ambiguous(raw) {
+		// Dialled, it would go to a host made of part of the password.
+		return broker{}, fmt.Errorf("%w: broker URL %q has an @ that does not end its userinfo: percent-encode @ / ? # %% in its userinfo (as %%40 %%2F %%3F %%23 %%25)", ErrInvalidConfig, shown)
 	}
 	switch u.Scheme {
 	case "amqp", "amqps", "amqp+ssl":
@@ -57,13 +63,18 @@ func parseBroker(raw string, o *ClientOptions) (broker, error) {
 		return broker{}, fmt.Errorf("%w: broker URL %q has no host", ErrInvalidConfig, shown)
 	}
 	b := broker{shown: shown}
-	switch {
-	case o.Username != "" || o.Password != "":
-		b.user, b.pass, b.plain = o.Username, o.Password, true
-	case u.User != nil:
+	// Field by field: an option that is set replaces that field of the
+	// URL's userinfo, and only that one.
+	if u.User != nil {
 		b.user = u.User.Username()
 		b.pass, _ = u.User.Password()
 		b.plain = true
+	}
+	if o.Username != "" {
+		b.user, b.plain = o.Username, true
+	}
+	if o.Password != "" {
+		b.pass, b.plain = o.Password, true
 	}
 	bare := *u
 	bare.User = nil

@@ -137,6 +137,9 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		defer s.Close()
+		if err := newQueues(s).require(ctx, queue); err != nil {
+			return err
+		}
 		shown, seen := 0, 0
 		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			seen++
@@ -176,6 +179,9 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 			return err
 		}
 		defer s.Close()
+		if err := newQueues(s).require(ctx, queue); err != nil {
+			return err
+		}
 		n := 0
 		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			n++

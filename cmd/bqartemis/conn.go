@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
 )
 
 // Environment variables the connection falls back to.
@@ -33,7 +35,7 @@ type connFlags struct {
 	timeout       time.Duration
 
 	getenv  func(string) string
-	secrets []string // every password seen, scrubbed from all output
+	secrets redact.Secrets // every password seen, scrubbed from all output
 }
 
 // urlList is a repeatable -url flag.
@@ -69,7 +71,10 @@ type target struct {
 }
 
 // targets resolves the URL list and the credentials. Every password is
-// remembered for scrubbing before anything can fail.
+// remembered for scrubbing before anything can fail. The credentials are
+// taken field by field, as the library takes them: the user from -user,
+// else the URL's, else $ARTEMIS_USER; the password from the URL, else
+// $ARTEMIS_PASSWORD.
 func (c *connFlags) targets() ([]target, error) {
 	urls := []string(c.urls)
 	if len(urls) == 0 {
@@ -78,33 +83,32 @@ func (c *connFlags) targets() ([]target, error) {
 		}
 	}
 	envPass := c.getenv(envPassword)
-	c.addSecret(envPass)
+	c.secrets.Add(envPass)
 	for _, raw := range urls {
-		if u, err := url.Parse(raw); err == nil && u.User != nil {
-			p, _ := u.User.Password()
-			c.addSecret(p)
-		} else if err != nil {
-			c.addRawURLSecret(raw)
-		}
+		c.secrets.AddURL(raw)
 	}
 	if len(urls) == 0 {
 		return nil, usagef("no broker: give -url or set $%s", envURL)
 	}
 	var ts []target
 	for _, raw := range urls {
+		shown := redact.URL(raw)
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, usagef("the broker URL %s does not parse", c.scrub(raw))
+			return nil, usagef("the broker URL %s does not parse (is its userinfo percent-encoded?)", shown)
+		}
+		if redact.Ambiguous(raw) {
+			return nil, usagef("the broker URL %s has an @ that does not end its userinfo: percent-encode @ / ? # %% in it (as %%40 %%2F %%3F %%23 %%25), or set $%s instead", shown, envPassword)
 		}
 		switch u.Scheme {
 		case "amqp", "amqps":
 		default:
-			return nil, usagef("the broker URL %s: scheme %q, want amqp or amqps", u.Redacted(), u.Scheme)
+			return nil, usagef("the broker URL %s: scheme %q, want amqp or amqps", shown, u.Scheme)
 		}
 		if u.Hostname() == "" {
-			return nil, usagef("the broker URL %s has no host", u.Redacted())
+			return nil, usagef("the broker URL %s has no host", shown)
 		}
-		t := target{shown: u.Redacted(), tls: u.Scheme == "amqps"}
+		t := target{shown: shown, tls: u.Scheme == "amqps"}
 		if u.User != nil {
 			t.user = u.User.Username()
 			t.pass, _ = u.User.Password()
@@ -234,58 +238,6 @@ func (c *connFlags) dial(ctx context.Context) (*session, error) {
 	return nil, errors.New("cannot connect to any broker: " + strings.Join(errs, "; "))
 }
 
-func (c *connFlags) addSecret(s string) {
-	if s == "" {
-		return
-	}
-	for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s), (&url.URL{User: url.UserPassword("", s)}).String()[3:]} {
-		form = strings.TrimPrefix(form, ":")
-		form = strings.TrimSuffix(form, "@")
-		if form != "" && !contains(c.secrets, form) {
-			c.secrets = append(c.secrets, form)
-		}
-	}
-}
-
-// addRawURLSecret remembers the password of a URL that does not parse:
-// whatever sits between the scheme's user: and the last @.
-func (c *connFlags) addRawURLSecret(raw string) {
-	rest := raw
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return
-	}
-	if colon := strings.Index(rest[:at], ":"); colon >= 0 {
-		c.addSecret(rest[colon+1 : at])
-		if p, err := url.PathUnescape(rest[colon+1 : at]); err == nil {
-			c.addSecret(p)
-		}
-	}
-}
-
-// scrub replaces every known password, in each of its encodings, by xxxxx.
-// Longer secrets go first, so one that contains another is masked whole.
-func (c *connFlags) scrub(s string) string {
-	secrets := append([]string(nil), c.secrets...)
-	for i := 1; i < len(secrets); i++ {
-		for j := i; j > 0 && len(secrets[j]) > len(secrets[j-1]); j-- {
-			secrets[j], secrets[j-1] = secrets[j-1], secrets[j]
-		}
-	}
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "xxxxx")
-	}
-	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+// scrub replaces every known password, in each of its encodings, by
+// xxxxx (internal/redact, the library's rules).
+func (c *connFlags) scrub(s string) string { return c.secrets.String(s) }

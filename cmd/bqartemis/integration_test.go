@@ -238,6 +238,7 @@ func TestIntegrationRedrive(t *testing.T) {
 
 	// -all -to: unknown_urn moves to another queue; poison and gated stay.
 	other := queue + ".other"
+	c.NewSender(other) // -to names a queue that exists: redrive creates none
 	out = cli(t, env, "redrive", dlq, "-all", "-to", other)
 	if !strings.Contains(out, "done: 1 moved, 2 kept") || !strings.Contains(out, "poison record is not an envelope") || !strings.Contains(out, "gated forward") {
 		t.Errorf("redrive -all:\n%s", out)

@@ -7,9 +7,11 @@
 //	bqartemis help
 //
 // The broker is -url (repeatable: a live/backup list, tried in order),
-// default $ARTEMIS_URL. The password comes from the URL or
-// $ARTEMIS_PASSWORD, never from a flag (a flag shows in ps). No password
-// is ever printed.
+// default $ARTEMIS_URL. The connection flags go before or after the
+// command (bqartemis -url URL stats). The password comes from the URL
+// (percent-encoded) or $ARTEMIS_PASSWORD, never from a flag (a flag shows
+// in ps). No password, nor any piece of one, is ever printed. No command
+// creates a queue: a queue that does not exist is an error naming it.
 //
 // Exit status: 0 done, 1 a runtime error (the broker, a record that could
 // not be moved), 2 a usage error.
@@ -55,7 +57,7 @@ func commands() []command {
 	return []command{
 		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N]",
 			"browse dead-letter records without consuming them", setupInspect},
-		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run]",
+		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run] [-bypass]",
 			"move dead-letter records back to their queue (attempts 0, dead_letter removed)", setupRedrive},
 		{"peek", "QUEUE [-json] [-max N]",
 			"browse any queue without consuming it", setupPeek},
@@ -91,7 +93,28 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		mainUsage(stderr)
 		return exitUsage
 	}
+	globals, args, err := splitGlobals(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		mainUsage(stdout)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %s\n(before the command go only the connection flags: -url, -user, -tls-*, -timeout)\n", programName, err)
+		return exitUsage
+	case len(args) == 0:
+		fmt.Fprintf(stderr, "%s: no command after the flags\n", programName)
+		mainUsage(stderr)
+		return exitUsage
+	}
 	name := args[0]
+	// The command parses the global flags with its own, before them: a
+	// flag given after the command wins over the same one given before.
+	if name != "help" {
+		cmdArgs := make([]string, 0, len(globals)+len(args))
+		cmdArgs = append(cmdArgs, name)
+		cmdArgs = append(cmdArgs, globals...)
+		args = append(cmdArgs, args[1:]...)
+	}
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && name == "help" {
@@ -141,6 +164,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, name)
 	mainUsage(stderr)
 	return exitUsage
+}
+
+// splitGlobals takes the connection flags that come before the command
+// (bqartemis -url URL stats, as git or kubectl take them) off args: it
+// returns them, as written, and the command with its own arguments.
+func splitGlobals(args []string, getenv func(string) string) (globals, rest []string, err error) {
+	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c connFlags
+	c.register(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	rest = fs.Args()
+	globals = args[:len(args)-len(rest)]
+	if n := len(globals); n > 0 && globals[n-1] == "--" {
+		globals = globals[:n-1]
+	}
+	return globals, rest, nil
 }
 
 // flagError marks an error the flag package returned.
@@ -193,13 +235,13 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func mainUsage(w io.Writer) {
-	fmt.Fprintf(w, "%s: the operator's tool for BabelQueue on Apache ActiveMQ Artemis\n\nusage: %s COMMAND [ARGS] [FLAGS]\n\ncommands:\n", programName, programName)
+	fmt.Fprintf(w, "%s: the operator's tool for BabelQueue on Apache ActiveMQ Artemis\n\nusage: %s [CONNECTION FLAGS] COMMAND [ARGS] [FLAGS]\n\ncommands:\n", programName, programName)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, `  help     this text; 'help COMMAND' or 'COMMAND -h' for a command's flags
 
-connection (every command):
+connection (every command; before or after the command):
   -url URL            broker URL, repeatable (a live/backup list tried in order); default $ARTEMIS_URL
   -user NAME          SASL user (default: the URL's, else $ARTEMIS_USER); the password comes
                       from the URL or $ARTEMIS_PASSWORD, never from a flag

@@ -121,8 +121,8 @@ func urlEscape(s string) string {
 
 func TestScrubMasksEveryForm(t *testing.T) {
 	var c connFlags
-	c.addSecret("a b/c@d")
-	c.addSecret("a b")
+	c.secrets.Add("a b/c@d")
+	c.secrets.Add("a b")
 	got := c.scrub("x a b/c@d y a+b%2Fc%40d z a%20b%2Fc%40d w a b")
 	if strings.Contains(got, "a b") || strings.Contains(got, "%40d") || strings.Count(got, "xxxxx") != 4 {
 		t.Errorf("scrub left a secret: %q", got)
@@ -136,6 +136,12 @@ func TestCredentials(t *testing.T) {
 	ts, err := c.targets()
 	if err != nil || ts[0].user != "u" || ts[0].pass != "p" || ts[0].addr != "amqp://h:1" || ts[0].shown != "amqp://u:xxxxx@h:1" {
 		t.Fatalf("from the URL: %+v %v", ts, err)
+	}
+	// -user replaces the URL's user only: the URL's password stays.
+	c.user = "svc"
+	ts, err = c.targets()
+	if err != nil || ts[0].user != "svc" || ts[0].pass != "p" {
+		t.Fatalf("-user with a URL password: %+v %v", ts, err)
 	}
 	c.urls = urlList{"amqp://h:1", "amqps://h:2"}
 	c.user = "flaguser"
@@ -341,5 +347,62 @@ func TestRedrivePlan(t *testing.T) {
 	}
 	if m := (&redriveFlags{all: true}).plan(&amqp.Message{Value: "{}", ApplicationProperties: map[string]any{artemis.PropSchemaVersion: "2"}}, "orders.dlq"); m.ok || !strings.Contains(m.why, "gated") {
 		t.Errorf("a gated forward moved: %+v", m)
+	}
+}
+
+// TestGlobalFlagsBeforeTheCommand: the connection flags go before the
+// command too (bqartemis -url URL stats), as git and kubectl take them.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-url", "http://h:1", "stats"}, exitUsage, `scheme "http"`},
+		{[]string{"-url=http://h:1", "peek", "q"}, exitUsage, `scheme "http"`},
+		{[]string{"--url", "http://h:1", "-timeout", "1s", "stats", "q"}, exitUsage, `scheme "http"`},
+		{[]string{"-url", "amqp://h:1", "-tls-ca", "ca.pem", "peek", "q"}, exitUsage, "need amqps://"},
+		{[]string{"-timeout", "1s", "stats", "-url", "http://h:1"}, exitUsage, `scheme "http"`},
+		{[]string{"-url", "http://h:1"}, exitUsage, "no command"},
+		{[]string{"-json", "stats"}, exitUsage, "-json"},
+		{[]string{"-url", "http://h:1", "nope"}, exitUsage, `unknown command "nope"`},
+		{[]string{"-h"}, exitOK, "commands:"},
+		{[]string{"-url", "http://h:1", "help", "stats"}, exitOK, "-json"},
+	}
+	for _, tc := range cases {
+		out, errOut, code := runCLI(t, nil, "", tc.args...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("%v: exit %d, want %d; output %q lacks %q", tc.args, code, tc.code, out+errOut, tc.want)
+		}
+	}
+	// The flag before the command reaches the connection.
+	_, errOut, code := runCLI(t, map[string]string{envURL: "amqp://h:1"}, "", "-url", "http://from-flag:1", "stats")
+	if code != exitUsage || !strings.Contains(errOut, "from-flag") {
+		t.Errorf("the -url before the command did not win over $ARTEMIS_URL: exit %d: %s", code, errOut)
+	}
+}
+
+// TestRunLeavesItsArgumentsAlone: run does not write into the caller's
+// argument slice.
+func TestRunLeavesItsArgumentsAlone(t *testing.T) {
+	args := []string{"-url", "http://h:1", "stats", "q"}
+	want := strings.Join(args, " ")
+	runCLI(t, nil, "", args...)
+	args = []string{"stats", "q", "-url", "http://h:1"}
+	want2 := strings.Join(args, " ")
+	runCLI(t, nil, "", args...)
+	if got := strings.Join(args, " "); got != want2 {
+		t.Errorf("args became %q, want %q (and %q)", got, want2, want)
+	}
+}
+
+func TestRedriveBypassHeader(t *testing.T) {
+	src := deadLetterMessage(t, "failed", 100)
+	if m := (&redriveFlags{bypass: true}).plan(src, "orders.dlq"); !m.ok || m.msg.ApplicationProperties["bq-replay-bypass"] != "true" {
+		t.Errorf("-bypass: %+v", m.msg.ApplicationProperties)
+	}
+	src.ApplicationProperties["bq-replay-bypass"] = "true" // a record of a bypassed replay
+	if m := (&redriveFlags{}).plan(src, "orders.dlq"); !m.ok || m.msg.ApplicationProperties["bq-replay-bypass"] != nil {
+		t.Errorf("without -bypass: %+v", m.msg.ApplicationProperties)
 	}
 }

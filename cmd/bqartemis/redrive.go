@@ -24,8 +24,14 @@ type redriveFlags struct {
 	urn    string
 	max    int
 	dryRun bool
+	bypass bool
 	idle   time.Duration
 }
+
+// replayBypassHeader is the BabelQueue family's out-of-band replay-bypass
+// header: a consumer that finds it "true" tells the handler the delivery
+// is a deliberate replay (redrive -bypass stamps it).
+const replayBypassHeader = "bq-replay-bypass"
 
 func (f *redriveFlags) check() error {
 	switch {
@@ -96,7 +102,7 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 		m.why = "its original queue is the dead-letter queue itself (use -to)"
 		return m
 	}
-	out, err := redriveMessage(r, msg, dlq)
+	out, err := redriveMessage(r, msg, dlq, f.bypass)
 	if err != nil {
 		m.why = err.Error()
 		return m
@@ -108,11 +114,17 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 // redriveMessage is the record as a fresh delivery: attempts 0, no
 // dead_letter block, the envelope re-encoded canonically by the library's
 // projection, the record's out-of-band headers and group kept, and a
-// duplicate id of its own (redriveID).
-func redriveMessage(r *record, src *amqp.Message, dlq string) (*amqp.Message, error) {
+// duplicate id of its own (redriveID). With bypass it carries the
+// replay-bypass header "true"; without, it carries none, even when the
+// record came from a bypassed replay.
+func redriveMessage(r *record, src *amqp.Message, dlq string, bypass bool) (*amqp.Message, error) {
 	env := *r.env
 	env.Attempts, env.DeadLetter = 0, nil
 	hdrs := outOfBandHeaders(src)
+	delete(hdrs, replayBypassHeader)
+	if bypass {
+		hdrs[replayBypassHeader] = "true"
+	}
 	hdrs[artemis.PropDuplicateID] = redriveID(dlq, r)
 	opts := []artemis.PublishOption{artemis.WithHeaders(hdrs)}
 	if p := src.Properties; p != nil && p.GroupID != nil {
@@ -155,6 +167,23 @@ func outOfBandHeaders(msg *amqp.Message) map[string]string {
 	return h
 }
 
+// checkTarget keeps a record whose target queue does not exist (a queue
+// deleted since the record was dead-lettered): redrive creates no queue.
+func (m *move) checkTarget(ctx context.Context, qs *queues) error {
+	if !m.ok {
+		return nil
+	}
+	ok, err := qs.exists(ctx, m.target)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		m.ok = false
+		m.why = "its queue " + m.target + " does not exist (use -to)"
+	}
+	return nil
+}
+
 func (m *move) label() string {
 	return fmt.Sprintf("%s %s id=%s", m.rec.Kind, orDash(m.rec.URN), orDash(m.rec.MessageID))
 }
@@ -171,6 +200,7 @@ func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []st
 	fs.StringVar(&f.urn, "urn", "", "move only records of this `URN`")
 	fs.IntVar(&f.max, "max", 0, "move at most `N` records (0: all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "browse and say what would move; change nothing")
+	fs.BoolVar(&f.bypass, "bypass", false, "mark each moved message as a deliberate replay (application property "+replayBypassHeader+"=true)")
 	fs.DurationVar(&f.idle, "idle", time.Second, "the queue counts as read once nothing has come for this `duration`")
 	return func(ctx context.Context, args []string) error {
 		dlq, err := oneQueue(args, "dead-letter queue")
@@ -185,17 +215,29 @@ func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		defer s.Close()
-		if f.dryRun {
-			return f.dryRunOn(ctx, s, dlq, env)
+		qs := newQueues(s)
+		if err := qs.require(ctx, dlq); err != nil {
+			return err
 		}
-		return f.redrive(ctx, s, dlq, env)
+		if f.to != "" {
+			if err := qs.require(ctx, f.to); err != nil {
+				return fmt.Errorf("-to: %w", err)
+			}
+		}
+		if f.dryRun {
+			return f.dryRunOn(ctx, s, qs, dlq, env)
+		}
+		return f.redrive(ctx, s, qs, dlq, env)
 	}
 }
 
-func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, dlq string, env *environment) error {
+func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, qs *queues, dlq string, env *environment) error {
 	moves, stays := 0, 0
 	err := browse(ctx, s, dlq, f.idle, func(msg *amqp.Message) (bool, error) {
 		m := f.plan(msg, dlq)
+		if err := m.checkTarget(ctx, qs); err != nil {
+			return false, err
+		}
 		if !m.ok || f.max > 0 && moves >= f.max {
 			stays++
 			why := m.why
@@ -224,7 +266,7 @@ func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, dlq string, env
 // straight back. If redrive stops between the publish and the accept, the
 // record is still on the DLQ and the next run publishes it again under the
 // same duplicate id, which Artemis stores once.
-func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env *environment) (err error) {
+func (f *redriveFlags) redrive(ctx context.Context, s *session, qs *queues, dlq string, env *environment) (err error) {
 	r, err := queuelink.Receiver(ctx, s.sess, dlq, -1)
 	if err != nil {
 		return err
@@ -246,6 +288,7 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 	}
 	senders := map[string]*amqp.Sender{}
 	moved := 0
+	var loops loopGuard
 	for {
 		var msg *amqp.Message
 		if f.max > 0 && moved >= f.max {
@@ -270,6 +313,14 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 			return err
 		}
 		m := f.plan(msg, dlq)
+		if err := loops.check(m.rec, dlq); err != nil {
+			held = append(held, msg)
+			return fmt.Errorf("stopped after %d moved: %w", moved, err)
+		}
+		if err := m.checkTarget(ctx, qs); err != nil {
+			held = append(held, msg)
+			return err
+		}
 		if !m.ok {
 			held = append(held, msg)
 			fmt.Fprintf(env.stdout, "kept   %s: %s\n", m.label(), m.why)
@@ -294,6 +345,7 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 			return fmt.Errorf("%s was published to %s but not taken off %s (%w): a re-run publishes it again under the same duplicate id, which Artemis drops", m.label(), m.target, dlq, err)
 		}
 		moved++
+		loops.moved(m.rec, m.target)
 		fmt.Fprintf(env.stdout, "moved  %s -> %s (attempts %d -> 0)\n", m.label(), m.target, m.rec.Attempts)
 	}
 	if err != nil {
@@ -304,4 +356,52 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, dlq string, env 
 	}
 	fmt.Fprintf(env.stdout, "done: %d moved, %d kept on %s\n", moved, len(held), dlq)
 	return nil
+}
+
+// loopGuard stops a redrive that feeds a consumer which still fails: each
+// record it moves goes straight back to the DLQ, and a redrive that went
+// on would move it again and again until its timeout. A record counts as
+// back when a record of the same meta.id, dead-lettered at another moment
+// (failed_at), arrives after this run moved one. (Two records of one
+// meta.id already on the DLQ before the run, dead-lettered at different
+// moments, stop it too: a re-run moves the second.)
+type loopGuard struct {
+	movedAt map[string]loopEntry // meta.id -> the record moved
+}
+
+type loopEntry struct {
+	failedAt int64
+	target   string
+}
+
+func (g *loopGuard) moved(r *record, target string) {
+	if r.MessageID == "" || r.FailedAt == nil {
+		return
+	}
+	if g.movedAt == nil {
+		g.movedAt = map[string]loopEntry{}
+	}
+	g.movedAt[r.MessageID] = loopEntry{failedAt: *r.FailedAt, target: target}
+}
+
+// check returns an error when r is a record this run moved, dead-lettered
+// again.
+func (g *loopGuard) check(r *record, dlq string) error {
+	if r == nil || r.MessageID == "" || r.FailedAt == nil {
+		return nil
+	}
+	e, ok := g.movedAt[r.MessageID]
+	if !ok || e.failedAt == *r.FailedAt {
+		return nil
+	}
+	why := ""
+	if r.Reason != nil {
+		why = " (" + *r.Reason
+		if r.Error != nil && *r.Error != "" {
+			why += ": " + short(*r.Error, 120)
+		}
+		why += ")"
+	}
+	return fmt.Errorf("%s id=%s came back to %s after this run moved it to %s: its consumer still fails it%s. It stays on %s; fix the consumer, then redrive again",
+		orDash(r.URN), r.MessageID, dlq, e.target, why, dlq)
 }

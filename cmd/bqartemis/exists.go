@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Reading or redriving a queue must never create it: Artemis auto-creates
+// the queue of an AMQP link that asks for the "queue" capability (and the
+// address of one that does not), so a misspelt name would come into being,
+// empty, and the command would report nothing to do. No attach option
+// stops that, so every queue a command reads or redrives to is looked up
+// first in the broker's queue list (its management address, as stats
+// reads it), and a missing one is an error that names it. The check and
+// the attach are two steps: a queue deleted between them is auto-created
+// again by the attach.
+
+// queues answers whether queues exist, asking the broker once per command.
+type queues struct {
+	s     *session
+	names map[string]bool // nil until first asked
+}
+
+func newQueues(s *session) *queues { return &queues{s: s} }
+
+// exists reports whether the broker has queue (for a fully qualified
+// address::queue name, the part after "::").
+func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
+	if q.names == nil {
+		m, err := newManager(ctx, q.s)
+		if err != nil {
+			return false, fmt.Errorf("cannot check that queue %s exists: %w", queue, err)
+		}
+		defer m.close(context.WithoutCancel(ctx))
+		list, err := m.queueNames(ctx)
+		if err != nil {
+			return false, fmt.Errorf("cannot check that queue %s exists (may the user send to the management address %s?): %w", queue, managementAddress, err)
+		}
+		q.names = make(map[string]bool, len(list))
+		for _, n := range list {
+			q.names[n] = true
+		}
+	}
+	name := queue
+	if i := strings.LastIndex(queue, "::"); i >= 0 {
+		name = queue[i+2:]
+	}
+	return q.names[name], nil
+}
+
+// require fails unless queue exists, with an error that names it.
+func (q *queues) require(ctx context.Context, queue string) error {
+	ok, err := q.exists(ctx, queue)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("queue %s does not exist on the broker (check its name; %s does not create queues)", queue, programName)
+	}
+	return nil
+}
