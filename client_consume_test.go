@@ -408,7 +408,7 @@ func TestConsumeRejectsInvalidArguments(t *testing.T) {
 		opts  *ConsumeOptions
 	}{
 		"nil consumer":     {"orders", nil, nil},
-		"invalid consumer": {"orders", NewConsumerUnchecked(Handlers{urnCreated: nil}), nil},
+		"invalid consumer": {"orders", newConsumer(Handlers{urnCreated: nil}, nil), nil},
 		"blank queue":      {" ", ok, nil},
 		"negative credit":  {"orders", ok, &ConsumeOptions{Credit: -1}},
 	}

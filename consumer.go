@@ -61,9 +61,6 @@ const (
 	DefaultDeadLetterTimeout    = 30 * time.Second
 	DefaultDeadLetterRetryDelay = time.Second
 	DefaultConcurrency          = 1
-
-	// Deprecated: use DefaultDeadLetterRetryDelay.
-	DefaultDeadLetterRetryDel = DefaultDeadLetterRetryDelay
 )
 
 // Consumer routes deliveries to handlers and settles each exactly once, as
@@ -173,17 +170,6 @@ func NewConsumer(h Handlers, opts ...ConsumerOption) (*Consumer, error) {
 		return nil, c.err
 	}
 	return c, nil
-}
-
-// NewConsumerUnchecked is NewConsumer with the signature it had before it
-// reported an invalid configuration: it always returns a Consumer, and an
-// invalid option makes Listen return an error matching ErrInvalidConfig
-// and Handle give each message back with a plain release.
-//
-// Deprecated: use NewConsumer, which reports the error where the Consumer
-// is built.
-func NewConsumerUnchecked(h Handlers, opts ...ConsumerOption) *Consumer {
-	return newConsumer(h, opts)
 }
 
 func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {

@@ -132,9 +132,10 @@ func TestInvalidConfig(t *testing.T) {
 			assert.ErrorIs(t, err, ErrInvalidConfig, "reported where the Consumer is built")
 			assert.Nil(t, c)
 
-			// The deprecated constructor defers the error to Listen and Handle.
+			// A Consumer built anyway (newConsumer, as NewConsumer does before
+			// it checks) defers the error to Listen and Handle.
 			obs := &observed{}
-			c = NewConsumerUnchecked(h, append(opts, WithObserver(obs))...)
+			c = newConsumer(h, append(opts, WithObserver(obs)))
 			r := fakelink.NewReceiver(t, "orders")
 			assert.ErrorIs(t, c.Listen(context.Background(), r), ErrInvalidConfig)
 			msg := r.Track(orderMessage(t, 0))
