@@ -483,7 +483,7 @@ func processCPU() time.Duration {
 // benchObserver is what a metrics Observer does per event: a few atomic
 // counters and a latency sum, no allocation, no lock.
 type benchObserver struct {
-	byDisposition [DeadLettered + 2]atomic.Int64
+	byDisposition [DispositionDeadLettered + 2]atomic.Int64
 	failed        atomic.Int64
 	latency       atomic.Int64
 	handler       atomic.Int64
@@ -514,7 +514,7 @@ func (o *benchObserver) Published(ev PublishEvent) {
 func BenchmarkHandleRoutedObserved(b *testing.B) {
 	obs := &benchObserver{}
 	r, n := benchHandleLoop(b, mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithObserver(obs)))
-	if got := obs.byDisposition[Accepted].Load(); got != int64(n) || r.Counted().Accepted != n {
+	if got := obs.byDisposition[DispositionAccepted].Load(); got != int64(n) || r.Counted().Accepted != n {
 		b.Fatalf("%d deliveries: %d observed accepted, %d accepted", n, got, r.Counted().Accepted)
 	}
 }
@@ -554,7 +554,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 			benchPair(b,
 				func() error { return plain.Handle(ctx, r, msg) },
 				func() error { return observed.Handle(ctx, r, msg) })
-			if obs, ok := tc.obs.(*benchObserver); ok && obs.byDisposition[Accepted].Load() == 0 {
+			if obs, ok := tc.obs.(*benchObserver); ok && obs.byDisposition[DispositionAccepted].Load() == 0 {
 				b.Fatal("the observer heard nothing")
 			}
 		})

@@ -716,7 +716,7 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	evs := obs.settlements()
 	require.Len(t, evs, 1)
 	assert.Equal(t, "orders.eu", evs[0].Queue, "the receiver's address, through the Client's wrapper")
-	assert.Equal(t, Abandoned, evs[0].Disposition)
+	assert.Equal(t, DispositionAbandoned, evs[0].Disposition)
 	assert.ErrorIs(t, evs[0].Kind, ErrHandlerFailed)
 	assert.Contains(t, logs.String(), `msg="handler failed, retrying" queue=orders.eu`)
 }

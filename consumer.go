@@ -298,7 +298,7 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 		d.handler = d.c.now().Sub(d.start)
 	}
 	if herr == nil {
-		return d.finish(nil, nil, Accepted, d.accept)
+		return d.finish(nil, nil, DispositionAccepted, d.accept)
 	}
 	return d.handlerFailed(herr)
 }

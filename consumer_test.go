@@ -143,7 +143,7 @@ func TestInvalidConfig(t *testing.T) {
 			d, _ := r.Disposition(msg)
 			assert.Equal(t, fakelink.Released, d, "nothing is lost to a bad configuration")
 			if evs := obs.settlements(); assert.Len(t, evs, 1, "the release is observed") {
-				assert.Equal(t, Released, evs[0].Disposition)
+				assert.Equal(t, DispositionReleased, evs[0].Disposition)
 				assert.ErrorIs(t, evs[0].Err, ErrInvalidConfig)
 				assert.Equal(t, "invalid_config", evs[0].KindName())
 			}

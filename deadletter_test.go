@@ -72,7 +72,7 @@ func TestDeadLetterWriteMustBeAccepted(t *testing.T) {
 					assert.ErrorIs(t, got.reports[0].err, p.kind)
 					var de *DeliveryError
 					require.ErrorAs(t, got.reports[0].err, &de)
-					assert.Equal(t, DeadLettered, de.Disposition)
+					assert.Equal(t, DispositionDeadLettered, de.Disposition)
 					return
 				}
 				assert.Equal(t, fakelink.Released, got.disp, "a failed DLQ write ends in a plain release, never an accept")
@@ -81,7 +81,7 @@ func TestDeadLetterWriteMustBeAccepted(t *testing.T) {
 				assert.ErrorIs(t, err, ErrDeadLetterFailed)
 				var de *DeliveryError
 				require.ErrorAs(t, err, &de)
-				assert.Equal(t, Released, de.Disposition)
+				assert.Equal(t, DispositionReleased, de.Disposition)
 				switch o.name {
 				case "timed out":
 					assert.Contains(t, err.Error(), "no outcome within 20ms")

@@ -74,34 +74,34 @@ type Disposition int
 
 // The dispositions, named after what the broker does with the message.
 const (
-	// Pending: no disposition was sent (the settlement itself failed).
-	Pending Disposition = iota
-	// Accepted: the message was handled and is gone from the queue.
-	Accepted
-	// Abandoned: modified with delivery-failed; the broker redelivers it and
+	// DispositionPending: no disposition was sent (the settlement itself failed).
+	DispositionPending Disposition = iota
+	// DispositionAccepted: the message was handled and is gone from the queue.
+	DispositionAccepted
+	// DispositionAbandoned: modified with delivery-failed; the broker redelivers it and
 	// increments its delivery count.
-	Abandoned
-	// Released: plainly released; the broker redelivers it without counting.
-	Released
-	// DeadLettered: a copy was confirmed on the dead-letter queue, then the
+	DispositionAbandoned
+	// DispositionReleased: plainly released; the broker redelivers it without counting.
+	DispositionReleased
+	// DispositionDeadLettered: a copy was confirmed on the dead-letter queue, then the
 	// source was accepted.
-	DeadLettered
-	// Dropped: accepted without a dead-letter copy.
-	Dropped
+	DispositionDeadLettered
+	// DispositionDropped: accepted without a dead-letter copy.
+	DispositionDropped
 )
 
 // String returns the disposition's name.
 func (d Disposition) String() string {
 	switch d {
-	case Accepted:
+	case DispositionAccepted:
 		return "accepted"
-	case Abandoned:
+	case DispositionAbandoned:
 		return "abandoned"
-	case Released:
+	case DispositionReleased:
 		return "released"
-	case DeadLettered:
+	case DispositionDeadLettered:
 		return "dead_lettered"
-	case Dropped:
+	case DispositionDropped:
 		return "dropped"
 	}
 	return "pending"

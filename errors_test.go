@@ -11,13 +11,13 @@ import (
 
 func TestDispositionNames(t *testing.T) {
 	for d, want := range map[Disposition]string{
-		Pending:         "pending",
-		Accepted:        "accepted",
-		Abandoned:       "abandoned",
-		Released:        "released",
-		DeadLettered:    "dead_lettered",
-		Dropped:         "dropped",
-		Disposition(99): "pending",
+		DispositionPending:      "pending",
+		DispositionAccepted:     "accepted",
+		DispositionAbandoned:    "abandoned",
+		DispositionReleased:     "released",
+		DispositionDeadLettered: "dead_lettered",
+		DispositionDropped:      "dropped",
+		Disposition(99):         "pending",
 	} {
 		assert.Equal(t, want, d.String(), "Disposition(%d)", int(d))
 	}
@@ -32,17 +32,17 @@ func TestDeliveryError(t *testing.T) {
 	}{
 		{
 			name: "routed and decoded",
-			err:  &DeliveryError{Kind: ErrHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: Abandoned, Err: cause},
+			err:  &DeliveryError{Kind: ErrHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: DispositionAbandoned, Err: cause},
 			want: ErrHandlerFailed.Error() + " (urn urn:a, id id-1, attempts 2): abandoned: payment gateway timeout",
 		},
 		{
 			name: "routed, no meta.id",
-			err:  &DeliveryError{Kind: ErrUnknownURN, URN: "urn:b", Disposition: Released},
+			err:  &DeliveryError{Kind: ErrUnknownURN, URN: "urn:b", Disposition: DispositionReleased},
 			want: ErrUnknownURN.Error() + " (urn urn:b, attempts 0): released",
 		},
 		{
 			name: "no urn",
-			err:  &DeliveryError{Kind: ErrPoison, Disposition: DeadLettered, Err: cause},
+			err:  &DeliveryError{Kind: ErrPoison, Disposition: DispositionDeadLettered, Err: cause},
 			want: ErrPoison.Error() + ": dead_lettered: payment gateway timeout",
 		},
 	}

@@ -68,7 +68,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	onError := func(ctx context.Context, err error, env *artemis.Envelope, msg *amqp.Message) {
 		reports.onError(ctx, err, env, msg)
 		var de *artemis.DeliveryError
-		if errors.As(err, &de) && errors.Is(de, artemis.ErrHandlerFailed) && de.Disposition == artemis.DeadLettered {
+		if errors.As(err, &de) && errors.Is(de, artemis.ErrHandlerFailed) && de.Disposition == artemis.DispositionDeadLettered {
 			dlMu.Lock()
 			deadLettered[de.MessageID]++
 			if len(deadLettered) == total && deadLettered[de.MessageID] == 1 {

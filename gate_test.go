@@ -99,11 +99,11 @@ func TestVersionGate(t *testing.T) {
 					var de *DeliveryError
 					require.ErrorAs(t, got.reports[0].err, &de)
 					if strategy == UnknownURNDelete || !withDLQ {
-						assert.Equal(t, Dropped, de.Disposition)
+						assert.Equal(t, DispositionDropped, de.Disposition)
 						assert.Empty(t, got.dlq)
 						return
 					}
-					assert.Equal(t, DeadLettered, de.Disposition)
+					assert.Equal(t, DispositionDeadLettered, de.Disposition)
 					require.Len(t, got.dlq, 1)
 					fwd := got.dlq[0]
 					assert.Equal(t, msg.Value, fwd.Value, "forwarded byte for byte")
@@ -179,7 +179,7 @@ func TestHostileSchemaVersionOfEveryType(t *testing.T) {
 				return
 			}
 			assert.False(t, handled, "a gated message never reaches a handler")
-			de := requireReport(t, got, ErrVersionGated, DeadLettered)
+			de := requireReport(t, got, ErrVersionGated, DispositionDeadLettered)
 			assert.Contains(t, de.Error(), PropSchemaVersion)
 			require.Len(t, got.dlq, 1)
 			fwd := got.dlq[0]

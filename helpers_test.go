@@ -59,7 +59,7 @@ func requireReport(t *testing.T, got outcome, kind error, disp Disposition) *Del
 // record with reason poison. It returns the record and the reported error.
 func requirePoisonRecord(t *testing.T, got outcome) (string, *DeliveryError) {
 	t.Helper()
-	de := requireReport(t, got, ErrPoison, DeadLettered)
+	de := requireReport(t, got, ErrPoison, DispositionDeadLettered)
 	assert.Equal(t, fakelink.Accepted, got.disp, "accepted after the confirmed copy")
 	require.Len(t, got.dlq, 1, "one confirmed DLQ copy")
 	record, ok := got.dlq[0].Value.(string)

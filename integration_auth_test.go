@@ -345,7 +345,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 			de := errs.next(t)
 			require.ErrorIs(t, de, artemis.ErrDeadLetterFailed, "delivery %d", i)
-			assert.Equal(t, artemis.Released, de.Disposition)
+			assert.Equal(t, artemis.DispositionReleased, de.Disposition)
 			assert.Equal(t, env.Meta.ID, de.MessageID)
 			assert.ErrorIs(t, de, artemis.ErrNotAccepted, "the broker's outcome was not accepted")
 			var oe *artemis.OutcomeError

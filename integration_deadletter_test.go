@@ -55,7 +55,7 @@ func (ru *deadLetterRun) nextFailedWrite(t *testing.T) *artemis.DeliveryError {
 	t.Helper()
 	de := ru.errs.next(t)
 	require.ErrorIs(t, de, artemis.ErrDeadLetterFailed)
-	assert.Equal(t, artemis.Released, de.Disposition, "plain release")
+	assert.Equal(t, artemis.DispositionReleased, de.Disposition, "plain release")
 	return de
 }
 
@@ -143,11 +143,11 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 			for {
 				de := errs.next(t)
 				if errors.Is(de, artemis.ErrDeadLetterFailed) {
-					assert.Equal(t, artemis.Released, de.Disposition)
+					assert.Equal(t, artemis.DispositionReleased, de.Disposition)
 					continue
 				}
 				assert.ErrorIs(t, de, artemis.ErrHandlerFailed)
-				assert.Equal(t, artemis.DeadLettered, de.Disposition)
+				assert.Equal(t, artemis.DispositionDeadLettered, de.Disposition)
 				break
 			}
 			ru.l.stop()

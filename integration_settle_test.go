@@ -47,7 +47,7 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 	for want := range 2 {
 		de := errs.next(t)
 		assert.ErrorIs(t, de, artemis.ErrHandlerFailed)
-		assert.Equal(t, artemis.Abandoned, de.Disposition, "modified with delivery-failed")
+		assert.Equal(t, artemis.DispositionAbandoned, de.Disposition, "modified with delivery-failed")
 		assert.Equal(t, want, de.Attempts)
 		assert.Equal(t, env.Meta.ID, de.MessageID)
 	}
@@ -80,7 +80,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 	for want := range 3 {
 		assert.Equal(t, call{want, uint32(want)}, nextCall(t, calls), "delivery %d", want)
 	}
-	for i, want := range []artemis.Disposition{artemis.Abandoned, artemis.Abandoned, artemis.DeadLettered} {
+	for i, want := range []artemis.Disposition{artemis.DispositionAbandoned, artemis.DispositionAbandoned, artemis.DispositionDeadLettered} {
 		de := errs.next(t)
 		assert.ErrorIs(t, de, artemis.ErrHandlerFailed)
 		assert.Equal(t, want, de.Disposition, "report %d", i)
@@ -183,7 +183,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 			de := errs.next(t)
 			l.stop()
 			assert.ErrorIs(t, de, artemis.ErrVersionGated)
-			assert.Equal(t, artemis.DeadLettered, de.Disposition)
+			assert.Equal(t, artemis.DispositionDeadLettered, de.Disposition)
 			select {
 			case c := <-calls:
 				t.Errorf("the handler was called: %+v", c)
@@ -248,7 +248,7 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 	for range cases {
 		de := errs.next(t)
 		assert.ErrorIs(t, de, artemis.ErrPoison)
-		assert.Equal(t, artemis.DeadLettered, de.Disposition)
+		assert.Equal(t, artemis.DispositionDeadLettered, de.Disposition)
 	}
 	l.stop()
 	select {
@@ -356,7 +356,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		de := ru.errs.next(t)
 		ru.l.stop()
 		assert.ErrorIs(t, de, artemis.ErrUnknownURN)
-		assert.Equal(t, artemis.DeadLettered, de.Disposition)
+		assert.Equal(t, artemis.DispositionDeadLettered, de.Disposition)
 		assert.Equal(t, unknown, de.URN)
 
 		body := valueString(t, dlqMsg)
@@ -382,7 +382,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 				for want := range 10 {
 					de := ru.errs.next(t)
 					assert.ErrorIs(t, de, artemis.ErrUnknownURN)
-					assert.Equal(t, artemis.Abandoned, de.Disposition)
+					assert.Equal(t, artemis.DispositionAbandoned, de.Disposition)
 					assert.Equal(t, want, de.Attempts, "delivery %d counted by Artemis", want)
 				}
 			}

@@ -60,7 +60,7 @@ func TestListenSurvivesAHandlerThatExitsItsGoroutine(t *testing.T) {
 			assert.ErrorIs(t, reps[0].err, ErrHandlerExited)
 			var de *DeliveryError
 			require.ErrorAs(t, reps[0].err, &de)
-			assert.Equal(t, Abandoned, de.Disposition)
+			assert.Equal(t, DispositionAbandoned, de.Disposition)
 			for m, d := range fr.Dispositions() {
 				if m != exiting {
 					assert.Equal(t, fakelink.Accepted, d)

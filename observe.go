@@ -44,7 +44,7 @@ type SettleEvent struct {
 	URN string
 	// MessageID is meta.id ("" when the body was not decoded).
 	MessageID string
-	// Disposition is what was sent to the broker; Pending when the
+	// Disposition is what was sent to the broker; DispositionPending when the
 	// settlement itself failed.
 	Disposition Disposition
 	// Kind is nil when the handler succeeded, else the sentinel saying what
@@ -53,7 +53,7 @@ type SettleEvent struct {
 	// ErrDeadLetterFailed, ErrGivenBack for a delivery Listen took but
 	// never started and released on its way out (shutdown, link loss), or
 	// ErrSettlement when the disposition could not be sent (Disposition is
-	// then Pending).
+	// then DispositionPending).
 	Kind error
 	// Err is the cause: the handler's error, the decode error, the
 	// dead-letter write error, the settlement error; nil on success.
@@ -191,19 +191,19 @@ func (c *Consumer) observeSettled(ev SettleEvent) {
 
 // observeRelease reports a delivery released without being handled, for
 // kind (ErrGivenBack, or the configuration error of a consumer that cannot
-// handle anything), to the observer, if any: Pending and ErrSettlement when
+// handle anything), to the observer, if any: DispositionPending and ErrSettlement when
 // the release failed (serr).
 func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr error) {
 	if c.observer == nil {
 		return
 	}
-	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: Released, Kind: kind,
+	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
 		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
 	if kind != ErrGivenBack {
 		ev.Err = kind // the configuration error: what an operator must fix
 	}
 	if serr != nil {
-		ev.Disposition, ev.Kind, ev.Err = Pending, ErrSettlement, serr
+		ev.Disposition, ev.Kind, ev.Err = DispositionPending, ErrSettlement, serr
 	}
 	c.observeSettled(ev)
 }

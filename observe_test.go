@@ -97,45 +97,45 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 		reported bool  // the error callback heard of it
 	}{
 		{name: "accepted", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
-			disp: Accepted, decoded: true, ran: true},
+			disp: DispositionAccepted, decoded: true, ran: true},
 		{name: "handler failed, retried", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
-			disp: Abandoned, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp: DispositionAbandoned, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "handler failed at the limit, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			dlq: fakelink.Accept, delivery: 2,
-			disp: DeadLettered, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp: DispositionDeadLettered, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "handler failed at the limit, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			delivery: 2,
-			disp:     Dropped, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp:     DispositionDropped, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "dead-letter write rejected: released", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			dlq: fakelink.Reject, delivery: 2, opts: []ConsumerOption{WithDeadLetterRetryDelay(0)},
-			disp: Released, kind: ErrDeadLetterFailed, cause: ErrNotAccepted, decoded: true, ran: true, reported: true},
+			disp: DispositionReleased, kind: ErrDeadLetterFailed, cause: ErrNotAccepted, decoded: true, ran: true, reported: true},
 		{name: "unknown URN, fail", opts: []ConsumerOption{WithUnknownURN(UnknownURNFail)},
-			disp: Abandoned, kind: ErrUnknownURN, reported: true, cause: errAny},
+			disp: DispositionAbandoned, kind: ErrUnknownURN, reported: true, cause: errAny},
 		{name: "unknown URN, release: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNRelease)},
-			disp: Abandoned, kind: ErrUnknownURN},
+			disp: DispositionAbandoned, kind: ErrUnknownURN},
 		{name: "unknown URN, delete: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNDelete)},
-			disp: Dropped, kind: ErrUnknownURN},
+			disp: DispositionDropped, kind: ErrUnknownURN},
 		{name: "unknown URN, dead_letter", opts: []ConsumerOption{WithUnknownURN(UnknownURNDeadLetter)}, dlq: fakelink.Accept,
-			disp: DeadLettered, kind: ErrUnknownURN, decoded: true, reported: true, cause: errAny},
+			disp: DispositionDeadLettered, kind: ErrUnknownURN, decoded: true, reported: true, cause: errAny},
 		{name: "poison, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			dlq: fakelink.Accept, msg: func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
-			disp: DeadLettered, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+			disp: DispositionDeadLettered, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
 		{name: "poison, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			msg:  func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
-			disp: Dropped, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+			disp: DispositionDropped, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
 		{name: "schema version gated", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			dlq: fakelink.Accept, msg: func(t *testing.T, dc uint32) *amqp.Message {
 				m := orderMessage(t, dc)
 				m.ApplicationProperties[PropSchemaVersion] = "2"
 				return m
 			},
-			disp: DeadLettered, kind: ErrVersionGated, reported: true, cause: errAny},
+			disp: DispositionDeadLettered, kind: ErrVersionGated, reported: true, cause: errAny},
 		{name: "settlement failed", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			settle: fakelink.ErrLinkClosed,
-			disp:   Pending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+			disp:   DispositionPending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
 		{name: "handler failed and its settlement too", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			settle: fakelink.ErrLinkClosed,
-			disp:   Pending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+			disp:   DispositionPending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 				want = handlerTime
 			}
 			assert.Equal(t, want, ev.Handler, "handler time")
-			if tc.dlq != nil && (!errors.Is(tc.kind, ErrUnknownURN) || tc.disp == DeadLettered) && !errors.Is(tc.kind, ErrSettlement) {
+			if tc.dlq != nil && (!errors.Is(tc.kind, ErrUnknownURN) || tc.disp == DispositionDeadLettered) && !errors.Is(tc.kind, ErrSettlement) {
 				want += dlqTime
 			}
 			assert.Equal(t, want, ev.Latency, "latency: the handler and the dead-letter write")
@@ -265,7 +265,7 @@ func TestObserverUnderConcurrentWorkers(t *testing.T) {
 	for _, ev := range obs.settlements() {
 		counts[ev.Disposition]++
 	}
-	assert.Equal(t, map[Disposition]int{Accepted: n / 2, Abandoned: n / 2}, counts)
+	assert.Equal(t, map[Disposition]int{DispositionAccepted: n / 2, DispositionAbandoned: n / 2}, counts)
 }
 
 // outcomeUnknownSender fails every send as the Client's publisher does
@@ -410,7 +410,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	if with > base {
 		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
 	}
-	if obs.published.Load() == 0 || obs.byDisposition[Accepted].Load() == 0 || obs.handler.Load() < 0 ||
+	if obs.published.Load() == 0 || obs.byDisposition[DispositionAccepted].Load() == 0 || obs.handler.Load() < 0 ||
 		time.Duration(obs.publishTime.Load()) < 0 {
 		t.Fatal("the observer heard nothing")
 	}
@@ -463,13 +463,13 @@ func TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss(t *testing.T) {
 					case errors.Is(ev.Kind, ErrGivenBack):
 						givenBack++
 						heard["released"]++
-						assert.Equal(t, Released, ev.Disposition)
+						assert.Equal(t, DispositionReleased, ev.Disposition)
 						assert.Equal(t, "given_back", ev.KindName())
 						assert.Equal(t, "orders", ev.Queue)
 						assert.Equal(t, urnCreated, ev.URN)
 					case errors.Is(ev.Kind, ErrSettlement):
 						heard["refused"]++
-					case ev.Disposition == Accepted:
+					case ev.Disposition == DispositionAccepted:
 						heard["accepted"]++
 					default:
 						t.Errorf("unexpected event %+v", ev)

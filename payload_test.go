@@ -198,7 +198,7 @@ func TestConsumeInvalidPayloadIsDeadLetteredAtOnce(t *testing.T) {
 	assert.Equal(t, 0, dl.Attempts)
 	assert.Equal(t, "orders", dl.OriginalQueue)
 
-	de := requireReport(t, got, ErrInvalidPayload, DeadLettered)
+	de := requireReport(t, got, ErrInvalidPayload, DispositionDeadLettered)
 	var pe *PayloadError
 	require.ErrorAs(t, de, &pe)
 	assert.Equal(t, []PayloadViolation{{Pointer: "/order_id", Message: "must be >= 1"}}, pe.Violations)
@@ -228,7 +228,7 @@ func TestConsumeInvalidPayloadWithoutDeadLetterIsDroppedAndReported(t *testing.T
 			if tc.dlq != nil {
 				assert.Zero(t, tc.dlq.Count(), "nothing written to the DLQ")
 			}
-			de := requireReport(t, got, ErrInvalidPayload, Dropped)
+			de := requireReport(t, got, ErrInvalidPayload, DispositionDropped)
 			assert.Contains(t, de.Error(), "/order_id: must be >= 1", "the report says what was wrong")
 		})
 	}
@@ -241,7 +241,7 @@ func TestConsumeInvalidPayloadFailedDeadLetterWriteIsReleased(t *testing.T) {
 		WithDeadLetterSender(dlq), WithPayloadValidator(&orderIDValidator{}), WithDeadLetterRetryDelay(0))
 	got := handleOne(t, c, rec, dlq, invalidOrderMessage(t, 0))
 	assert.Equal(t, fakelink.Released, got.disp, "never accepted without a confirmed copy")
-	de := requireReport(t, got, ErrDeadLetterFailed, Released)
+	de := requireReport(t, got, ErrDeadLetterFailed, DispositionReleased)
 	assert.ErrorIs(t, de, ErrInvalidPayload, "the cause is still reachable")
 }
 
@@ -273,7 +273,7 @@ func TestConsumeValidPayloadAndUncheckedURNsReachTheHandler(t *testing.T) {
 	require.NoError(t, err)
 	got = handleOne(t, c, rec, nil, msg)
 	assert.Equal(t, fakelink.Failed, got.disp)
-	requireReport(t, got, ErrUnknownURN, Abandoned)
+	requireReport(t, got, ErrUnknownURN, DispositionAbandoned)
 	assert.Equal(t, int64(2), v.calls.Load(), "no check without a handler")
 }
 
@@ -288,7 +288,7 @@ func TestConsumePanickingValidatorIsAFailedAttempt(t *testing.T) {
 		WithDeadLetterSender(dlq), WithPayloadValidator(panickingValidator{}))
 	got := handleOne(t, c, rec, dlq, orderMessage(t, 0))
 	assert.Equal(t, fakelink.Failed, got.disp, "retried: the data may be fine")
-	de := requireReport(t, got, ErrHandlerFailed, Abandoned)
+	de := requireReport(t, got, ErrHandlerFailed, DispositionAbandoned)
 	var pe *PanicError
 	require.ErrorAs(t, de, &pe)
 	assert.Contains(t, de.Error(), "payload validator panicked: validator bug")
@@ -308,7 +308,7 @@ func TestInvalidPayloadObservedAndNamed(t *testing.T) {
 	handleOne(t, c, newRecorder(), nil, invalidOrderMessage(t, 0))
 	require.Len(t, obs.events, 1)
 	assert.Equal(t, "invalid_payload", obs.events[0].KindName())
-	assert.Equal(t, Dropped, obs.events[0].Disposition)
+	assert.Equal(t, DispositionDropped, obs.events[0].Disposition)
 }
 
 type kindObserver struct{ events []SettleEvent }

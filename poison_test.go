@@ -296,7 +296,7 @@ func TestPoisonThroughHandle(t *testing.T) {
 		require.Len(t, got.reports, 1)
 		var de *DeliveryError
 		require.ErrorAs(t, got.reports[0].err, &de)
-		assert.Equal(t, Dropped, de.Disposition)
+		assert.Equal(t, DispositionDropped, de.Disposition)
 	})
 	t.Run("poison is never retried, whatever the delivery count", func(t *testing.T) {
 		m := rawMessage("nope")
@@ -411,7 +411,7 @@ func TestHostileDuplicateKeys(t *testing.T) {
 		msg := rawMessage(body)
 		msg.Header.DeliveryCount = 2
 		got = handleOne(t, c, rec, dlq, msg)
-		de := requireReport(t, got, ErrHandlerFailed, DeadLettered)
+		de := requireReport(t, got, ErrHandlerFailed, DispositionDeadLettered)
 		assert.ErrorIs(t, de, cause)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		require.Len(t, got.dlq, 1)
@@ -502,7 +502,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 	t.Run("its DLQ copy is the canonical envelope, without the padding", func(t *testing.T) {
 		c, rec, dlq := hostileConsumer(t, failing(errors.New("x")), WithMaxTries(1))
 		got := handleOne(t, c, rec, dlq, rawMessage(body))
-		_ = requireReport(t, got, ErrHandlerFailed, DeadLettered)
+		_ = requireReport(t, got, ErrHandlerFailed, DispositionDeadLettered)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		require.Len(t, got.dlq, 1)
 		copyBody := got.dlq[0].Value.(string)

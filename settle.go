@@ -58,10 +58,10 @@ func (d *delivery) handlerFailed(cause error) error {
 	// Written as attempts < maxTries-1, not attempts+1 < maxTries: a body
 	// attempts of math.MaxInt would overflow and be retried forever.
 	if d.attempts < d.c.maxTries-1 {
-		return d.finish(ErrHandlerFailed, cause, Abandoned, d.abandon)
+		return d.finish(ErrHandlerFailed, cause, DispositionAbandoned, d.abandon)
 	}
 	if d.c.dlq == nil {
-		return d.finish(ErrHandlerFailed, cause, Dropped, d.accept)
+		return d.finish(ErrHandlerFailed, cause, DispositionDropped, d.accept)
 	}
 	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
 	return d.deadLetter(ErrHandlerFailed, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
@@ -72,24 +72,24 @@ func (d *delivery) unknownURN() error {
 	switch d.c.unknown {
 	case UnknownURNRelease:
 		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, Abandoned, d.abandon)
+		return d.finish(ErrUnknownURN, nil, DispositionAbandoned, d.abandon)
 	case UnknownURNDelete:
 		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, Dropped, d.accept)
+		return d.finish(ErrUnknownURN, nil, DispositionDropped, d.accept)
 	}
 	// Only the strategies that report need the cause.
 	cause := errors.New("no handler is registered for " + strconv.Quote(d.urn))
 	switch d.c.unknown {
 	case UnknownURNDeadLetter:
 		if d.c.dlq == nil {
-			return d.finish(ErrUnknownURN, cause, Dropped, d.accept)
+			return d.finish(ErrUnknownURN, cause, DispositionDropped, d.accept)
 		}
 		dl := newDeadLetter(ReasonUnknownURN, nil, d.queue(), d.attempts, d.c.now())
 		text := cause.Error()
 		dl.Error = &text
 		return d.deadLetter(ErrUnknownURN, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 	}
-	return d.finish(ErrUnknownURN, cause, Abandoned, d.abandon)
+	return d.finish(ErrUnknownURN, cause, DispositionAbandoned, d.abandon)
 }
 
 // gated settles a message whose bq_schema_version is not "1" on its first
@@ -97,7 +97,7 @@ func (d *delivery) unknownURN() error {
 func (d *delivery) gated(cause error) error {
 	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrVersionGated, cause, Dropped, d.accept)
+		return d.finish(ErrVersionGated, cause, DispositionDropped, d.accept)
 	}
 	return d.deadLetter(ErrVersionGated, cause, forwardCopy(d.msg, d.queue()))
 }
@@ -107,7 +107,7 @@ func (d *delivery) gated(cause error) error {
 func (d *delivery) poison(body string, cause error) error {
 	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrPoison, cause, Dropped, d.accept)
+		return d.finish(ErrPoison, cause, DispositionDropped, d.accept)
 	}
 	dl := newDeadLetter(ReasonPoison, cause, d.queue(), d.attempts, d.c.now())
 	dl.Exception = nil
@@ -123,7 +123,7 @@ func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
 	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
 	cancel()
 	if err == nil {
-		return d.finish(kind, cause, DeadLettered, d.accept)
+		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Not only ctx.Err() itself: a transfer still waiting for link
@@ -133,7 +133,7 @@ func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
 		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
 	}
 	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
-	return d.finish(ErrDeadLetterFailed, dlqErr, Released, func() error {
+	return d.finish(ErrDeadLetterFailed, dlqErr, DispositionReleased, func() error {
 		d.wait(d.c.retryDelay)
 		return d.release()
 	})
@@ -195,15 +195,15 @@ func (d *delivery) settled(kind, cause error, disp Disposition, reported *Delive
 			// this delivery is still being reported.
 			d.lost(serr)
 		}
-		settleErr := d.deliveryError(ErrSettlement, serr, Pending)
+		settleErr := d.deliveryError(ErrSettlement, serr, DispositionPending)
 		if reported != nil && !reportedFirst {
-			reported.Disposition = Pending
+			reported.Disposition = DispositionPending
 			d.c.report(d.ctx, reported, d.env, d.msg)
 			d.log(level(reported), reported)
 		}
 		d.c.report(d.ctx, settleErr, d.env, d.msg)
 		d.log(slog.LevelError, settleErr)
-		d.observe(ErrSettlement, serr, Pending)
+		d.observe(ErrSettlement, serr, DispositionPending)
 		if reported != nil {
 			return fmt.Errorf("%w; %w", reported, settleErr)
 		}
@@ -224,7 +224,7 @@ func (d *delivery) settled(kind, cause error, disp Disposition, reported *Delive
 // level is the log level of a reported error: error for a loss (dropped)
 // or a failure to settle, warn for the rest (a retry, a dead-letter copy).
 func level(e *DeliveryError) slog.Level {
-	if e.Disposition == Dropped || e.Disposition == Pending || errors.Is(e.Kind, ErrSettlement) {
+	if e.Disposition == DispositionDropped || e.Disposition == DispositionPending || errors.Is(e.Kind, ErrSettlement) {
 		return slog.LevelError
 	}
 	return slog.LevelWarn
@@ -305,15 +305,15 @@ func logMessage(kind error, disp Disposition) string {
 		what = "delivery failed"
 	}
 	switch disp {
-	case Abandoned:
+	case DispositionAbandoned:
 		return what + ", retrying"
-	case Released:
+	case DispositionReleased:
 		return what + ", releasing"
-	case DeadLettered:
+	case DispositionDeadLettered:
 		return what + ", dead-lettered"
-	case Dropped:
+	case DispositionDropped:
 		return what + ", dropped"
-	case Pending:
+	case DispositionPending:
 		return what + ", not settled"
 	}
 	return what + ", " + disp.String()
@@ -339,7 +339,7 @@ func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) 
 	}
 	err := r.ReleaseMessage(ctx, msg)
 	if err != nil {
-		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: Pending, Err: err}
+		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: DispositionPending, Err: err}
 		c.report(ctx, e, nil, msg)
 		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
 	}

@@ -37,32 +37,32 @@ func TestSettlementTable(t *testing.T) {
 		{name: "handler returns nil: accept", handlers: Handlers{urnCreated: succeeding}, withDLQ: true,
 			wantDisp: fakelink.Accepted},
 		{name: "handler fails below the limit: modified delivery-failed", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true,
-			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: Abandoned},
+			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: DispositionAbandoned},
 		{name: "handler fails one below the limit", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 1,
-			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: Abandoned},
+			wantDisp: fakelink.Failed, wantKind: ErrHandlerFailed, wantFinal: DispositionAbandoned},
 		{name: "handler fails at the limit with DLQ: dead-lettered then accepted", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 2,
-			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DeadLettered, wantReason: ReasonFailed},
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DispositionDeadLettered, wantReason: ReasonFailed},
 		{name: "handler fails past the limit with DLQ", handlers: Handlers{urnCreated: failing(gwErr)}, withDLQ: true, delivery: 7,
-			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DeadLettered, wantReason: ReasonFailed},
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DispositionDeadLettered, wantReason: ReasonFailed},
 		{name: "handler fails at the limit without DLQ: accept (drop), reported", handlers: Handlers{urnCreated: failing(gwErr)}, delivery: 2,
-			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: Dropped},
+			wantDisp: fakelink.Accepted, wantKind: ErrHandlerFailed, wantFinal: DispositionDropped},
 		{name: "unknown URN, fail (default): reported and modified", handlers: Handlers{}, withDLQ: true,
-			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: Abandoned},
+			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: DispositionAbandoned},
 		{name: "unknown URN, release: modified, nothing reported", handlers: Handlers{}, strategy: UnknownURNRelease, withDLQ: true,
 			wantDisp: fakelink.Failed},
 		{name: "unknown URN, delete: accept", handlers: Handlers{}, strategy: UnknownURNDelete, withDLQ: true,
 			wantDisp: fakelink.Accepted},
 		{name: "unknown URN, dead_letter: DLQ copy then accept", handlers: Handlers{}, strategy: UnknownURNDeadLetter, withDLQ: true, delivery: 1,
-			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: DeadLettered, wantReason: ReasonUnknownURN},
+			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: DispositionDeadLettered, wantReason: ReasonUnknownURN},
 		{name: "unknown URN, dead_letter without DLQ sender: accept (drop), reported", handlers: Handlers{}, strategy: UnknownURNDeadLetter,
-			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: Dropped},
+			wantDisp: fakelink.Accepted, wantKind: ErrUnknownURN, wantFinal: DispositionDropped},
 		{name: "unknown URN, fail, garbage body: routed on the annotation, never decoded", handlers: Handlers{}, withDLQ: true,
 			msg: func(t *testing.T, dc uint32) *amqp.Message {
 				m := orderMessage(t, dc)
 				m.Value = "not json at all"
 				return m
 			},
-			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: Abandoned},
+			wantDisp: fakelink.Failed, wantKind: ErrUnknownURN, wantFinal: DispositionAbandoned},
 		{name: "unknown URN, delete, garbage body: accept without decoding", handlers: Handlers{}, strategy: UnknownURNDelete, withDLQ: true,
 			msg: func(t *testing.T, dc uint32) *amqp.Message {
 				m := orderMessage(t, dc)
@@ -247,7 +247,7 @@ func TestSettlementFailureIsReported(t *testing.T) {
 	require.Len(t, rec2.all(), 2)
 	var de *DeliveryError
 	require.ErrorAs(t, rec2.all()[0].err, &de)
-	assert.Equal(t, Pending, de.Disposition)
+	assert.Equal(t, DispositionPending, de.Disposition)
 }
 
 func TestErrorCallbackPanicIsContained(t *testing.T) {

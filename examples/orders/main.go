@@ -266,12 +266,12 @@ func (t *tracker) record(ev event, dlq string) string {
 		what = "not a valid envelope"
 	}
 	switch de.Disposition {
-	case artemis.Abandoned:
+	case artemis.DispositionAbandoned:
 		if ours && errors.Is(de, artemis.ErrHandlerFailed) {
 			t.attempts[ev.id] = append(t.attempts[ev.id], ev.attempts)
 		}
 		return head + what + " -> back on the queue for a retry"
-	case artemis.DeadLettered:
+	case artemis.DispositionDeadLettered:
 		if ours {
 			if errors.Is(de, artemis.ErrHandlerFailed) {
 				t.attempts[ev.id] = append(t.attempts[ev.id], ev.attempts)
@@ -279,7 +279,7 @@ func (t *tracker) record(ev event, dlq string) string {
 			t.final[ev.id] = "dead-lettered"
 		}
 		return head + what + " -> dead-lettered to " + dlq
-	case artemis.Dropped:
+	case artemis.DispositionDropped:
 		if ours {
 			t.final[ev.id] = "dropped"
 		}
