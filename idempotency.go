@@ -178,8 +178,10 @@ func newIdempotency(store IdempotencyStore, opts []IdempotencyOption) *idempoten
 //     wrapper cannot tell it from another, and never drops work it cannot
 //     identify;
 //   - a replay (IsReplay: the bq-replay-bypass header is set) runs h even
-//     when its id is done, and leaves the id done afterwards; inside h,
-//     BypassExternalEffects skips the effects the first run already had.
+//     when its id is done (it still waits for a delivery of its id in
+//     flight); a successful replay leaves the id done, a failed one leaves
+//     it as it was. Inside h, BypassExternalEffects skips the effects the
+//     first run already had.
 //
 // A store error on claiming fails the attempt (the effect never runs
 // unguarded). A nil store means a new in-memory store (NewMemoryStore), for
