@@ -75,6 +75,7 @@ const (
 	ClaimBusy
 )
 
+// String returns the status's name: acquired, done or busy.
 func (s ClaimStatus) String() string {
 	switch s {
 	case ClaimAcquired:

@@ -234,15 +234,15 @@ func TestIdempotentConcurrentDeliveriesOfOneID(t *testing.T) {
 			r := fakelink.NewReceiver(t, "orders")
 			c := mustConsumer(t, Handlers{urnCreated: Idempotent(store, h, spy.option())}, WithMaxTries(100), WithOnError(newRecorder().onError))
 			msgs := make([]*amqp.Message, n)
-			var accepted sync.Map // the message: whether the effect was done when it was settled
+			var accepted sync.Map // the message: whether the effect was done when it was accepted
+			obs := &acceptObserver{Receiver: r, onAccept: func(m *amqp.Message) { accepted.Store(m, succeeded.Load()) }}
 			var wg sync.WaitGroup
 			for i := range msgs {
 				msgs[i] = r.Track(idMessage(t, "id-concurrent"))
 				wg.Add(1)
 				go func(m *amqp.Message) {
 					defer wg.Done()
-					_ = c.Handle(context.Background(), r, m)
-					accepted.Store(m, succeeded.Load())
+					_ = c.Handle(context.Background(), obs, m)
 				}(msgs[i])
 			}
 			spy.await(t, n-1)
@@ -276,6 +276,17 @@ func TestIdempotentConcurrentDeliveriesOfOneID(t *testing.T) {
 			assert.Equal(t, 1, store.Len())
 		})
 	}
+}
+
+// acceptObserver is a receiver that calls onAccept before each accept.
+type acceptObserver struct {
+	*fakelink.Receiver
+	onAccept func(*amqp.Message)
+}
+
+func (o *acceptObserver) AcceptMessage(ctx context.Context, m *amqp.Message) error {
+	o.onAccept(m)
+	return o.Receiver.AcceptMessage(ctx, m)
 }
 
 // TestMemoryStoreClaimsAtomically: many goroutines claiming one id at once
