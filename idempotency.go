@@ -318,7 +318,9 @@ const (
 // done id first, and it never evicts a live claim. A duplicate delivered
 // after its id was forgotten runs again. Its memory dies with the process:
 // for exactly-once effects across restarts or several consumers, use a
-// shared store (the PostgreSQL module's).
+// store they share (an IdempotencyStore on your database), or the
+// PostgreSQL module's inbox, which records the id in the handler's own
+// transaction.
 type MemoryStore struct {
 	mu        sync.Mutex
 	entries   map[string]*memoryEntry
