@@ -22,6 +22,10 @@ import (
 type RelayOptions struct {
 	// BatchSize is the most rows one round claims (default 256).
 	BatchSize int
+	// Concurrency is how many rounds the relay runs at once (default 3):
+	// each claims rows of its own, so one round's database work overlaps
+	// another's publishing. The rows of a group still go out in order.
+	Concurrency int
 	// PollInterval is how long the relay waits for a notification before
 	// it looks at the table anyway (default 1 s): the fallback for a lost
 	// LISTEN connection, and when rows become due after a back-off.
@@ -97,6 +101,9 @@ func NewRelay(pool *pgxpool.Pool, client *artemis.Client, opts *RelayOptions) *R
 	if r.o.BatchSize <= 0 {
 		r.o.BatchSize = 256
 	}
+	if r.o.Concurrency <= 0 {
+		r.o.Concurrency = 3
+	}
 	if r.o.PollInterval <= 0 {
 		r.o.PollInterval = time.Second
 	}
@@ -127,22 +134,36 @@ func defaultBackoff(n int) time.Duration {
 	return min(d, time.Minute)
 }
 
-// Run relays until ctx ends: it claims and publishes rows while there are
-// any, then waits for a notification of a new row (LISTEN) or for
-// PollInterval, and deletes published rows older than Retention once a
-// minute. It returns ctx's error. Close the relay after Run returned.
+// Run relays until ctx ends: Concurrency loops each claim and publish rows
+// while there are any, then wait for a notification of a new row (LISTEN)
+// or for PollInterval; one of them deletes the published rows older than
+// Retention once a minute. It returns ctx's error. Close the relay after
+// Run returned.
 func (r *Relay) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
+	wakes := make([]chan struct{}, r.o.Concurrency)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(1 + len(wakes))
 	go func() {
 		defer wg.Done()
-		r.listen(lctx, wake)
+		r.listen(lctx, wakes)
 	}()
-	defer wg.Wait()
+	for i, wake := range wakes {
+		go func() {
+			defer wg.Done()
+			r.loop(ctx, wake, i == 0)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
 
+// loop runs rounds until ctx ends.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, purges bool) {
 	failures := 0
 	var lastPurge time.Time
 	for ctx.Err() == nil {
@@ -158,7 +179,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue // there may be more
 		}
 		failures = 0
-		if r.o.Retention > 0 && time.Since(lastPurge) >= time.Minute {
+		if purges && r.o.Retention > 0 && time.Since(lastPurge) >= time.Minute {
 			lastPurge = time.Now()
 			if _, err := r.Purge(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("babelqueue outbox relay: purge failed", "error", err)
@@ -166,7 +187,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		sleep(ctx, r.o.PollInterval, wake)
 	}
-	return ctx.Err()
 }
 
 // sleep waits d, or for wake (nil: never), or for ctx.
@@ -181,11 +201,11 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 }
 
 // listen holds a connection of its own (outside the pool) that LISTENs for
-// new rows and signals wake; when it fails, it tries again after
+// new rows and signals every wake; when it fails, it tries again after
 // PollInterval, and the relay polls meanwhile.
-func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+func (r *Relay) listen(ctx context.Context, wakes []chan struct{}) {
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wake)
+		err := r.listenOnce(ctx, wakes)
 		if ctx.Err() != nil {
 			return
 		}
@@ -194,7 +214,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+func (r *Relay) listenOnce(ctx context.Context, wakes []chan struct{}) error {
 	cfg := r.pool.Config().ConnConfig.Copy()
 	// A wait cut short by ctx must not send the server a cancel request.
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
@@ -216,9 +236,11 @@ func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		if err := conn.PgConn().WaitForNotification(ctx); err != nil {
 			return err
 		}
-		select {
-		case wake <- struct{}{}:
-		default:
+		for _, wake := range wakes {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
