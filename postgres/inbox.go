@@ -57,6 +57,11 @@ type InboxOptions struct {
 //     dead letter.
 //   - An envelope with no meta.id runs the handler in a transaction
 //     without a record: nothing to recognise a redelivery by.
+//   - A deliberate replay (the bq-replay-bypass header, artemis.IsReplay)
+//     runs the handler even when the record exists, after any delivery of
+//     the id in flight finished; artemis.BypassExternalEffects in the
+//     handler skips what must not happen twice. A failed replay rolls
+//     back and leaves the record as it was.
 //
 // What the handler does outside tx (an e-mail, an HTTP call, a publish) is
 // not covered: it runs again when the transaction rolls back and the
@@ -100,6 +105,11 @@ func NewInbox(pool *pgxpool.Pool, consumer string, opts *InboxOptions) (*Inbox, 
 
 const insertInbox = `INSERT INTO babelqueue_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 
+// replayInbox records a replay: the record is taken (locked, waiting for a
+// delivery of the same id in flight) whether or not it existed.
+const replayInbox = `INSERT INTO babelqueue_inbox (consumer, message_id) VALUES ($1, $2)
+ON CONFLICT (consumer, message_id) DO UPDATE SET processed_at = now()`
+
 // Handle wraps h as an artemis.HandlerFunc, for artemis.Handlers.
 func (in *Inbox) Handle(h InboxHandler) artemis.HandlerFunc {
 	return func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
@@ -118,7 +128,11 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 		}
 	}()
 	if env.Meta.ID != "" {
-		tag, err := tx.Exec(ctx, insertInbox, in.consumer, env.Meta.ID)
+		sql := insertInbox
+		if artemis.IsReplay(ctx) {
+			sql = replayInbox
+		}
+		tag, err := tx.Exec(ctx, sql, in.consumer, env.Meta.ID)
 		if err != nil {
 			return fmt.Errorf("babelqueue/postgres: inbox record %s: %w", env.Meta.ID, err)
 		}

@@ -137,3 +137,61 @@ UNION ALL SELECT 'shipping', 'old-' || i, now() - interval '8 days' FROM generat
 	assert.Equal(t, 10, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE consumer = 'billing'"))
 	assert.Equal(t, 5, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE consumer = 'shipping'"), "another consumer's records")
 }
+
+// A deliberate replay (bq-replay-bypass) of a recorded id runs the
+// handler again, with its external effect bypassed; an ordinary duplicate
+// after it is still skipped.
+func TestInboxReplayRunsAgain(t *testing.T) {
+	db := newDB(t)
+	_, amqpURL := need(t)
+	queue := queueName(t)
+	ctx := context.Background()
+	_, err := db.pool.Exec(ctx, "CREATE TABLE ledger (message_id text PRIMARY KEY, runs int NOT NULL)")
+	require.NoError(t, err)
+	client := dial(t, amqpURL)
+	var runs, mails, skipped atomicCount
+	inbox, err := NewInbox(db.pool, "billing", &InboxOptions{OnDuplicate: func(*artemis.Envelope) { skipped.add() }})
+	require.NoError(t, err)
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(
+		func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, _ *amqp.Message) error {
+			runs.add()
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1)
+ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); err != nil {
+				return err
+			}
+			return artemis.BypassExternalEffects(ctx, func() error {
+				mails.add()
+				return nil
+			})
+		})})
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	pub, err := client.Publisher(ctx, queue)
+	require.NoError(t, err)
+	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue(queue))
+	require.NoError(t, err)
+
+	_, err = pub.PublishEnvelope(ctx, env)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return runs.get() == 1 })
+	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return runs.get() == 2 })
+	_, err = pub.PublishEnvelope(ctx, env)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return skipped.get() == 1 })
+
+	assert.Equal(t, 2, runs.get(), "the first delivery and the replay")
+	assert.Equal(t, 1, mails.get(), "the external effect bypassed on the replay")
+	assert.Equal(t, 2, db.count(t, "SELECT runs FROM ledger WHERE message_id = $1", env.Meta.ID))
+	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE message_id = $1", env.Meta.ID))
+}
