@@ -304,7 +304,7 @@ func (r *Relay) round(ctx context.Context) (ev RelayEvent) {
 	if len(rows) == 0 {
 		return ev
 	}
-	chains, _, err := order(ctx, tx, rows)
+	chains, err := order(ctx, tx, rows)
 	if err != nil {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: claim: %w", err)
 		return ev
@@ -378,9 +378,9 @@ func claim(ctx context.Context, tx pgx.Tx, limit int) ([]*row, error) {
 // chain of its own; the rows of a group form one chain, in seq order, cut
 // before the first unpublished row of the group that this round did not
 // claim (another relay holds it, or it waits out a back-off, or it is
-// parked): the rest of the group waits for a later round. held counts the
-// rows cut off.
-func order(ctx context.Context, tx pgx.Tx, rows []*row) (chains [][]*row, held int, err error) {
+// parked): the rest of the group waits for a later round.
+func order(ctx context.Context, tx pgx.Tx, rows []*row) ([][]*row, error) {
+	var chains [][]*row
 	groups := map[string][]*row{}
 	var names []string
 	var maxSeq int64
@@ -396,11 +396,11 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) (chains [][]*row, held i
 		maxSeq = max(maxSeq, rw.seq)
 	}
 	if len(names) == 0 {
-		return chains, 0, nil
+		return chains, nil
 	}
 	q, err := tx.Query(ctx, pendingOfGroups, names, maxSeq)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	pending := map[string][]int64{}
 	for q.Next() {
@@ -408,12 +408,12 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) (chains [][]*row, held i
 		var seq int64
 		if err := q.Scan(&g, &seq); err != nil {
 			q.Close()
-			return nil, 0, err
+			return nil, err
 		}
 		pending[g] = append(pending[g], seq)
 	}
 	if err := q.Err(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	sort.Strings(names)
 	for _, g := range names {
@@ -425,12 +425,11 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) (chains [][]*row, held i
 			}
 			n++
 		}
-		held += len(mine) - n
 		if n > 0 {
 			chains = append(chains, mine[:n])
 		}
 	}
-	return chains, held, nil
+	return chains, nil
 }
 
 // publish sends the chains: the first row of every chain at once

@@ -56,7 +56,7 @@ func TestOutboxExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }()
 	var bad int
 	err = conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{cfg.Schema, "shop_orders"}.Sanitize()+` o
 WHERE (SELECT count(*) FROM `+pgx.Identifier{cfg.Schema, "shop_charges"}.Sanitize()+` c WHERE c.order_id = o.id) <> 1`).Scan(&bad)
