@@ -154,6 +154,8 @@ type collector struct {
 	order       []*artemis.Envelope
 	bodies      map[string]string
 	traceparent map[string]string
+	groups      map[string]string
+	received    map[string]time.Time
 	total       int
 	cancel      context.CancelFunc
 	done        chan struct{}
@@ -161,7 +163,7 @@ type collector struct {
 
 func collect(t testing.TB, c *artemis.Client, queue string) *collector {
 	t.Helper()
-	col := &collector{counts: map[string]int{}, bodies: map[string]string{}, traceparent: map[string]string{}, done: make(chan struct{})}
+	col := &collector{counts: map[string]int{}, bodies: map[string]string{}, traceparent: map[string]string{}, groups: map[string]string{}, received: map[string]time.Time{}, done: make(chan struct{})}
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		col.mu.Lock()
 		defer col.mu.Unlock()
@@ -170,6 +172,10 @@ func collect(t testing.TB, c *artemis.Client, queue string) *collector {
 		col.order = append(col.order, env)
 		if s, ok := msg.Value.(string); ok {
 			col.bodies[env.Meta.ID] = s
+		}
+		col.received[env.Meta.ID] = time.Now()
+		if msg.Properties != nil && msg.Properties.GroupID != nil {
+			col.groups[env.Meta.ID] = *msg.Properties.GroupID
 		}
 		if tp, ok := msg.ApplicationProperties["traceparent"].(string); ok {
 			col.traceparent[env.Meta.ID] = tp

@@ -108,6 +108,7 @@ func TestOutboxFourRelaysPublishNothingTwice(t *testing.T) {
 			Group string `json:"group"`
 		}
 		require.NoError(t, env.Bind(&d))
+		require.Equal(t, d.Group, col.groups[env.Meta.ID], "the message's group-id")
 		if d.Group == "" {
 			continue
 		}
@@ -259,6 +260,33 @@ func TestOutboxRetentionPurge(t *testing.T) {
 	assert.Equal(t, 3, db.count(t, "SELECT count(*) FROM babelqueue_outbox WHERE published_at IS NULL"))
 	col := collect(t, client, queue)
 	col.await(t, 1205, 200*time.Millisecond)
+}
+
+// A delayed write is published at once and delivered by the broker once
+// the delay, counted from the write, is over.
+func TestOutboxDelay(t *testing.T) {
+	db := newDB(t)
+	_, amqpURL := need(t)
+	client := dial(t, amqpURL)
+	queue := queueName(t)
+	ctx := context.Background()
+	const delay = 1500 * time.Millisecond
+	tx, err := db.pool.Begin(ctx)
+	require.NoError(t, err)
+	written := time.Now()
+	id, err := Write(ctx, tx, queue, urnOrder, nil, WithDelay(delay))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	relay := NewRelay(db.pool, client, nil)
+	t.Cleanup(func() { _ = relay.Close(context.Background()) })
+	drain(t, relay)
+	assert.Less(t, time.Since(written), delay, "published before the delay is over")
+	col := collect(t, client, queue)
+	col.await(t, 1, 0)
+	col.requireEach(t, []string{id})
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	assert.GreaterOrEqual(t, col.received[id].Sub(written), delay-100*time.Millisecond, "delivered after the delay")
 }
 
 // A write is refused, and nothing stored, on a blank queue or URN.
