@@ -539,7 +539,7 @@ func (r *Relay) publisher(ctx context.Context, queue string) (*artemis.ClientPub
 	return p, nil
 }
 
-const markPublished = `UPDATE babelqueue_outbox SET published_at = now(), last_error = NULL WHERE seq = ANY($1)`
+const markPublished = `UPDATE babelqueue_outbox SET published_at = clock_timestamp(), last_error = NULL WHERE seq = ANY($1)`
 
 const markRefused = `UPDATE babelqueue_outbox o SET
     attempts = o.attempts + 1,
