@@ -317,6 +317,9 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	client := dial(t, amqpURL)
 	queue := queueName(t)
 	relay := NewRelay(db.pool, client, &RelayOptions{PollInterval: time.Hour})
+	listening := make(chan struct{})
+	var once sync.Once
+	relay.onListen = func() { once.Do(func() { close(listening) }) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -328,7 +331,12 @@ func TestRelayWakesOnNotify(t *testing.T) {
 		<-done
 		_ = relay.Close(context.Background())
 	}()
-	time.Sleep(500 * time.Millisecond) // the first round and the LISTEN
+	select {
+	case <-listening:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not LISTEN in 30 s")
+	}
+	time.Sleep(200 * time.Millisecond) // the first rounds, which found nothing, are over
 	start := time.Now()
 	writeOrders(t, db, queue, 1, nil)
 	waitFor(t, 10*time.Second, func() bool {

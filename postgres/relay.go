@@ -89,6 +89,8 @@ type Relay struct {
 	// afterPublish, when set (tests), runs after the broker's outcomes and
 	// before the marks.
 	afterPublish func(accepted []string)
+	// onListen, when set (tests), runs once the LISTEN took effect.
+	onListen func()
 }
 
 // NewRelay returns a relay that reads the outbox through pool and
@@ -231,6 +233,9 @@ func (r *Relay) listenOnce(ctx context.Context, wakes []chan struct{}) error {
 	}
 	if _, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"babelqueue_outbox:" + schema}.Sanitize()); err != nil {
 		return err
+	}
+	if r.onListen != nil {
+		r.onListen()
 	}
 	for {
 		if err := conn.PgConn().WaitForNotification(ctx); err != nil {
