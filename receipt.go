@@ -80,6 +80,12 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 			pt, err = startTransfer(ctx, p.sender, msg)
 		}
 	}
+	return p.receipt(env, cfg, start, pt, err)
+}
+
+// receipt turns a transfer started at start (or its failure, err) into the
+// publish's Receipt.
+func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, pt pendingTransfer, err error) (*Receipt, error) {
 	if err != nil {
 		if !isRefusal(err) {
 			err = p.publishError(env.Job, err)

@@ -1,0 +1,533 @@
+package artemis
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// IdempotencyStore remembers which meta.ids were processed, so Idempotent
+// can collapse at-least-once delivery into one effect per message. The key
+// is meta.id verbatim.
+//
+// A store holds, per id, one of three states: absent, claimed (a handler is
+// running it: a holder's token and a lease), or done. Its methods must be
+// safe for concurrent use, by goroutines and, for a shared store, by
+// processes, and each must be atomic on its id:
+//
+//   - Claim takes the id for the caller when it is absent, or claimed with
+//     an expired lease (its holder died or hung), returning ClaimAcquired
+//     and a fresh token; the claim lasts lease from now. When the id is done
+//     it returns ClaimDone, unless replay is true: then it claims the id as
+//     if it were absent, remembering that it was done. When another
+//     holder's lease is live it returns ClaimBusy and changes nothing. Two
+//     concurrent Claims of one id never both return ClaimAcquired while the
+//     first claim's lease lasts.
+//   - Complete records that the claimed id was processed: the id becomes
+//     done, whatever state it is in (the effect happened, even if the claim
+//     had expired and been taken over meanwhile).
+//   - Release gives up a claim after a failure: when the id is still
+//     claimed with c's token it goes back to absent, or to done if it was
+//     done when the claim was taken (a failed replay); otherwise (the claim
+//     expired and someone else holds it, or it is gone) it changes nothing.
+//   - Forget removes the id, whatever its state, so its next delivery runs
+//     again.
+//
+// A store may forget a done id on its own after a retention it documents;
+// a duplicate delivered after that runs again.
+type IdempotencyStore interface {
+	Claim(ctx context.Context, id string, lease time.Duration, replay bool) (Claim, error)
+	Complete(ctx context.Context, c Claim) error
+	Release(ctx context.Context, c Claim) error
+	Forget(ctx context.Context, id string) error
+}
+
+// Claim is the answer of IdempotencyStore.Claim.
+type Claim struct {
+	// ID is the meta.id that was claimed.
+	ID string
+	// Status says whether the caller holds the claim.
+	Status ClaimStatus
+	// Token identifies the holder's claim when Status is ClaimAcquired; a
+	// store chooses its form. It is "" otherwise.
+	Token string
+}
+
+// ClaimStatus is the outcome of a claim.
+type ClaimStatus int
+
+// The claim outcomes.
+const (
+	// ClaimAcquired: the caller holds the id; it runs the handler, then
+	// calls Complete on success or Release on failure.
+	ClaimAcquired ClaimStatus = iota + 1
+	// ClaimDone: the id was already processed; the delivery is skipped.
+	ClaimDone
+	// ClaimBusy: another holder's claim on the id is live.
+	ClaimBusy
+)
+
+// String returns the status's name: acquired, done or busy.
+func (s ClaimStatus) String() string {
+	switch s {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimDone:
+		return "done"
+	case ClaimBusy:
+		return "busy"
+	}
+	return fmt.Sprintf("ClaimStatus(%d)", int(s))
+}
+
+// Defaults of the idempotency options.
+const (
+	// DefaultClaimLease is how long a claim lasts before another delivery
+	// of its id may take it over. Choose a lease longer than the handler's
+	// longest run: past it a duplicate may run concurrently.
+	DefaultClaimLease = 5 * time.Minute
+	// DefaultStoreTimeout bounds a Complete or Release call, which runs
+	// even after the handler's context ended.
+	DefaultStoreTimeout = 30 * time.Second
+)
+
+// The bounds of the wait for a busy id: the wrapper asks the store again
+// after waitFirst, doubling up to waitMax, and at once when an in-memory
+// store says the claim ended.
+const (
+	waitFirst = 10 * time.Millisecond
+	waitMax   = time.Second
+)
+
+// IdempotencyOption configures Idempotent and IdempotentHandlers.
+type IdempotencyOption func(*idempotency)
+
+// WithClaimLease sets how long a claim lasts (default DefaultClaimLease). A
+// value <= 0 keeps the default.
+func WithClaimLease(d time.Duration) IdempotencyOption {
+	return func(i *idempotency) {
+		if d > 0 {
+			i.lease = d
+		}
+	}
+}
+
+// WithStoreTimeout bounds each Complete and Release call (default
+// DefaultStoreTimeout). A value <= 0 keeps the default.
+func WithStoreTimeout(d time.Duration) IdempotencyOption {
+	return func(i *idempotency) {
+		if d > 0 {
+			i.timeout = d
+		}
+	}
+}
+
+// WithCompleteError sets the callback told when the store failed to record
+// a success (Complete returned an error). The handler's effect happened and
+// the delivery is still accepted (failing it would run the effect again at
+// once); the id stays claimed until its lease ends, and a duplicate
+// delivered after that runs again. Without the callback the failure is
+// logged at error level to slog.Default().
+func WithCompleteError(fn func(ctx context.Context, id string, err error)) IdempotencyOption {
+	return func(i *idempotency) { i.onComplete = fn }
+}
+
+type idempotency struct {
+	store      IdempotencyStore
+	lease      time.Duration
+	timeout    time.Duration
+	onComplete func(ctx context.Context, id string, err error)
+	after      func(time.Duration) <-chan time.Time // time.After; a test's own clock
+}
+
+func newIdempotency(store IdempotencyStore, opts []IdempotencyOption) *idempotency {
+	if store == nil {
+		store = NewMemoryStore()
+	}
+	i := &idempotency{store: store, lease: DefaultClaimLease, timeout: DefaultStoreTimeout, after: time.After}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+// Idempotent wraps h so that each message's effect happens once per
+// meta.id, however often the message is delivered:
+//
+//   - a delivery whose meta.id is done is skipped: h is not called and the
+//     wrapper returns nil, so the Consumer accepts it;
+//   - otherwise the wrapper claims the id, calls h, and marks the id done
+//     when h returns nil; when h returns an error (or panics, or exits its
+//     goroutine) the claim is released and the id stays unmarked, so the
+//     Consumer's retry and dead-lettering apply as without the wrapper;
+//   - a delivery whose id another delivery is running (a duplicate handled
+//     concurrently) waits for that one, within its own context: when the
+//     first succeeds it is skipped, when the first fails it claims the id
+//     and runs, when the first's claim expires (its holder died) it takes
+//     the claim over; when its context ends first, it fails with the
+//     context's error and the broker delivers it again later. It is never
+//     accepted before the first succeeded;
+//   - a delivery without a usable meta.id (blank) runs h unchanged: the
+//     wrapper cannot tell it from another, and never drops work it cannot
+//     identify;
+//   - a replay (IsReplay: the bq-replay-bypass header is set) runs h even
+//     when its id is done (it still waits for a delivery of its id in
+//     flight); a successful replay leaves the id done, a failed one leaves
+//     it as it was. Inside h, BypassExternalEffects skips the effects the
+//     first run already had.
+//
+// A store error on claiming fails the attempt (the effect never runs
+// unguarded). A nil store means a new in-memory store (NewMemoryStore), for
+// one process.
+func Idempotent(store IdempotencyStore, h HandlerFunc, opts ...IdempotencyOption) HandlerFunc {
+	if h == nil {
+		return nil // NewConsumer reports the nil handler
+	}
+	return newIdempotency(store, opts).wrap(h)
+}
+
+// IdempotentHandlers wraps every handler of hs with Idempotent, sharing one
+// store: a nil store means one new in-memory store for all of them.
+func IdempotentHandlers(store IdempotencyStore, hs Handlers, opts ...IdempotencyOption) Handlers {
+	i := newIdempotency(store, opts)
+	out := make(Handlers, len(hs))
+	for urn, h := range hs {
+		if h == nil {
+			out[urn] = nil // NewConsumer reports the nil handler
+			continue
+		}
+		out[urn] = i.wrap(h)
+	}
+	return out
+}
+
+func (i *idempotency) wrap(h HandlerFunc) HandlerFunc {
+	return func(ctx context.Context, env *Envelope, msg *amqp.Message) error {
+		if env == nil || strings.TrimSpace(env.Meta.ID) == "" {
+			return h(ctx, env, msg)
+		}
+		c, err := i.claim(ctx, env.Meta.ID, IsReplay(ctx))
+		if err != nil {
+			return err
+		}
+		if c.Status == ClaimDone {
+			return nil
+		}
+		return i.run(ctx, c, h, env, msg)
+	}
+}
+
+// claim claims id, waiting while another delivery holds it. It returns a
+// claim whose status is ClaimAcquired or ClaimDone, or an error.
+func (i *idempotency) claim(ctx context.Context, id string, replay bool) (Claim, error) {
+	wait := waitFirst
+	for {
+		var c Claim
+		var err error
+		var ended <-chan struct{}
+		if m, ok := i.store.(*MemoryStore); ok {
+			c, ended = m.claim(id, i.lease, replay)
+		} else {
+			c, err = i.store.Claim(ctx, id, i.lease, replay)
+		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("idempotency: claiming message %s: %w", truncate(id), err)
+		}
+		switch c.Status {
+		case ClaimAcquired, ClaimDone:
+			return c, nil
+		case ClaimBusy:
+		default:
+			return Claim{}, fmt.Errorf("idempotency: claiming message %s: the store answered %v", truncate(id), c.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return Claim{}, fmt.Errorf("idempotency: message %s is being handled by another delivery: %w", truncate(id), context.Cause(ctx))
+		case <-ended:
+		case <-i.after(wait):
+			wait = min(2*wait, waitMax)
+		}
+	}
+}
+
+// run calls h under the claim c and records its result in the store.
+func (i *idempotency) run(ctx context.Context, c Claim, h HandlerFunc, env *Envelope, msg *amqp.Message) (err error) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// A panic or runtime.Goexit: give the claim back, and let the
+		// Consumer see the panic as it would without the wrapper.
+		_ = i.release(ctx, c)
+	}()
+	err = h(ctx, env, msg)
+	returned = true
+	if err != nil {
+		if rerr := i.release(ctx, c); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	sctx, cancel := i.storeCtx(ctx)
+	defer cancel()
+	if cerr := i.store.Complete(sctx, c); cerr != nil {
+		cerr = fmt.Errorf("idempotency: recording message %s as processed: %w", truncate(c.ID), cerr)
+		if i.onComplete != nil {
+			i.onComplete(ctx, c.ID, cerr)
+		} else {
+			slog.Default().ErrorContext(ctx, "idempotency store failed to record a processed message", "message_id", c.ID, "error", cerr)
+		}
+	}
+	return nil
+}
+
+func (i *idempotency) release(ctx context.Context, c Claim) error {
+	sctx, cancel := i.storeCtx(ctx)
+	defer cancel()
+	if err := i.store.Release(sctx, c); err != nil {
+		return fmt.Errorf("idempotency: releasing message %s: %w", truncate(c.ID), err)
+	}
+	return nil
+}
+
+// storeCtx is ctx without its cancellation, bounded by the store timeout:
+// the result of a handler is recorded even when its context ended.
+func (i *idempotency) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), i.timeout)
+}
+
+// Defaults of the in-memory store.
+const (
+	DefaultMemoryStoreCapacity  = 100_000
+	DefaultMemoryStoreRetention = 24 * time.Hour
+)
+
+// MemoryStore is the in-memory IdempotencyStore: for one process, bounded,
+// safe for concurrent use. It remembers a done id for its retention
+// (default DefaultMemoryStoreRetention) and at most its capacity of ids
+// (default DefaultMemoryStoreCapacity); when full it forgets the oldest
+// done id first, and it never evicts a live claim. A duplicate delivered
+// after its id was forgotten runs again. Its memory dies with the process:
+// for exactly-once effects across restarts or several consumers, use a
+// store they share (an IdempotencyStore on your database), or the
+// PostgreSQL module's inbox, which records the id in the handler's own
+// transaction.
+type MemoryStore struct {
+	mu        sync.Mutex
+	entries   map[string]*memoryEntry
+	done      list.List // *memoryEntry, oldest done first
+	claims    list.List // *memoryEntry, oldest claim first
+	capacity  int
+	retention time.Duration
+	seq       uint64
+	now       func() time.Time // time.Now; a test's own clock
+}
+
+type memoryEntry struct {
+	id       string
+	claimed  bool      // claimed, else done
+	token    string    // the holder's, when claimed
+	wasDone  bool      // a replay's claim: the id was done before it
+	deadline time.Time // the lease's end when claimed, the retention's when done
+	elem     *list.Element
+	ended    chan struct{} // closed when the claim ends
+}
+
+// MemoryStoreOption configures NewMemoryStore.
+type MemoryStoreOption func(*MemoryStore)
+
+// WithMemoryCapacity sets how many ids the store holds at most (default
+// DefaultMemoryStoreCapacity). A value < 1 keeps the default.
+func WithMemoryCapacity(n int) MemoryStoreOption {
+	return func(s *MemoryStore) {
+		if n >= 1 {
+			s.capacity = n
+		}
+	}
+}
+
+// WithMemoryRetention sets how long a done id is remembered (default
+// DefaultMemoryStoreRetention). A value <= 0 keeps the default.
+func WithMemoryRetention(d time.Duration) MemoryStoreOption {
+	return func(s *MemoryStore) {
+		if d > 0 {
+			s.retention = d
+		}
+	}
+}
+
+// NewMemoryStore returns an empty in-memory store.
+func NewMemoryStore(opts ...MemoryStoreOption) *MemoryStore {
+	s := &MemoryStore{
+		entries:   make(map[string]*memoryEntry),
+		capacity:  DefaultMemoryStoreCapacity,
+		retention: DefaultMemoryStoreRetention,
+		now:       time.Now,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Claim claims id as IdempotencyStore says. It never fails.
+func (s *MemoryStore) Claim(_ context.Context, id string, lease time.Duration, replay bool) (Claim, error) {
+	c, _ := s.claim(id, lease, replay)
+	return c, nil
+}
+
+// claim is Claim, and for a busy id a channel closed when the live claim
+// ends, so a waiting delivery wakes at once.
+func (s *MemoryStore) claim(id string, lease time.Duration, replay bool) (Claim, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
+	e := s.entries[id]
+	if e != nil && e.claimed && !now.Before(e.deadline) {
+		s.claims.Remove(e.elem)
+		s.endClaim(e, now)
+		e = s.entries[id]
+	}
+	switch {
+	case e == nil:
+		e = &memoryEntry{id: id}
+		s.entries[id] = e
+	case e.claimed:
+		return Claim{ID: id, Status: ClaimBusy}, e.ended
+	case !replay:
+		return Claim{ID: id, Status: ClaimDone}, nil
+	default:
+		s.done.Remove(e.elem)
+		e.wasDone = true
+	}
+	s.seq++
+	e.claimed = true
+	e.token = strconv.FormatUint(s.seq, 10)
+	e.deadline = now.Add(lease)
+	e.ended = make(chan struct{})
+	e.elem = s.claims.PushBack(e)
+	s.evict()
+	return Claim{ID: id, Status: ClaimAcquired, Token: e.token}, nil
+}
+
+// Complete marks c's id done. It never fails.
+func (s *MemoryStore) Complete(_ context.Context, c Claim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	e := s.entries[c.ID]
+	switch {
+	case e == nil:
+		e = &memoryEntry{id: c.ID}
+		s.entries[c.ID] = e
+	case e.claimed:
+		s.claims.Remove(e.elem)
+		close(e.ended)
+	default:
+		s.done.Remove(e.elem)
+	}
+	s.markDone(e, now)
+	s.sweep(now)
+	s.evict()
+	return nil
+}
+
+// Release gives up c when it still holds its id. It never fails.
+func (s *MemoryStore) Release(_ context.Context, c Claim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[c.ID]
+	if e == nil || !e.claimed || e.token != c.Token {
+		return nil
+	}
+	s.claims.Remove(e.elem)
+	s.endClaim(e, s.now())
+	return nil
+}
+
+// Forget removes id. It never fails.
+func (s *MemoryStore) Forget(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	if e == nil {
+		return nil
+	}
+	if e.claimed {
+		s.claims.Remove(e.elem)
+		close(e.ended)
+	} else {
+		s.done.Remove(e.elem)
+	}
+	delete(s.entries, id)
+	return nil
+}
+
+// Len returns how many ids the store holds, done or claimed.
+func (s *MemoryStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// endClaim ends e's claim, already out of the claims list: e goes back to
+// done when a replay claimed a done id, else it is removed.
+func (s *MemoryStore) endClaim(e *memoryEntry, now time.Time) {
+	close(e.ended)
+	if e.wasDone {
+		s.markDone(e, now)
+		return
+	}
+	delete(s.entries, e.id)
+}
+
+// markDone makes e, in no list, done from now.
+func (s *MemoryStore) markDone(e *memoryEntry, now time.Time) {
+	e.claimed, e.wasDone, e.token, e.ended = false, false, "", nil
+	e.deadline = now.Add(s.retention)
+	e.elem = s.done.PushBack(e)
+}
+
+// sweep drops the done ids past their retention and ends the claims past
+// their lease, oldest first. Leases may differ, so an expired claim behind
+// a live one waits for its turn (or for its id's next Claim).
+func (s *MemoryStore) sweep(now time.Time) {
+	for f := s.done.Front(); f != nil; f = s.done.Front() {
+		e := f.Value.(*memoryEntry)
+		if now.Before(e.deadline) {
+			break
+		}
+		s.done.Remove(f)
+		delete(s.entries, e.id)
+	}
+	for f := s.claims.Front(); f != nil; f = s.claims.Front() {
+		e := f.Value.(*memoryEntry)
+		if now.Before(e.deadline) {
+			break
+		}
+		s.claims.Remove(f)
+		s.endClaim(e, now)
+	}
+}
+
+// evict forgets the oldest done ids while the store is over its capacity.
+func (s *MemoryStore) evict() {
+	for len(s.entries) > s.capacity {
+		f := s.done.Front()
+		if f == nil {
+			return // only live claims: bounded by the handlers running
+		}
+		s.done.Remove(f)
+		delete(s.entries, f.Value.(*memoryEntry).id)
+	}
+}

@@ -1,0 +1,197 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+)
+
+// 24 copies of one envelope (one meta.id), delivered to 24 workers at
+// once, run the effect once.
+func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
+	db := newDB(t)
+	_, amqpURL := need(t)
+	queue := queueName(t)
+	ctx := context.Background()
+	_, err := db.pool.Exec(ctx, chargesTable)
+	require.NoError(t, err)
+	client := dial(t, amqpURL)
+	pub, err := client.Publisher(ctx, queue) // no duplicate detection: 24 copies are stored
+	require.NoError(t, err)
+	env, err := artemis.NewEnvelope(urnOrder, map[string]int{"amount": 7}, artemis.EnvelopeQueue(queue))
+	require.NoError(t, err)
+	const copies = 24
+	for range copies {
+		_, err := pub.PublishEnvelope(ctx, env)
+		require.NoError(t, err)
+	}
+
+	var ran, skipped, handled, arrived atomicCount
+	inbox, err := NewInbox(db.pool, "billing", &InboxOptions{OnDuplicate: func(*artemis.Envelope) { skipped.add() }})
+	require.NoError(t, err)
+	start := make(chan struct{})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: func(ctx context.Context, e *artemis.Envelope, m *amqp.Message) error {
+		arrived.add()
+		<-start // every worker holds a copy before any goes on
+		defer handled.add()
+		return inbox.Handle(func(ctx context.Context, tx pgx.Tx, e *artemis.Envelope, m *amqp.Message) error {
+			ran.add()
+			time.Sleep(50 * time.Millisecond) // a slow effect: the others wait on its record
+			return chargeOnce(ctx, tx, e, m)
+		})(ctx, e, m)
+	}}, artemis.WithConcurrency(copies))
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: copies, NoDeadLetter: true})
+	}()
+	waitFor(t, 30*time.Second, func() bool { return arrived.get() == copies }) // 24 workers hold a copy each
+	close(start)
+	waitFor(t, 30*time.Second, func() bool { return handled.get() == copies })
+	cancel()
+	<-done
+	charges := db.count(t, "SELECT count(*) FROM charges WHERE message_id = $1", env.Meta.ID)
+	assert.Equal(t, 1, ran.get(), "handler runs")
+	assert.Equal(t, copies-1, skipped.get())
+	assert.Equal(t, 1, charges)
+	line(t, "24 concurrent deliveries of one id: handler runs %d, accepted as duplicates %d, effects %d", ran.get(), skipped.get(), charges)
+}
+
+// A handler error rolls back the record and the effect, and the delivery
+// takes the retry path; the next delivery runs the handler and commits.
+// An envelope without meta.id runs the handler without a record.
+func TestInboxHandlerErrorRollsBack(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	_, err := db.pool.Exec(ctx, chargesTable)
+	require.NoError(t, err)
+	inbox, err := NewInbox(db.pool, "billing", nil)
+	require.NoError(t, err)
+	boom := errors.New("card declined")
+	calls := 0
+	h := inbox.Handle(func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, msg *amqp.Message) error {
+		calls++
+		if err := chargeOnce(ctx, tx, env, msg); err != nil {
+			return err
+		}
+		if calls == 1 {
+			return boom
+		}
+		return nil
+	})
+	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue("q"))
+	require.NoError(t, err)
+	require.ErrorIs(t, h(ctx, env, &amqp.Message{}), boom)
+	assert.Zero(t, db.count(t, "SELECT count(*) FROM charges"))
+	assert.Zero(t, db.count(t, "SELECT count(*) FROM babelqueue_inbox"))
+	require.NoError(t, h(ctx, env, &amqp.Message{}))
+	require.NoError(t, h(ctx, env, &amqp.Message{}))
+	assert.Equal(t, 2, calls)
+	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM charges"))
+	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE consumer = 'billing' AND message_id = $1", env.Meta.ID))
+
+	// Another consumer name keeps records of its own.
+	other, err := NewInbox(db.pool, "shipping", nil)
+	require.NoError(t, err)
+	ran := false
+	require.NoError(t, other.Handle(func(context.Context, pgx.Tx, *artemis.Envelope, *amqp.Message) error {
+		ran = true
+		return nil
+	})(ctx, env, &amqp.Message{}))
+	assert.True(t, ran)
+
+	noID := *env
+	noID.Meta.ID = ""
+	require.NoError(t, h(ctx, &noID, &amqp.Message{}))
+	assert.Equal(t, 3, calls)
+	assert.Equal(t, 2, db.count(t, "SELECT count(*) FROM babelqueue_inbox"), "no record without a meta.id")
+
+	_, err = NewInbox(db.pool, " ", nil)
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+// Records older than the retention are purged, in batches; newer ones kept.
+func TestInboxPurge(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	_, err := db.pool.Exec(ctx, `INSERT INTO babelqueue_inbox (consumer, message_id, processed_at)
+SELECT 'billing', 'old-' || i, now() - interval '8 days' FROM generate_series(1, 2500) i
+UNION ALL SELECT 'billing', 'new-' || i, now() - interval '6 days' FROM generate_series(1, 10) i
+UNION ALL SELECT 'shipping', 'old-' || i, now() - interval '8 days' FROM generate_series(1, 5) i`)
+	require.NoError(t, err)
+	inbox, err := NewInbox(db.pool, "billing", nil) // 7 days
+	require.NoError(t, err)
+	n, err := inbox.Purge(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2500), n)
+	assert.Equal(t, 10, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE consumer = 'billing'"))
+	assert.Equal(t, 5, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE consumer = 'shipping'"), "another consumer's records")
+}
+
+// A deliberate replay (bq-replay-bypass) of a recorded id runs the
+// handler again, with its external effect bypassed; an ordinary duplicate
+// after it is still skipped.
+func TestInboxReplayRunsAgain(t *testing.T) {
+	db := newDB(t)
+	_, amqpURL := need(t)
+	queue := queueName(t)
+	ctx := context.Background()
+	_, err := db.pool.Exec(ctx, "CREATE TABLE ledger (message_id text PRIMARY KEY, runs int NOT NULL)")
+	require.NoError(t, err)
+	client := dial(t, amqpURL)
+	var runs, mails, skipped atomicCount
+	inbox, err := NewInbox(db.pool, "billing", &InboxOptions{OnDuplicate: func(*artemis.Envelope) { skipped.add() }})
+	require.NoError(t, err)
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(
+		func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, _ *amqp.Message) error {
+			runs.add()
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1)
+ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); err != nil {
+				return err
+			}
+			return artemis.BypassExternalEffects(ctx, func() error {
+				mails.add()
+				return nil
+			})
+		})})
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	pub, err := client.Publisher(ctx, queue)
+	require.NoError(t, err)
+	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue(queue))
+	require.NoError(t, err)
+
+	_, err = pub.PublishEnvelope(ctx, env)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return runs.get() == 1 })
+	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return runs.get() == 2 })
+	_, err = pub.PublishEnvelope(ctx, env)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return skipped.get() == 1 })
+
+	assert.Equal(t, 2, runs.get(), "the first delivery and the replay")
+	assert.Equal(t, 1, mails.get(), "the external effect bypassed on the replay")
+	assert.Equal(t, 2, db.count(t, "SELECT runs FROM ledger WHERE message_id = $1", env.Meta.ID))
+	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE message_id = $1", env.Meta.ID))
+}
