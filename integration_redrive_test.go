@@ -59,15 +59,16 @@ func TestIntegrationRedrivenMessageThatFailsAgainReachesTheDLQ(t *testing.T) {
 func TestIntegrationForeignMessageIDReusedReachesTheDLQEveryTime(t *testing.T) {
 	for _, tc := range []struct {
 		name string
+		kind error
 		msg  func(round int) *amqp.Message
 	}{
-		{"poison", func(round int) *amqp.Message {
+		{"poison", artemis.ErrPoison, func(round int) *amqp.Message {
 			return &amqp.Message{
 				Value:      fmt.Sprintf("{not an envelope, round-%d", round),
 				Properties: &amqp.MessageProperties{MessageID: "foreign-reused-id"},
 			}
 		}},
-		{"gated", func(round int) *amqp.Message {
+		{"gated", artemis.ErrVersionGated, func(round int) *amqp.Message {
 			return &amqp.Message{
 				Value:                 fmt.Sprintf(`{"job":"urn:babel:orders:created","marker":"round-%d"}`, round),
 				Properties:            &amqp.MessageProperties{MessageID: "foreign-reused-id"},
@@ -86,7 +87,9 @@ func TestIntegrationForeignMessageIDReusedReachesTheDLQEveryTime(t *testing.T) {
 			l := listen(t, conn, q, cons, 1)
 			for round := 1; round <= redriveRounds; round++ {
 				conn.Send(q, tc.msg(round))
-				errs.next(t)
+				de := errs.next(t)
+				require.ErrorIs(t, de, tc.kind, "round %d: reported", round)
+				assert.Equal(t, artemis.DispositionDeadLettered, de.Disposition, "round %d", round)
 				rec := receiveOn(t, conn, dlq, &brokertest.ReceiverOptions{})
 				assert.Contains(t, bodyOf(rec), fmt.Sprintf("round-%d", round), "round %d is on the DLQ", round)
 			}

@@ -199,7 +199,7 @@ func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr erro
 	}
 	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
 		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
-	if kind != ErrGivenBack {
+	if !errors.Is(kind, ErrGivenBack) {
 		ev.Err = kind // the configuration error: what an operator must fix
 	}
 	if serr != nil {

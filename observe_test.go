@@ -447,7 +447,12 @@ func TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss(t *testing.T) {
 				}
 				close(gate)
 				select {
-				case <-done:
+				case err := <-done:
+					if stop == "shutdown" {
+						assert.NoError(t, err, "Listen's return after its context ended")
+					} else {
+						assert.Error(t, err, "Listen's return after the link was lost")
+					}
 				case <-time.After(20 * time.Second):
 					t.Fatal("Listen did not return")
 				}

@@ -273,7 +273,7 @@ func TestConsumeValidPayloadAndUncheckedURNsReachTheHandler(t *testing.T) {
 	require.NoError(t, err)
 	got = handleOne(t, c, rec, nil, msg)
 	assert.Equal(t, fakelink.Failed, got.disp)
-	requireReport(t, got, ErrUnknownURN, DispositionAbandoned)
+	_ = requireReport(t, got, ErrUnknownURN, DispositionAbandoned)
 	assert.Equal(t, int64(2), v.calls.Load(), "no check without a handler")
 }
 

@@ -7,10 +7,6 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
 )
 
-// redactedPassword replaces a password wherever one would be shown, as
-// net/url's URL.Redacted does.
-const redactedPassword = redact.Mask
-
 // redactURL returns raw, as written, with its credentials masked, so it
 // can be printed: the password of a URL that parses as written, the whole
 // userinfo (everything up to the last "@") of any other text. The rules
