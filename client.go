@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -110,6 +111,16 @@ type ClientOptions struct {
 	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 
+	// ClusterFailover (DialCluster only) lets a message that belongs to one
+	// member (it has a group-id, or a duplicate id from
+	// WithDuplicateDetection) go to the next member when its own cannot be
+	// connected to, instead of waiting for it. The guarantees that pinning
+	// gives are then weaker: per-group order holds only among the messages
+	// that went to the same member, and a duplicate sent to two members is
+	// stored twice. The default (false) waits for the member within the
+	// publish's context (ClientOptions.FailFast: fails at once).
+	ClusterFailover bool
+
 	// Observer, when set, hears every publish of the Client's publishers
 	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
 	// per-call WithPublishObserver replaces it. The consumers given to
@@ -133,7 +144,13 @@ type Client struct {
 	red             redactor
 
 	observer Observer // every Client.Publisher's, unless it has its own
-	health   health   // what Status reports
+
+	// DialCluster: one Client per member, each dialling its own URL list;
+	// this Client dials nothing itself (client_cluster.go).
+	members  []*Client
+	rr       atomic.Uint64 // round-robin position of unkeyed publishes
+	failover bool          // ClientOptions.ClusterFailover
+	health   health        // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
 	dial           dialFunc
@@ -265,6 +282,9 @@ func (c *Client) Close() error {
 	cn := c.cur
 	c.cur = nil
 	c.mu.Unlock()
+	if c.members != nil {
+		return c.closeMembers()
+	}
 	if cn == nil {
 		return nil
 	}
