@@ -42,7 +42,12 @@ import (
 //     member, each with the Consumer's concurrency and credit), so no
 //     message waits on a member without a consumer. Per-group order holds
 //     as on one broker, because a group's messages are all on one member
-//     (Artemis never redistributes a message with a group-id). A member
+//     (Artemis never redistributes a message with a group-id). The loops
+//     share a memory of failed attempts by meta.id, so a message that
+//     redistribution moves to another member (Artemis restarts its
+//     delivery-count there) goes on counting: it gets at most maxTries
+//     handler calls from this Client wherever it moves (while fewer than
+//     65,536 failing messages wait for a retry at once). A member
 //     that is lost is re-dialled and re-attached on its own. It returns
 //     when ctx ends (nil), the Client is closed (ErrClosed), or a member's
 //     loop fails for good (its error; the others are then stopped).
@@ -342,9 +347,13 @@ var (
 func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// One memory of failed attempts for every member's loop: a message that
+	// redistribution moves keeps its count (see docs/clusters.md).
+	shared := *cons
+	shared.memory = newAttemptMemory(attemptMemoryCap)
 	errs := make(chan error, len(c.members))
 	for _, m := range c.members {
-		go func() { errs <- m.Consume(mctx, queue, cons, opts) }()
+		go func() { errs <- m.Consume(mctx, queue, &shared, opts) }()
 	}
 	var first error
 	for range c.members {

@@ -188,7 +188,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	// the accepts already sent for which the link had refilled its credit
 	// but that the broker had not yet journaled (at most a credit more).
 	const bound = 2 * credit
-	victim := 2                    // 1-based
+	victim := 2 // 1-based
 	qc, qp := queueName(t, "kill.consume"), queueName(t, "kill.publish")
 	c := dialCluster(t, cl, nil)
 
@@ -403,4 +403,62 @@ func TestClusterRedirectIsFollowed(t *testing.T) {
 	assert.True(t, st.Connected)
 	assert.NotEqual(t, ru.Port(), su.Port(), "connected to the redirect's target, not the router")
 	assert.Equal(t, 1, tl.calls[id])
+}
+
+// A failing message that another consumer already failed twice on member 1
+// (delivery-count 2), then moved by redistribution to the members this
+// Client consumes from (the count restarts at 0 there), gets maxTries more
+// handler calls and no more: deliveries in all stay within maxTries x (1 +
+// moves).
+func TestClusterFailingMessageMovedByRedistributionStaysWithinTheBound(t *testing.T) {
+	cl := brokertest.RequireCluster(t)
+	const maxTries, failedBefore = 3, 2
+	q := queueName(t, "dlqmove")
+	src := dialNode(t, cl.Nodes[0].URL)
+	p, err := src.Publisher(context.Background(), q)
+	require.NoError(t, err)
+	id, err := p.Publish(context.Background(), urn, order{Seq: 1})
+	require.NoError(t, err)
+
+	// Another application's consumer on member 1 fails it twice, then goes.
+	conn := cl.Nodes[0].Dial(t)
+	r := conn.NewReceiver(q, &brokertest.ReceiverOptions{Credit: 1})
+	for range failedBefore {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := r.Receive(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, r.ModifyMessage(ctx, m, &amqp.ModifyMessageOptions{DeliveryFailed: true}))
+		cancel()
+	}
+	conn.CloseReceiver(r)
+
+	// A cluster Client on the other members only: the message moves.
+	c := dialCluster(t, &brokertest.Cluster{Name: cl.Name, Nodes: cl.Nodes[1:]}, nil)
+	var calls atomic.Int32
+	var counts []uint32
+	var mu sync.Mutex
+	stop := consume(t, c, q, func(_ context.Context, _ *artemis.Envelope, m *amqp.Message) error {
+		calls.Add(1)
+		mu.Lock()
+		if m.Header != nil {
+			counts = append(counts, m.Header.DeliveryCount)
+		}
+		mu.Unlock()
+		return errors.New("always fails")
+	}, artemis.WithMaxTries(maxTries))
+	dl := newTally(1)
+	stopDL := consume(t, c, q+".dlq", func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		dl.add(env.Meta.ID)
+		return nil
+	})
+	dl.wait(t, time.Minute)
+	time.Sleep(time.Second)
+	stop()
+	stopDL()
+	total := failedBefore + int(calls.Load())
+	line("failing message moved once by redistribution: %d deliveries before the move, %d handler calls after it (delivery-counts %v), %d in all, bound maxTries x (1 + moves) = %d; on a DLQ: %t",
+		failedBefore, calls.Load(), counts, total, maxTries*2, dl.calls[id] == 1)
+	assert.EqualValues(t, maxTries, calls.Load(), "maxTries calls after the move")
+	assert.LessOrEqual(t, total, maxTries*2)
+	assert.Equal(t, 1, dl.calls[id])
 }
