@@ -306,7 +306,7 @@ func TestClusterTTLSurvivesRedistribution(t *testing.T) {
 
 	// No consumer anywhere for a while, then one on node 2 only: the
 	// message moves there.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	r := plainReceiver(t, cl.Nodes[1], q, 1)
 	var first, last time.Duration
 	deliveries := 0
@@ -329,10 +329,14 @@ func TestClusterTTLSurvivesRedistribution(t *testing.T) {
 		require.NoError(t, r.ReleaseMessage(rctx, m))
 		rcancel()
 	}
-	line("ttl %v, moved by redistribution to member 2 at %.1f s: delivered there %d times, the last at %.1f s; not delivered after %.1f s (a header ttl alone would run to %.1f s)",
-		ttl, first.Seconds(), deliveries, last.Seconds(), (ttl + 500*time.Millisecond).Seconds(), (first + ttl).Seconds())
+	// A delivery the broker made just before the expiry may reach us a
+	// little later on a loaded machine: a second of slack, well short of
+	// the ttl after the move.
+	limit := ttl + time.Second
+	line("ttl %v, moved by redistribution to member 2 at %.1f s: delivered there %d times, the last at %.1f s (limit %.1f s; a header ttl alone would run to %.1f s)",
+		ttl, first.Seconds(), deliveries, last.Seconds(), limit.Seconds(), (first + ttl).Seconds())
 	require.Positive(t, deliveries, "the message reached member 2")
-	assert.Less(t, last, ttl+500*time.Millisecond, "expired on time after the move")
+	assert.Less(t, last, limit, "expired on time after the move")
 }
 
 // A message whose handler always fails reaches the dead-letter queue after
