@@ -183,7 +183,10 @@ type Client struct {
 // optional userinfo credentials. An error never shows a password: each URL
 // is printed with its password replaced by xxxxx, and a password quoted by
 // go-amqp or the net package is scrubbed. When no URL answers the error
-// matches ErrConnect.
+// matches ErrConnect. A connection router's answer, amqp:connection:redirect
+// (an Artemis acceptor with router=), is followed: the Client connects to
+// the host and port it names, with the same credentials, at most 3 hops. For
+// a cluster of several live brokers see DialCluster.
 func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, error) {
 	c, err := newClient(urls, opts, dialAMQP)
 	if err != nil {

@@ -90,6 +90,7 @@ func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, 
 	for _, urls := range nodes {
 		m, err := newClient(urls, opts, dial)
 		if err != nil {
+			_ = c.Close()
 			return nil, err
 		}
 		c.members = append(c.members, m)
