@@ -191,24 +191,21 @@ func (c *Client) clusterPublisher(ctx context.Context, queue string, opts []Publ
 // connections (not FailFast), it waits within ctx for the first member to
 // attach.
 func (s *clusterSender) attachAll(ctx context.Context) error {
-	attach := func(ctx context.Context, wait bool) (ok bool, errs []error) {
-		res := make([]error, len(s.members))
-		var wg sync.WaitGroup
-		for i, m := range s.members {
-			wg.Go(func() { _, res[i] = m.link(ctx, wait) })
-		}
-		wg.Wait()
-		for i, err := range res {
-			switch {
-			case err == nil:
-				ok = true
-			default:
-				errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
-			}
-		}
-		return ok, errs
+	res := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, m := range s.members {
+		wg.Go(func() { _, res[i] = m.link(ctx, false) })
 	}
-	ok, errs := attach(ctx, false)
+	wg.Wait()
+	ok := false
+	var errs []error
+	for i, err := range res {
+		if err == nil {
+			ok = true
+			continue
+		}
+		errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
+	}
 	for _, err := range errs {
 		if !errors.Is(err, ErrConnect) {
 			return err // refused by a member that answered

@@ -379,3 +379,47 @@ func TestRedirectOfReadsOnlyARedirect(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, "h:1", got)
 }
+
+func TestClusterPublisherReportsARefusalAndWaitsWhenEveryMemberIsDown(t *testing.T) {
+	refusing := newClusterHarness(t, 2, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if c.addr == memberURL(1) {
+				c.attachErr = func(string, bool) error {
+					return &amqp.Error{Condition: amqp.ErrCondUnauthorizedAccess, Description: "not allowed"}
+				}
+			}
+		}
+	})
+	require.NoError(t, refusing.c.dialMembers(context.Background()))
+	_, err := refusing.c.Publisher(context.Background(), "orders")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "member 2")
+	assert.NotErrorIs(t, err, ErrConnect, "a refusal, not an outage")
+
+	fast := newClusterHarness(t, 2, &ClientOptions{FailFast: true}, nil)
+	fast.setDown(0, true)
+	fast.setDown(1, true)
+	_, err = fast.c.Publisher(context.Background(), "orders")
+	assert.ErrorIs(t, err, ErrConnect)
+
+	patient := newClusterHarness(t, 2, nil, nil)
+	patient.setDown(0, true)
+	patient.setDown(1, true)
+	got := make(chan error, 1)
+	go func() {
+		_, err := patient.c.Publisher(context.Background(), "orders")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Publisher returned %v with every member down", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	patient.setDown(1, false)
+	select {
+	case err := <-got:
+		assert.NoError(t, err, "attached once a member came back")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publisher did not return once a member came back")
+	}
+}

@@ -163,7 +163,7 @@ func (r *runner) clusterConsume(ctx context.Context, c *artemis.Client, queue st
 		case <-all:
 			return nil
 		case err := <-done:
-			return fmt.Errorf("Consume returned after %d of %d: %w", handled.Load(), n, err)
+			return fmt.Errorf("consume returned after %d of %d: %w", handled.Load(), n, err)
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d consumed: %w", handled.Load(), n, ctx.Err())
 		}
