@@ -423,3 +423,43 @@ func TestClusterPublisherReportsARefusalAndWaitsWhenEveryMemberIsDown(t *testing
 		t.Fatal("Publisher did not return once a member came back")
 	}
 }
+
+// A keyed publish whose connection dies after the write is retried (with
+// its duplicate id) on its own member's new connection, never elsewhere.
+func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
+	env, err := NewEnvelope(urnCreated, orderData)
+	require.NoError(t, err)
+	own := memberOf(env.Meta.ID, 3)
+	var mu sync.Mutex
+	dropped := false
+	h := newClusterHarness(t, 3, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if c.addr != memberURL(own) {
+				return
+			}
+			mu.Lock()
+			first := !dropped
+			dropped = true
+			mu.Unlock()
+			if first {
+				c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+					c.kill(&amqp.ConnError{})
+					return nil, &amqp.ConnError{}
+				}
+			}
+		}
+	})
+	require.NoError(t, h.c.dialMembers(context.Background()))
+	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
+	require.NoError(t, err)
+	_, err = p.PublishEnvelope(context.Background(), env)
+	require.NoError(t, err)
+	assert.Equal(t, 1, h.keptBy(own, "orders"), "stored once, on its member")
+	for i := range 3 {
+		if i != own {
+			assert.Zero(t, h.keptBy(i, "orders"), "member %d", i+1)
+		}
+	}
+	retried := h.ev.wait(t, EventPublishRetried)
+	assert.Equal(t, memberURL(own), retried.URL)
+}
