@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -121,6 +122,16 @@ type ClientOptions struct {
 	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 
+	// ClusterFailover (DialCluster only) lets a message that belongs to one
+	// member (it has a group-id, or a duplicate id from
+	// WithDuplicateDetection) go to the next member when its own cannot be
+	// connected to, instead of waiting for it. The guarantees that pinning
+	// gives are then weaker: per-group order holds only among the messages
+	// that went to the same member, and a duplicate sent to two members is
+	// stored twice. The default (false) waits for the member within the
+	// publish's context (ClientOptions.FailFast: fails at once).
+	ClusterFailover bool
+
 	// Observer, when set, hears every publish of the Client's publishers
 	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
 	// per-call WithPublishObserver replaces it. The consumers given to
@@ -144,7 +155,13 @@ type Client struct {
 	red             redactor
 
 	observer Observer // every Client.Publisher's, unless it has its own
-	health   health   // what Status reports
+
+	// DialCluster: one Client per member, each dialling its own URL list;
+	// this Client dials nothing itself (client_cluster.go).
+	members  []*Client
+	rr       atomic.Uint64 // round-robin position of unkeyed publishes
+	failover bool          // ClientOptions.ClusterFailover
+	health   health        // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
 	dial           dialFunc
@@ -177,7 +194,10 @@ type Client struct {
 // optional userinfo credentials. An error never shows a password: each URL
 // is printed with its password replaced by xxxxx, and a password quoted by
 // go-amqp or the net package is scrubbed. When no URL answers the error
-// matches ErrConnect.
+// matches ErrConnect. A connection router's answer, amqp:connection:redirect
+// (an Artemis acceptor with router=), is followed: the Client connects to
+// the host and port it names, with the same credentials, at most 3 hops. For
+// a cluster of several live brokers see DialCluster.
 func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, error) {
 	c, err := newClient(urls, opts, dialAMQP)
 	if err != nil {
@@ -279,6 +299,9 @@ func (c *Client) Close() error {
 	cn := c.cur
 	c.cur = nil
 	c.mu.Unlock()
+	if c.members != nil {
+		return c.closeMembers()
+	}
 	if cn == nil {
 		return nil
 	}

@@ -85,6 +85,9 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 		credit = defaultCredit(cons.concurrency)
 	}
 	credit = min(credit, math.MaxInt32)
+	if c.members != nil {
+		return c.consumeCluster(ctx, queue, cons, opts)
+	}
 
 	// The Consumer is immutable; give this loop its own copy wired to the
 	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a

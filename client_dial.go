@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -307,22 +309,117 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 	b := &c.brokers[idx]
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
-	conn, err := c.dial(dctx, b)
-	if err == nil {
-		var sess amqpSession
-		sess, err = conn.NewSession(dctx, nil)
-		if err == nil {
-			cn := &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}
-			cn.lost, cn.lose = context.WithCancelCause(context.Background())
-			return cn, nil
+	var (
+		conn amqpConn
+		sess amqpSession
+		err  error
+	)
+	// A connection router answers with amqp:connection:redirect (at the
+	// open or at the first begin) naming the member to use: follow it, a
+	// few hops at most, with the same credentials and TLS settings.
+	for hop := 0; ; hop++ {
+		conn, sess, err = c.open(dctx, b)
+		target, ok := redirectOf(err)
+		if !ok {
+			break
 		}
-		_ = conn.Close()
-		err = fmt.Errorf("begin session: %w", err)
+		if hop == maxRedirects {
+			err = fmt.Errorf("more than %d redirects: %w", maxRedirects, err)
+			break
+		}
+		nb, rerr := b.redirected(target)
+		if rerr != nil {
+			err = fmt.Errorf("%w (following it: %w)", err, rerr)
+			break
+		}
+		b = &nb
+	}
+	if err == nil {
+		cn := &connection{conn: conn, sess: sess, idx: idx, url: b.shown, replaced: make(chan struct{})}
+		cn.lost, cn.lose = context.WithCancelCause(context.Background())
+		return cn, nil
 	}
 	if ctx.Err() == nil && dctx.Err() != nil {
 		err = fmt.Errorf("no connection within %v: %w", c.dialTimeout, err)
 	}
 	return nil, err
+}
+
+// open dials b and begins a session on the connection.
+func (c *Client) open(ctx context.Context, b *broker) (amqpConn, amqpSession, error) {
+	conn, err := c.dial(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("begin session: %w", err)
+	}
+	return conn, sess, nil
+}
+
+// maxRedirects is how many amqp:connection:redirect answers one connection
+// attempt follows.
+const maxRedirects = 3
+
+// conditionRedirect is the AMQP error condition of a connection router's
+// answer (an Artemis acceptor with router=...).
+const conditionRedirect amqp.ErrCond = "amqp:connection:redirect"
+
+// redirectOf returns the host:port that a redirect error names (its info
+// network-host, else hostname, and port).
+func redirectOf(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	var remote *amqp.Error
+	var ce *amqp.ConnError
+	switch {
+	case errors.As(err, &ce) && ce.RemoteErr != nil:
+		remote = ce.RemoteErr
+	case errors.As(err, &remote):
+	default:
+		return "", false
+	}
+	if remote.Condition != conditionRedirect {
+		return "", false
+	}
+	host, _ := remote.Info["network-host"].(string)
+	if host == "" {
+		host, _ = remote.Info["hostname"].(string)
+	}
+	var port int64
+	switch p := remote.Info["port"].(type) {
+	case int32:
+		port = int64(p)
+	case int64:
+		port = p
+	case uint16:
+		port = int64(p)
+	case uint32:
+		port = int64(p)
+	case int:
+		port = int64(p)
+	}
+	if host == "" || port <= 0 || port > 65535 {
+		return "", false
+	}
+	return net.JoinHostPort(host, strconv.FormatInt(port, 10)), true
+}
+
+// redirected is b with its host and port replaced by hostPort.
+func (b *broker) redirected(hostPort string) (broker, error) {
+	nb := *b
+	for _, s := range []*string{&nb.addr, &nb.shown} {
+		u, err := url.Parse(*s)
+		if err != nil {
+			return broker{}, fmt.Errorf("%w: broker URL does not parse", ErrInvalidConfig)
+		}
+		u.Host = hostPort
+		*s = u.String()
+	}
+	return nb, nil
 }
 
 // sleep waits d, or until wake is closed (nil: never), and reports false

@@ -16,7 +16,8 @@ import (
 // PublishEnvelope come from the embedded Publisher.
 type ClientPublisher struct {
 	*Publisher
-	sender *clientSender
+	sender  *clientSender
+	cluster *clusterSender // DialCluster's publisher: sender is nil
 }
 
 // Publisher attaches a sender to queue with the "queue" capability (an
@@ -68,6 +69,9 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
+	if c.members != nil {
+		return c.clusterPublisher(ctx, queue, opts)
+	}
 	s := c.newSender(queue)
 	if _, err := s.link(ctx, !c.failFast); err != nil {
 		return nil, err
@@ -81,6 +85,9 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 // Close detaches the publisher's link. Later publishes fail with ErrClosed.
 // The Client's connection stays open.
 func (p *ClientPublisher) Close(ctx context.Context) error {
+	if p.cluster != nil {
+		return p.cluster.close(ctx)
+	}
 	if p.sender == nil {
 		return errNotBuilt
 	}
@@ -267,7 +274,13 @@ func (s *clientSender) close(ctx context.Context) error {
 // (ClientOptions.FailFast: it does not). The retry after an unknown outcome
 // never waits: it re-dials at most once, as a fail-fast publish does.
 func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	sl, err := s.link(ctx, !s.c.failFast)
+	return s.sendOutcome(ctx, msg, !s.c.failFast)
+}
+
+// sendOutcome is SendOutcome, waiting for a connection only when wait is
+// set.
+func (s *clientSender) sendOutcome(ctx context.Context, msg *amqp.Message, wait bool) (amqp.DeliveryState, error) {
+	sl, err := s.link(ctx, wait)
 	if err != nil {
 		return nil, err // nothing was sent
 	}

@@ -36,7 +36,13 @@ import (
 func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
 	// Without a connection, wait for the Client's re-dial within ctx, as
 	// Publish does (ClientOptions.FailFast: do not).
-	sl, err := s.link(ctx, !s.c.failFast)
+	return s.startOutcomeWait(ctx, msg, !s.c.failFast)
+}
+
+// startOutcomeWait is startOutcome, waiting for a connection only when
+// wait is set.
+func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, wait bool) (pendingTransfer, error) {
+	sl, err := s.link(ctx, wait)
 	if err != nil {
 		return pendingTransfer{}, err // nothing was sent
 	}

@@ -26,6 +26,12 @@ type ClientStatus struct {
 	// or of the loss or the first failed dial that left the Client without
 	// one. Zero before the first dial ended.
 	Since time.Time
+	// Members is, for a Client from DialCluster, each member's status in
+	// the order of DialCluster's nodes (nil for Dial's). Connected is then
+	// true while at least one member is connected; URL is the first
+	// connected member's, LastError the first member's that has one, and
+	// Since the latest change of any member.
+	Members []ClientStatus
 }
 
 // health is what Status reports, kept up to date by every emitted event.
@@ -76,6 +82,9 @@ func (c *Client) track(ev ConnectionEvent) {
 func (c *Client) Status() ClientStatus {
 	if c == nil {
 		return ClientStatus{LastError: errNotBuilt}
+	}
+	if c.members != nil {
+		return c.clusterStatus()
 	}
 	c.mu.Lock()
 	cn, closed := c.cur, c.closed

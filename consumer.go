@@ -83,6 +83,10 @@ type Consumer struct {
 	// test gives a channel it controls).
 	after func(time.Duration) <-chan time.Time
 	err   error // an invalid option, returned by Listen and Handle
+
+	// memory, on a cluster Client's Consume, carries attempts across the
+	// members (cluster_attempts.go); nil elsewhere.
+	memory *attemptMemory
 }
 
 // ConsumerOption configures a Consumer.
@@ -255,7 +259,7 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	if d.urn == "" {
 		d.urn = env.Job
 	}
-	env.Attempts = ReconcileAttempts(env.Attempts, deliveryCount(msg))
+	env.Attempts = c.memory.reconcile(env.Meta.ID, ReconcileAttempts(env.Attempts, deliveryCount(msg)))
 	d.attempts = env.Attempts
 	h := c.handlers[d.urn]
 	if h == nil {

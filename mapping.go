@@ -143,6 +143,7 @@ type messageBlock struct {
 	subject string
 	groupID string
 	created time.Time
+	expiry  time.Time
 }
 
 // project makes b.msg the section 2 message of env around an already
@@ -176,9 +177,19 @@ func (b *messageBlock) project(env *Envelope, body string, props map[string]any,
 }
 
 // applyOptions puts the header and property options of a publish on b.msg:
-// time to live, priority, group.
+// time to live (the header ttl and the absolute expiry time, creation +
+// ttl: a cluster that moves the message restarts the header ttl but keeps
+// the absolute time), priority, group.
 func (b *messageBlock) applyOptions(cfg *publishConfig) {
 	b.header.TTL = cfg.ttlHeader()
+	if b.header.TTL > 0 {
+		created := b.created
+		if created.IsZero() {
+			created = time.Now().UTC()
+		}
+		b.expiry = created.Add(b.header.TTL)
+		b.props.AbsoluteExpiryTime = &b.expiry
+	}
 	if cfg.prioritySet {
 		b.header.Priority = uint8(cfg.priority)
 	}

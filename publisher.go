@@ -320,9 +320,14 @@ func WithDuplicateDetection() PublishOption {
 }
 
 // WithTTL gives the message a time to live: the header ttl, in
-// milliseconds (a d below a millisecond is rounded up to one). Artemis sets
-// the message's expiry from it (JMSExpiration) and drops or moves an expired
-// message to its expiry address instead of delivering it. d = 0 means no
+// milliseconds (a d below a millisecond is rounded up to one), and the
+// absolute expiry time, meta.created_at + d (the moment of the publish when
+// the envelope has no created_at). Artemis sets the message's expiry from
+// them (JMSExpiration) and drops or moves an expired message to its expiry
+// address instead of delivering it; the absolute time is the one that
+// survives a cluster moving the message to another member (the header ttl
+// starts again there), so it expires on time. It is computed from the
+// publisher's clock. d = 0 means no
 // expiry; a negative d, or one over the header's 2^32-1 ms (49.7 days), is
 // refused with ErrInvalidConfig when publishing. Dead-letter copies never
 // carry it.

@@ -626,7 +626,14 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 				} else if assert.NotNil(t, msg.Properties.GroupID, path) {
 					assert.Equal(t, tc.group, *msg.Properties.GroupID, path)
 				}
-				assert.Nil(t, msg.Properties.AbsoluteExpiryTime, "the broker sets the expiry from the ttl: %s", path)
+				if tc.ttl == 0 {
+					assert.Nil(t, msg.Properties.AbsoluteExpiryTime, "no ttl, no expiry: %s", path)
+				} else if assert.NotNil(t, msg.Properties.AbsoluteExpiryTime, path) {
+					// Creation + ttl (contract section 2): the time a cluster
+					// keeps when it moves the message.
+					want := time.UnixMilli(env.Meta.CreatedAt).Add(tc.ttl)
+					assert.True(t, want.Equal(*msg.Properties.AbsoluteExpiryTime), "%s: expiry %v, want %v", path, *msg.Properties.AbsoluteExpiryTime, want)
+				}
 			}
 		})
 	}

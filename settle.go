@@ -210,6 +210,7 @@ func (d *delivery) settled(kind, cause error, disp Disposition, reported *Delive
 		return settleErr
 	}
 	d.observe(kind, cause, disp)
+	d.remember(kind, disp)
 	if reported == nil {
 		d.logSettled(disp)
 		return nil

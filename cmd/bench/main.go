@@ -121,7 +121,7 @@ func main() {
 	flag.DurationVar(&cfg.latDur, "latency-duration", 20*time.Second, "duration of the latency measurement per side")
 	flag.IntVar(&cfg.memN, "mem-n", 1000000, "messages through the pipelined publisher and then Client.Consume in the memory measurement")
 	flag.IntVar(&cfg.memEvery, "mem-every", 100000, "live heap sample interval of the memory measurement, in messages")
-	flag.StringVar(&sections, "sections", "throughput,latency,memory", "comma-separated sections to run: throughput, latency, memory")
+	flag.StringVar(&sections, "sections", "throughput,latency,memory", "comma-separated sections to run: throughput, latency, memory, cluster (the library on $ARTEMIS_CLUSTER_URLS against its first member alone)")
 	flag.BoolVar(&cfg.rawJSON, "raw-json", false, "the raw side does the JSON work a go-amqp user would: the publisher builds every message (json.Marshal of an envelope struct, two fresh UUIDs, a hand-built *amqp.Message) and the consumer json.Unmarshals every body")
 	flag.IntVar(&cfg.rawMsgs, "raw-msgs", 1, "distinct prebuilt messages the raw publisher cycles through (1: one message reused for every send; each has its own meta.id, trace id and creation time)")
 	flag.IntVar(&cfg.warmup, "warmup", 2000, "messages per side in the unmeasured warm-up round (0: none)")
@@ -145,7 +145,7 @@ func main() {
 	cfg.sections = map[string]bool{}
 	for _, f := range strings.Split(sections, ",") {
 		switch f = strings.TrimSpace(f); f {
-		case "throughput", "latency", "memory":
+		case "throughput", "latency", "memory", "cluster":
 			cfg.sections[f] = true
 		case "":
 		default:
@@ -315,6 +315,11 @@ func run(cfg *config) error {
 	if cfg.sections["memory"] {
 		if err := r.memory(); err != nil {
 			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	if cfg.sections["cluster"] {
+		if err := r.cluster(); err != nil {
+			return fmt.Errorf("cluster: %w", err)
 		}
 	}
 	fmt.Fprintf(w, "memory at end: %s\n", memLine())

@@ -33,6 +33,7 @@ type connFlags struct {
 	tlsKey        string
 	tlsServerName string
 	timeout       time.Duration
+	cluster       bool // each -url is a cluster member: run once per member (cluster.go)
 
 	getenv  func(string) string
 	secrets redact.Secrets // every password seen, scrubbed from all output
@@ -59,6 +60,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the client certificate's key (with -tls-cert)")
 	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "the `name` the broker's certificate must carry (default: the URL's host)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after this `duration`")
+	fs.BoolVar(&c.cluster, "cluster", false, "each -url is one member of an Artemis cluster: run on every member and report per member (inspect, redrive, peek, stats)")
 }
 
 // target is one broker URL as it is dialled and shown.

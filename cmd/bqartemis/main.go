@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitOK
 		}
 		if err == nil {
-			err = runCmd(ctx, rest)
+			err = runMembers(ctx, c.name, env, rest, runCmd)
 		}
 		var ue *usageError
 		switch {
@@ -247,6 +247,8 @@ connection (every command; before or after the command):
                       from the URL or $ARTEMIS_PASSWORD, never from a flag
   -tls-ca FILE, -tls-cert FILE, -tls-key FILE, -tls-server-name NAME   for amqps:// URLs
   -timeout D          give up after D (default 1m)
+  -cluster            each -url is one member of an Artemis cluster: inspect, redrive, peek and
+                      stats run on every member and report per member
 
 exit status: 0 done, 1 runtime error, 2 usage error
 `)

@@ -1,0 +1,395 @@
+// A Client over an Artemis cluster: one member Client per node (each with
+// its own URL list, re-dialled on its own), publishes spread over the
+// members or pinned to one by their key, and a consume loop on every
+// member.
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+
+	"github.com/Azure/go-amqp"
+)
+
+// DialCluster connects to the members of an Artemis cluster and returns a
+// Client over all of them. Each element of nodes is one member's URL list,
+// as Dial takes it: its live URL, then its backups, tried in turn. An AMQP
+// client learns no topology from Artemis, so every member must be listed.
+// opts (nil for the defaults) apply to every member.
+//
+// Every member is dialled at once; DialCluster returns when each has
+// answered or failed, and fails (matching ErrConnect) only when none could
+// be connected to. A member that is down is dialled again whenever it is
+// needed, on its own, while the others go on.
+//
+// The Client has the methods of Dial's, and:
+//
+//   - Publisher: a message that carries a group-id (WithGroupID) or a
+//     duplicate id (WithDuplicateDetection) always goes to the member its
+//     key hashes to (the group-id, else the duplicate id), so per-group
+//     order and duplicate detection, both kept per member by Artemis, hold;
+//     the retry after an ambiguous outcome goes to the same member. When
+//     that member is down the publish waits for it within its context
+//     (FailFast: fails at once), unless ClientOptions.ClusterFailover sends
+//     it to the next member with weaker guarantees. Other messages go round
+//     robin over the members that are connected, skipping one that cannot
+//     be connected to.
+//   - Consume: runs the Consumer on every member at once (a receiver per
+//     member, each with the Consumer's concurrency and credit), so no
+//     message waits on a member without a consumer. Per-group order holds
+//     as on one broker, because a group's messages are all on one member
+//     (Artemis never redistributes a message with a group-id). The loops
+//     share a memory of failed attempts by meta.id, so a message that
+//     redistribution moves to another member (Artemis restarts its
+//     delivery-count there) goes on counting: it gets at most maxTries
+//     handler calls from this Client wherever it moves (while fewer than
+//     65,536 failing messages wait for a retry at once). A member
+//     that is lost is re-dialled and re-attached on its own. It returns
+//     when ctx ends (nil), the Client is closed (ErrClosed), or a member's
+//     loop fails for good (its error; the others are then stopped).
+//   - Status: Members reports each member.
+//   - Close: closes every member.
+func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*Client, error) {
+	c, err := newCluster(nodes, opts, dialAMQP)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.dialMembers(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster builds DialCluster's Client, its members dialling with dial,
+// without dialling yet.
+func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no cluster member", ErrInvalidConfig)
+	}
+	var all []string
+	for i, urls := range nodes {
+		if len(urls) == 0 {
+			return nil, fmt.Errorf("%w: cluster member %d has no broker URL", ErrInvalidConfig, i+1)
+		}
+		all = append(all, urls...)
+	}
+	// The cluster Client validates every URL and knows every password (to
+	// scrub them); it never dials itself.
+	c, err := newClient(all, opts, dial)
+	if err != nil {
+		return nil, err
+	}
+	if opts != nil {
+		c.failover = opts.ClusterFailover
+	}
+	for _, urls := range nodes {
+		m, err := newClient(urls, opts, dial)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.members = append(c.members, m)
+	}
+	return c, nil
+}
+
+// dialMembers dials every member once, side by side; it fails only when
+// none could be connected to.
+func (c *Client) dialMembers(ctx context.Context) error {
+	errs := make([]error, len(c.members))
+	var wg sync.WaitGroup
+	for i, m := range c.members {
+		wg.Go(func() { _, errs[i] = m.connection(ctx) })
+	}
+	wg.Wait()
+	var failed []error
+	for i, err := range errs {
+		if err == nil {
+			return nil
+		}
+		failed = append(failed, fmt.Errorf("member %d: %w", i+1, err))
+	}
+	if err := ctx.Err(); err != nil {
+		return c.red.error(fmt.Errorf("%w: %w: %w", ErrConnect, err, errors.Join(failed...)))
+	}
+	return c.red.error(fmt.Errorf("%w: no cluster member answered: %w", ErrConnect, errors.Join(failed...)))
+}
+
+// closeMembers closes every member (the cluster Client is already marked
+// closed).
+func (c *Client) closeMembers() error {
+	var errs []error
+	for i, m := range c.members {
+		if err := m.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// up reports a Client with an open connection that is not known dead.
+func (c *Client) up() bool {
+	c.mu.Lock()
+	cn := c.cur
+	c.mu.Unlock()
+	return cn != nil && !cn.dead() && cn.lost.Err() == nil
+}
+
+// memberOf is the member index that key hashes to (FNV-1a).
+func memberOf(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// routingKey is what pins msg to one member: its group-id, else its
+// duplicate id; "" when it has neither.
+func routingKey(msg *amqp.Message) string {
+	if msg.Properties != nil && msg.Properties.GroupID != nil && *msg.Properties.GroupID != "" {
+		return *msg.Properties.GroupID
+	}
+	if id, ok := msg.ApplicationProperties[PropDuplicateID].(string); ok {
+		return id
+	}
+	return ""
+}
+
+// clusterSender is the OutcomeSender of a cluster publisher: it routes each
+// message to one member's reconnecting sender.
+type clusterSender struct {
+	c       *Client
+	addr    string
+	members []*clientSender
+}
+
+// clusterPublisher attaches a sender to queue on every member. It succeeds
+// when at least one member attached: one that cannot be connected to now
+// attaches on its first publish. A refusal (an address the user may not
+// send to, say) is returned.
+func (c *Client) clusterPublisher(ctx context.Context, queue string, opts []PublishOption) (*ClientPublisher, error) {
+	s := &clusterSender{c: c, addr: queue}
+	for _, m := range c.members {
+		s.members = append(s.members, m.newSender(queue))
+	}
+	if err := s.attachAll(ctx); err != nil {
+		_ = s.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if c.observer != nil {
+		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
+	}
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), cluster: s}, nil
+}
+
+// attachAll attaches every member's sender side by side, without waiting
+// for a member that is down; when none attached and the Client waits for
+// connections (not FailFast), it waits within ctx for the first member to
+// attach.
+func (s *clusterSender) attachAll(ctx context.Context) error {
+	res := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, m := range s.members {
+		wg.Go(func() { _, res[i] = m.link(ctx, false) })
+	}
+	wg.Wait()
+	ok := false
+	var errs []error
+	for i, err := range res {
+		if err == nil {
+			ok = true
+			continue
+		}
+		errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
+	}
+	for _, err := range errs {
+		if !errors.Is(err, ErrConnect) {
+			return err // refused by a member that answered
+		}
+	}
+	if ok {
+		return nil
+	}
+	if s.c.failFast {
+		return errors.Join(errs...)
+	}
+	// Every member is down: wait for the first to come back.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := make(chan error, len(s.members))
+	for _, m := range s.members {
+		go func() { _, err := m.link(wctx, true); first <- err }()
+	}
+	var last error
+	for range s.members {
+		err := <-first
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+	return last
+}
+
+// order is the members to try for msg, in turn, and whether the first one
+// is msg's own (a keyed message): the keyed member then the next ones; or,
+// for an unkeyed message, the members that are connected, round robin,
+// then the others.
+func (s *clusterSender) order(msg *amqp.Message) (idx []int, keyed bool) {
+	n := len(s.members)
+	idx = make([]int, 0, n)
+	if key := routingKey(msg); key != "" {
+		start := memberOf(key, n)
+		for k := range n {
+			idx = append(idx, (start+k)%n)
+		}
+		return idx, true
+	}
+	var up, down []int
+	for i, m := range s.c.members {
+		if m.up() {
+			up = append(up, i)
+		} else {
+			down = append(down, i)
+		}
+	}
+	turn := s.c.rr.Add(1) - 1
+	if len(up) > 0 {
+		// Round robin over the members that are connected now.
+		start := int(turn % uint64(len(up)))
+		idx = append(idx, up[start:]...)
+		idx = append(idx, up[:start]...)
+		return append(idx, down...), false
+	}
+	start := int(turn % uint64(n))
+	for k := range n {
+		idx = append(idx, (start+k)%n)
+	}
+	return idx, false
+}
+
+// route sends msg with send on the member it belongs to. A keyed message
+// stays on its member (waiting for it, as a single broker's publish does)
+// unless ClusterFailover is set; an unkeyed one, or a keyed one with
+// ClusterFailover, moves on to the next member when its member could not
+// be connected to (nothing was sent). Only the last member tried waits for
+// its connection.
+func route[T any](ctx context.Context, s *clusterSender, msg *amqp.Message, send func(m *clientSender, wait bool) (T, error)) (T, error) {
+	order, keyed := s.order(msg)
+	wait := !s.c.failFast
+	if keyed && !s.c.failover {
+		return send(s.members[order[0]], wait)
+	}
+	var (
+		zero  T
+		first error
+	)
+	for k, i := range order {
+		last := k == len(order)-1
+		res, err := send(s.members[i], wait && last)
+		if err == nil || !errors.Is(err, ErrConnect) || ctx.Err() != nil || s.c.isClosed() {
+			return res, err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return zero, first
+}
+
+// SendOutcome sends msg on its member (see route and Client.Publisher).
+func (s *clusterSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	return route(ctx, s, msg, func(m *clientSender, wait bool) (amqp.DeliveryState, error) {
+		return m.sendOutcome(ctx, msg, wait)
+	})
+}
+
+// startOutcome makes PublishWithReceipt pipeline on the member's link.
+func (s *clusterSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
+	return route(ctx, s, msg, func(m *clientSender, wait bool) (pendingTransfer, error) {
+		return m.startOutcomeWait(ctx, msg, wait)
+	})
+}
+
+// Send is SendOutcome for the Sender interface.
+func (s *clusterSender) Send(ctx context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
+	state, err := s.SendOutcome(ctx, msg)
+	if err != nil {
+		return err
+	}
+	return outcomeError(state)
+}
+
+// close detaches every member's link, side by side.
+func (s *clusterSender) close(ctx context.Context) error {
+	errs := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, m := range s.members {
+		wg.Go(func() { errs[i] = m.close(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+var (
+	_ OutcomeSender = (*clusterSender)(nil)
+	_ pendingSender = (*clusterSender)(nil)
+)
+
+// consumeCluster runs Consume on every member side by side. cons and opts
+// were validated by Consume.
+func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// One memory of failed attempts for every member's loop: a message that
+	// redistribution moves keeps its count (see docs/clusters.md).
+	shared := *cons
+	shared.memory = newAttemptMemory(attemptMemoryCap)
+	errs := make(chan error, len(c.members))
+	for _, m := range c.members {
+		go func() { errs <- m.Consume(mctx, queue, &shared, opts) }()
+	}
+	var first error
+	for range c.members {
+		err := <-errs
+		if err != nil && first == nil {
+			// A member's loop ended for good (closed, or refused): stop the
+			// others and report it.
+			first = err
+			cancel()
+		}
+	}
+	if first != nil && c.isClosed() {
+		return ErrClosed
+	}
+	return first
+}
+
+// clusterStatus is Status for a Client from DialCluster.
+func (c *Client) clusterStatus() ClientStatus {
+	var s ClientStatus
+	for _, m := range c.members {
+		ms := m.Status()
+		s.Members = append(s.Members, ms)
+		if ms.Connected && !s.Connected {
+			s.Connected, s.URL = true, ms.URL
+		}
+		if s.LastError == nil {
+			s.LastError = ms.LastError
+		}
+		if ms.Since.After(s.Since) {
+			s.Since = ms.Since
+		}
+	}
+	if c.isClosed() {
+		s.Connected, s.LastError = false, ErrClosed
+	}
+	if !s.Connected && len(s.Members) > 0 {
+		s.URL = s.Members[0].URL
+	}
+	return s
+}

@@ -1,0 +1,90 @@
+// The attempts a cluster Client's consumers remember across members: Artemis
+// restarts a message's delivery-count when redistribution moves it to
+// another member, so the count alone would let a failing message get
+// maxTries more deliveries on every move.
+
+package artemis
+
+import (
+	"errors"
+	"sync"
+)
+
+// attemptMemoryCap is how many message ids with a failed delivery and no
+// final outcome yet a cluster Client's Consume remembers per queue; past
+// it the oldest is forgotten (and gets the broker's count only).
+const attemptMemoryCap = 1 << 16
+
+// attemptMemory maps meta.id to the failed deliveries seen so far, for the
+// consume loops a cluster Client runs on every member for one queue.
+type attemptMemory struct {
+	mu    sync.Mutex
+	cap   int
+	seen  map[string]int
+	order []string // ids in the order first remembered; forgotten ones are skipped on eviction
+}
+
+func newAttemptMemory(capacity int) *attemptMemory {
+	return &attemptMemory{cap: capacity, seen: map[string]int{}}
+}
+
+// reconcile is attempts raised to what was remembered for id. A nil
+// memory (a single broker's Consume) remembers nothing.
+func (m *attemptMemory) reconcile(id string, attempts int) int {
+	if m == nil || id == "" {
+		return attempts
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(attempts, m.seen[id])
+}
+
+// failed remembers that id has had attempts failed deliveries.
+func (m *attemptMemory) failed(id string, attempts int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[id]; !ok {
+		for len(m.seen) >= m.cap && len(m.order) > 0 {
+			oldest := m.order[0]
+			m.order = m.order[1:]
+			delete(m.seen, oldest)
+		}
+		m.order = append(m.order, id)
+	}
+	m.seen[id] = max(m.seen[id], attempts)
+}
+
+// forget drops id once its message is settled for good.
+func (m *attemptMemory) forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[id]; !ok {
+		return
+	}
+	delete(m.seen, id)
+	if len(m.order) > 2*m.cap {
+		// Compact the ids already forgotten.
+		kept := m.order[:0]
+		for _, o := range m.order {
+			if _, ok := m.seen[o]; ok {
+				kept = append(kept, o)
+			}
+		}
+		m.order = kept
+	}
+}
+
+// remember keeps the memory of d's consumer up to date once d was settled
+// with disp: a failed attempt is remembered, a final outcome forgets.
+func (d *delivery) remember(kind error, disp Disposition) {
+	m := d.c.memory
+	if m == nil || d.env == nil || d.env.Meta.ID == "" {
+		return
+	}
+	switch {
+	case disp == DispositionAbandoned && errors.Is(kind, ErrHandlerFailed):
+		m.failed(d.env.Meta.ID, d.attempts+1)
+	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
+		m.forget(d.env.Meta.ID)
+	}
+}
