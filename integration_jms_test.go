@@ -111,7 +111,8 @@ func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
 	assert.Equal(t, "java", h.env.Meta.Lang)
 	assert.Equal(t, 0, h.env.Attempts, "JMS delivery count 1 is attempts 0")
 	assert.Equal(t, data, string(h.env.Data))
-	assert.Equal(t, "java", h.headers["bq_source_lang"])
-	assert.Equal(t, "1", h.headers["bq_schema_version"])
+	assert.Equal(t, "java", h.msg.ApplicationProperties["bq_source_lang"])
+	assert.Equal(t, "1", h.msg.ApplicationProperties["bq_schema_version"])
+	assert.NotContains(t, h.headers, "bq_source_lang", "the contract's properties are not out-of-band headers")
 	assertNothingLeft(t, errs, conn, q)
 }

@@ -168,10 +168,12 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 		err = r.pub.publishError(r.urn, err)
 	}
 	r.err = err
-	close(r.done)
 	if r.observed != nil {
+		// Before done: whoever saw the receipt resolve (Wait, Done) finds
+		// it observed too.
 		r.observed.observePublish(r.pub.queue, r.urn, r.id, r.start, err)
 	}
+	close(r.done)
 	switch {
 	case r.onOutcome != nil:
 		callOnOutcome(r.onOutcome, r.id, err)
