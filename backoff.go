@@ -20,14 +20,17 @@ const (
 // at random, so clients that lost the same broker do not return in step.
 type Backoff struct {
 	// Initial is the wait before the first retry. It must be > 0.
+	// Default (DefaultBackoff): DefaultBackoffInitial (100ms).
 	Initial time.Duration
 	// Max caps every wait. It must be >= Initial. An attachment that stays
 	// up at least this long resets the sequence to Initial.
+	// Default (DefaultBackoff): DefaultBackoffMax (30s).
 	Max time.Duration
 	// Multiplier grows the wait after each failed attempt. It must be >= 1.
+	// Default (DefaultBackoff): 2.
 	Multiplier float64
 	// Jitter is the largest fraction of a wait removed at random, in [0, 1].
-	// 0 makes the waits exact.
+	// 0 makes the waits exact. Default (DefaultBackoff): 0.2.
 	Jitter float64
 }
 

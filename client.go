@@ -51,14 +51,16 @@ type ClientOptions struct {
 	// than dial it. Write P@ss/w as P%40ss%2Fw, or pass it in Password.
 	// Every error, event and log line masks the password, and the whole
 	// userinfo of a URL that is refused or does not parse.
+	// Default: the URLs' own.
 	Username string
+	// Password is the SASL PLAIN password, taken as Username is (above).
+	// Default: the URLs' own.
 	Password string
 
 	// TLSConfig is used for amqps:// URLs (direct TLS, what an Artemis
 	// acceptor with sslEnabled=true speaks). go-amqp clones it per
 	// connection and sets ServerName to the URL's host when it is empty.
-	// nil means ConnOptions.TLSConfig, else go-amqp's default (the system
-	// roots).
+	// Default: ConnOptions.TLSConfig, else go-amqp's (the system roots).
 	TLSConfig *tls.Config
 
 	// ConnOptions are the base go-amqp connection options (idle timeout,
@@ -66,29 +68,30 @@ type ClientOptions struct {
 	// the fields above when those are set; leave HostName empty when there
 	// is more than one URL. An IdleTimeout of 0 becomes DefaultIdleTimeout
 	// (go-amqp's own default is a minute); a negative one turns the idle
-	// check off, as in go-amqp.
+	// check off, as in go-amqp. Default: go-amqp's, with an IdleTimeout of
+	// DefaultIdleTimeout (10s).
 	ConnOptions *amqp.ConnOptions
 
 	// DialTimeout bounds each connection attempt to one URL and each link
-	// attach (default DefaultDialTimeout).
+	// attach. Default: DefaultDialTimeout (15s).
 	DialTimeout time.Duration
 
-	// Backoff paces the Client's re-dials and Consume's re-attach attempts
-	// (default DefaultBackoff()). After a loss the Client re-dials at once;
+	// Backoff paces the Client's re-dials and Consume's re-attach attempts.
+	// After a loss the Client re-dials at once;
 	// after each failed round over the URL list it waits the next backoff
 	// step before dialing again. One re-dial runs at a time per Client,
 	// shared by every publisher and consume loop, so an outage costs one
 	// round of dials (and one round of log lines) per step, however many
-	// goroutines are publishing.
+	// goroutines are publishing. Default: DefaultBackoff().
 	Backoff *Backoff
 
 	// FailFast makes a publish (and a consume loop's dead-letter write) that
 	// finds no connection fail at once with ErrConnect, without waiting for
 	// the re-dial: during a backoff step it returns the last round's error
-	// without dialing. The default (false) is to wait for the connection to
+	// without dialing. Without it a publish waits for the connection to
 	// come back, within the call's context: the publish returns ErrConnect
 	// (nothing sent) only when its context ends, or the Client is closed,
-	// first.
+	// first. Default: false.
 	FailFast bool
 
 	// OutcomeTimeouts is how many transfers in a row on one connection may
@@ -96,9 +99,9 @@ type ClientOptions struct {
 	// outcome received in between, before the Client declares the
 	// connection dead, drops it and re-dials (the next URL first). Only
 	// transfers that waited at least MinOutcomeWait count: a context too
-	// short for any broker says nothing about the connection. The default,
-	// DefaultOutcomeTimeouts, catches a half-open connection that still
-	// carries heartbeats; a negative value turns the check off.
+	// short for any broker says nothing about the connection. It catches a
+	// half-open connection that still carries heartbeats; a negative value
+	// turns the check off. Default: DefaultOutcomeTimeouts (3).
 	OutcomeTimeouts int
 
 	// OnEvent, when set, hears every connection and link event: each loss
@@ -108,7 +111,7 @@ type ClientOptions struct {
 	// use, must not block and must not call back into the Client or its
 	// publishers (hand the event to a channel or a goroutine for that). A
 	// panic in it is recovered. The event's URL and Err never carry a
-	// password.
+	// password. Default: none.
 	OnEvent func(ConnectionEvent)
 
 	// Logger receives the same events: losses and failures at warn,
@@ -119,7 +122,7 @@ type ClientOptions struct {
 	// slog.Default(), so an outage is never silent; with OnEvent set and
 	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
 	// to slog.Default() when Logger is nil. To log nothing at all, set
-	// slog.New(slog.DiscardHandler).
+	// slog.New(slog.DiscardHandler). Default: nil (as above).
 	Logger *slog.Logger
 
 	// ClusterFailover (DialCluster only) lets a message that belongs to one
@@ -128,14 +131,14 @@ type ClientOptions struct {
 	// connected to, instead of waiting for it. The guarantees that pinning
 	// gives are then weaker: per-group order holds only among the messages
 	// that went to the same member, and a duplicate sent to two members is
-	// stored twice. The default (false) waits for the member within the
-	// publish's context (ClientOptions.FailFast: fails at once).
+	// stored twice. Without it the publish waits for the member within its
+	// context (ClientOptions.FailFast: fails at once). Default: false.
 	ClusterFailover bool
 
 	// Observer, when set, hears every publish of the Client's publishers
 	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
 	// per-call WithPublishObserver replaces it. The consumers given to
-	// Consume take theirs with WithObserver.
+	// Consume take theirs with WithObserver. Default: none.
 	Observer Observer
 }
 

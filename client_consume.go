@@ -22,17 +22,17 @@ func defaultCredit(concurrency int) int { return max(2*concurrency, MinCredit) }
 // ConsumeOptions configures Client.Consume. nil means the defaults.
 type ConsumeOptions struct {
 	// Credit is the receiver's link credit: how many deliveries the broker
-	// may push ahead of the handlers. The default, max(2*concurrency,
-	// MinCredit), keeps every worker of the Consumer busy; a credit below
-	// the concurrency leaves workers idle. Deliveries held on credit when
-	// ctx ends go back to the queue with the link, not counted as a
-	// delivery attempt (Artemis, on a clean detach).
+	// may push ahead of the handlers. A credit below the concurrency leaves
+	// workers idle. Deliveries held on credit when ctx ends go back to the
+	// queue with the link, not counted as a delivery attempt (Artemis, on a
+	// clean detach). Default: max(2*concurrency, MinCredit), which keeps
+	// every worker of the Consumer busy.
 	Credit int
 
 	// NoDeadLetter attaches no dead-letter sender: messages that would be
 	// dead-lettered are dropped and reported, as the Consumer does without
 	// one. Ignored when the Consumer already has its own
-	// (WithDeadLetterSender).
+	// (WithDeadLetterSender). Default: false.
 	NoDeadLetter bool
 }
 
