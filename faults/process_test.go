@@ -1,6 +1,6 @@
 //go:build faults
 
-package artemis_test
+package faults_test
 
 import (
 	"bufio"

@@ -1,6 +1,6 @@
 //go:build faults
 
-package artemis_test
+package faults_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // requireFaultHA is the replication pair `scripts/artemis ha-start` started
@@ -92,7 +93,7 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario string, drainOn f
 	var st faultPubStats
 	armed.Store(true)
 	pubDone := faultPublishLoop(ctx, pub, qp, messages, 8, perCall, perCall, pace, l, &st)
-	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	stopC := testkit.ConsumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 	acked := func() int { return l.Figures().Acked - messages }
 	faultUnderWay(t, l, acked, faultAt, "")
 	mark := events.mark()

@@ -1,19 +1,19 @@
 //go:build faults
 
-package artemis_test
-
-// Fault tests: a real Artemis broker is SIGKILLed and restarted under a
-// running consumer, dead-letter writer and publisher, and nothing may be
-// lost. They need a broker of their own, because they kill it: run them
+// Package faults_test holds the fault tests: a real Artemis broker is
+// SIGKILLed and restarted under a running consumer, dead-letter writer and
+// publisher, and nothing may be lost. They use the library's exported API
+// only. They need a broker of their own, because they kill it: run them
 // with scripts/faults, which starts the second local instance "fault"
 // (ARTEMIS_INSTANCE=fault, free ports), exports its settings, runs
 //
-//	go test -race -tags faults -run Fault -count=1 -timeout 20m -v .
+//	go test -race -tags faults -run Fault -count=1 -timeout 20m -v ./faults/
 //
 // and stops the instance afterwards. The tests refuse to run against the
 // default instance. Each one is bounded by its own deadline, runs alone
 // (never in parallel: they share the broker they kill) and leaves the
 // broker running.
+package faults_test
 
 import (
 	"context"
@@ -34,6 +34,7 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const (
@@ -467,7 +468,7 @@ func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.C
 	events := newFaultEvents()
 	c := faultDial(t, fb, events.on)
 	started := time.Now()
-	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
 	return events, stop, started
 }
 
