@@ -1,5 +1,3 @@
-//go:build faults
-
 package faults_test
 
 import (
@@ -23,9 +21,12 @@ import (
 // requireFaultHA is the replication pair `scripts/artemis ha-start` started
 // (its export lines: ARTEMIS_HA_NAME, ARTEMIS_HA_URLS, ...), which
 // scripts/faults starts for this test and stops after it. Unlike
-// brokertest.RequireHA it fails, never skips, when the pair is missing.
+// brokertest.RequireHA it fails, never skips, when the pair is missing
+// (past requireFaults: the test skips only when scripts/faults does not
+// run it).
 func requireFaultHA(t *testing.T) *brokertest.HAPair {
 	t.Helper()
+	requireFaults(t)
 	h, ok := brokertest.HAFromEnv()
 	if !ok || h.Name == "" || h.Primary.URL == "" || h.Backup.URL == "" {
 		t.Fatal("the HA fault test needs a replication pair: run scripts/faults (it starts one with " +

@@ -1,5 +1,3 @@
-//go:build faults
-
 package faults_test
 
 // Shared pieces of the fault scenarios of issue 13 (resets, stalls, cuts,
