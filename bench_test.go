@@ -362,58 +362,10 @@ func BenchmarkEncodeDecoded(b *testing.B) {
 }
 
 // In-process benchmarks of Consumer.Listen's dispatch: one Listen over a
-// receiver that hands out b.N deliveries on a fixed credit, as go-amqp
-// does (a delivery holds a unit of credit until it is settled). The
-// sub-benchmark names compare with benchstat: c=8/ungrouped against
-// c=8/groups=64 is the grouped-consume ratio of issue 12.
-
-// creditReceiver hands out deliveries from a ring of prepared messages,
-// at most credit of them unsettled at once, until limit were handed out.
-type creditReceiver struct {
-	ring    []*amqp.Message
-	credit  chan struct{}
-	next    atomic.Int64
-	limit   int64
-	settled atomic.Int64
-	done    chan struct{}
-}
-
-func newCreditReceiver(ring []*amqp.Message, credit int, limit int) *creditReceiver {
-	r := &creditReceiver{ring: ring, credit: make(chan struct{}, credit), limit: int64(limit), done: make(chan struct{})}
-	for range credit {
-		r.credit <- struct{}{}
-	}
-	return r
-}
-
-func (r *creditReceiver) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.Message, error) {
-	select {
-	case <-r.credit:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	i := r.next.Add(1) - 1
-	if i >= r.limit {
-		r.credit <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return r.ring[i%int64(len(r.ring))], nil
-}
-
-func (r *creditReceiver) settle() error {
-	r.credit <- struct{}{}
-	if r.settled.Add(1) == r.limit {
-		close(r.done)
-	}
-	return nil
-}
-
-func (r *creditReceiver) AcceptMessage(context.Context, *amqp.Message) error  { return r.settle() }
-func (r *creditReceiver) ReleaseMessage(context.Context, *amqp.Message) error { return r.settle() }
-func (r *creditReceiver) ModifyMessage(context.Context, *amqp.Message, *amqp.ModifyMessageOptions) error {
-	return r.settle()
-}
+// fakelink.CreditReceiver, which hands out b.N deliveries on a fixed
+// credit, as go-amqp does (a delivery holds a unit of credit until it is
+// settled). The sub-benchmark names compare with benchstat: c=8/ungrouped
+// against c=8/groups=64 is the grouped-consume ratio of issue 12.
 
 // benchRing is n order deliveries; with groups > 0, delivery i is in group
 // i % groups.
@@ -449,14 +401,14 @@ func BenchmarkListen(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ring := benchRing(b, 1024, tc.groups)
 			c := mustConsumer(b, Handlers{benchURN: benchAcceptOrder}, WithConcurrency(tc.concurrency))
-			r := newCreditReceiver(ring, credit, b.N)
+			r := fakelink.NewCreditReceiver(ring, credit, b.N)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu0 := processCPU()
 			go func() { errc <- c.Listen(ctx, r) }()
-			<-r.done
+			<-r.Done()
 			b.StopTimer()
 			cpu := processCPU() - cpu0
 			cancel()

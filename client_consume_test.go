@@ -116,10 +116,6 @@ func attachedReceiver(t *testing.T, ch chan *fakelink.Receiver) *fakelink.Receiv
 	}
 }
 
-// DefaultCredit is defaultCredit for the fault tests (package
-// artemis_test), which bound what a cut can bring back by the credit.
-var DefaultCredit = defaultCredit
-
 func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 	cases := []struct {
 		name        string

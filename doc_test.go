@@ -2,8 +2,12 @@ package artemis
 
 import (
 	"bytes"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -38,5 +42,39 @@ func TestLayout(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("only %d library files found: the test runs outside the package folder?", checked)
+	}
+}
+
+// TestLayoutTiers keeps the test tiers apart: the root holds the unit tests
+// (and the godoc examples) only. A test that needs a broker belongs in
+// integration/ (the fault tests, which kill theirs, in faults/), so no test
+// file here is named integration_* or fault_*, or imports the broker
+// harness or the broker tiers' helpers.
+func TestLayoutTiers(t *testing.T) {
+	tests, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) < 20 {
+		t.Fatalf("only %d test files found: the test runs outside the package folder?", len(tests))
+	}
+	brokerOnly := []string{
+		"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest",
+		"github.com/babelqueue/babelqueue-go-artemis/internal/testkit",
+	}
+	fset := token.NewFileSet()
+	for _, f := range tests {
+		if strings.HasPrefix(f, "integration_") || strings.HasPrefix(f, "fault_") {
+			t.Errorf("%s: the integration tests live in integration/, the fault tests in faults/", f)
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range file.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); slices.Contains(brokerOnly, p) {
+				t.Errorf("%s imports %s: a test that needs a broker belongs in integration/ or faults/", f, p)
+			}
+		}
 	}
 }

@@ -235,7 +235,7 @@ func TestIdempotentConcurrentDeliveriesOfOneID(t *testing.T) {
 			c := mustConsumer(t, Handlers{urnCreated: Idempotent(store, h, spy.option())}, WithMaxTries(100), WithOnError(newRecorder().onError))
 			msgs := make([]*amqp.Message, n)
 			var accepted sync.Map // the message: whether the effect was done when it was accepted
-			obs := &acceptObserver{Receiver: r, onAccept: func(m *amqp.Message) { accepted.Store(m, succeeded.Load()) }}
+			obs := &fakelink.Tap{Receiver: r, OnAccept: func(m *amqp.Message) { accepted.Store(m, succeeded.Load()) }}
 			var wg sync.WaitGroup
 			for i := range msgs {
 				msgs[i] = r.Track(idMessage(t, "id-concurrent"))
@@ -276,17 +276,6 @@ func TestIdempotentConcurrentDeliveriesOfOneID(t *testing.T) {
 			assert.Equal(t, 1, store.Len())
 		})
 	}
-}
-
-// acceptObserver is a receiver that calls onAccept before each accept.
-type acceptObserver struct {
-	*fakelink.Receiver
-	onAccept func(*amqp.Message)
-}
-
-func (o *acceptObserver) AcceptMessage(ctx context.Context, m *amqp.Message) error {
-	o.onAccept(m)
-	return o.Receiver.AcceptMessage(ctx, m)
 }
 
 // TestIdempotentTakesOverAnExpiredClaim: a delivery waiting on an id

@@ -103,21 +103,6 @@ func TestHandlerExitAtTheLimitIsDeadLettered(t *testing.T) {
 	assert.ErrorIs(t, rec.all()[0].err, ErrHandlerExited)
 }
 
-// tapReceiver calls onReceive with every delivery Receive hands out, before
-// the consumer sees it.
-type tapReceiver struct {
-	*fakelink.Receiver
-	onReceive func(*amqp.Message)
-}
-
-func (t *tapReceiver) Receive(ctx context.Context, o *amqp.ReceiveOptions) (*amqp.Message, error) {
-	m, err := t.Receiver.Receive(ctx, o)
-	if err == nil && t.onReceive != nil {
-		t.onReceive(m)
-	}
-	return m, err
-}
-
 // groupedMessage is an order delivery with group-id group ("" for none)
 // and the application property seq.
 func groupedMessage(t testing.TB, group string, seq int) *amqp.Message {
@@ -205,7 +190,7 @@ func TestListenGroupsKeepOrderUnderRandomLatency(t *testing.T) {
 	last := map[string]*amqp.Message{}
 	peak := 0
 	total := 0
-	r := &tapReceiver{Receiver: fr, onReceive: func(m *amqp.Message) {
+	r := &fakelink.Tap{Receiver: fr, OnReceive: func(m *amqp.Message) {
 		mu.Lock()
 		received[groupID(m)] = append(received[groupID(m)], m)
 		mu.Unlock()
@@ -493,7 +478,7 @@ func endAfterHandlers(t *testing.T, done <-chan error, gate chan struct{}, inFli
 func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	fr := fakelink.NewReceiver(t, "orders")
 	taken := make(chan struct{}, 3)
-	r := &tapReceiver{Receiver: fr, onReceive: func(*amqp.Message) { taken <- struct{}{} }}
+	r := &fakelink.Tap{Receiver: fr, OnReceive: func(*amqp.Message) { taken <- struct{}{} }}
 	for i := range 3 {
 		fr.Push(groupedMessage(t, "a", i))
 	}
@@ -568,7 +553,7 @@ func TestListenStartsNoHandlerAfterShutdown(t *testing.T) {
 		var cancelled atomic.Bool
 		var mu sync.Mutex
 		late := map[*amqp.Message]bool{}
-		r := &tapReceiver{Receiver: fr, onReceive: func(m *amqp.Message) {
+		r := &fakelink.Tap{Receiver: fr, OnReceive: func(m *amqp.Message) {
 			if cancelled.Load() {
 				mu.Lock()
 				late[m] = true
@@ -629,7 +614,7 @@ func TestListenReceiveLoopExitStillWaitsForTheWorkers(t *testing.T) {
 		var calls atomic.Int32
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		r := &tapReceiver{Receiver: fr, onReceive: func(m *amqp.Message) {
+		r := &fakelink.Tap{Receiver: fr, OnReceive: func(m *amqp.Message) {
 			if m == second {
 				<-started // the first is in a handler
 				cancel()  // the second comes after ctx's end: given back

@@ -189,7 +189,7 @@ func (p *Publisher) reused(env *Envelope, cfg *publishConfig) (*pooledMessage, e
 // marshals it into the link's own buffer and copies each frame's payload
 // out of that buffer before the transfer is queued, and keeps no reference
 // to the message. go-amqp does not document this, so
-// TestPooledMessageIsNotKeptByGoAMQP (integration_publish_test.go) checks it
+// TestPooledMessageIsNotKeptByGoAMQP (integration/publish_test.go) checks it
 // on a real link, by overwriting every reused message as soon as the send
 // returned, and TestGoAMQPVersionIsTheOneCheckedForReuse pins the version it
 // was checked against. So the message, the memory it points to and the body

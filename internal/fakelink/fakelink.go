@@ -1,8 +1,14 @@
-// Package fakelink provides every test double of the library's unit tests:
+// Package fakelink provides the test doubles of the library's unit tests:
 // a Receiver that records the disposition of every delivery and fails the
 // test on a second or a missing settlement (or, built by NewCountingReceiver,
-// only counts them, for benchmarks), a Sender whose broker outcome is
-// programmable, and LogBuffer, a log sink safe for concurrent writers.
+// only counts them, for benchmarks), Tap, a Receiver with hooks on receive
+// and accept, CreditReceiver, which hands out deliveries on a fixed credit
+// for the benchmarks, a Sender whose broker outcome is programmable, and
+// LogBuffer, a log sink safe for concurrent writers.
+//
+// The fake connection (the Client's dial, connection and session seams)
+// stays in the library's own tests: those seams are unexported types of the
+// package; its links are this package's.
 package fakelink
 
 import (

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A BabelQueue Python SDK peer for the Go interop tests (integration_python_test.go).
+"""A BabelQueue Python SDK peer for the Go interop tests (integration/python_test.go).
 
 It drives the real Python SDK (babelqueue[artemis], installed by scripts/python-peer setup)
 against an Artemis broker, one command per process, and prints one JSON object per line on

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"context"
@@ -13,6 +11,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const (
@@ -84,13 +83,13 @@ func TestFaultResetsUnderConsume(t *testing.T) {
 	faultFill(t, ctx, fb, qb, baseline, lb)
 	faultFill(t, ctx, fb, q, faultResetTotal, l)
 
-	p, through := faultProxy(t, fb.Broker, 202)
+	p, through := testkit.FaultProxy(t, fb.Broker, 202)
 	events := newFaultEvents()
 	c := faultDefaultClient(t, []string{through}, events.on)
 
 	// Fault-free rate, same proxy, same Client.
 	startB := time.Now()
-	stopB := consumeInBackground(t, c, qb, faultLedgerConsumer(t, lb, concurrency, work), nil, faultWait)
+	stopB := testkit.ConsumeInBackground(t, c, qb, faultLedgerConsumer(t, lb, concurrency, work), nil, faultWait)
 	waitClosed(t, lb.HandledAtLeast(baseline), 3*time.Minute, func() string {
 		return fmt.Sprintf("the fault-free baseline (%d of %d handled)", lb.Handled(), baseline)
 	})
@@ -107,7 +106,7 @@ func TestFaultResetsUnderConsume(t *testing.T) {
 	// that keeps it has handled everything (10 s added for the start).
 	deadline := time.Duration(float64(faultResetTotal)/(baseRate/2)*float64(time.Second)) + 10*time.Second
 	start := time.Now()
-	stopC := consumeInBackground(t, c, q, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	stopC := testkit.ConsumeInBackground(t, c, q, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 	select {
 	case <-l.HandledAtLeast(faultResetTotal):
 	case <-time.After(deadline):

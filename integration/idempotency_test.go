@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Exactly-once effects on a real broker: a republished message (the same
 // meta.id, a new broker message) is skipped and accepted by the idempotent
@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // effect is what one call of the wrapped handler did.
@@ -50,7 +51,7 @@ func TestIntegrationIdempotentSkipsDuplicatesAndRunsReplays(t *testing.T) {
 	})
 	// One worker keeps the queue's order: once the handler saw a sentinel
 	// published after a duplicate, the duplicate was settled before it.
-	cons := mustConsumer(t, artemis.Handlers{urn: h}, artemis.WithOnError(errs.onError))
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: h}, artemis.WithOnError(errs.onError))
 	l := listen(t, conn, q, cons, 4)
 
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)

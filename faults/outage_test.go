@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"bytes"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // lineCounter counts log lines, each with the time it was written.
@@ -94,7 +93,7 @@ func TestFaultPublishThroughAnOutage(t *testing.T) {
 		otherErr                    atomic.Value
 		longest                     atomic.Int64
 	)
-	wait := publishUntil(ctx, pub, workers, stop, 2*time.Minute, faultURN, faultData{Seq: 1}, func(_ string, err error, took time.Duration) {
+	wait := testkit.PublishUntil(ctx, pub, workers, stop, 2*time.Minute, faultURN, faultData{Seq: 1}, func(_ string, err error, took time.Duration) {
 		if d := int64(took); d > longest.Load() {
 			longest.Store(d)
 		}

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"context"
@@ -15,6 +13,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestFaultConsumerSurvivesBrokerKill publishes 10,000 durable messages,
@@ -64,7 +63,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	uniqueHandled := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
 
 	reports := newFaultReports(artemis.ErrSettlement)
-	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		end := l.Start(env.Meta.ID)
 		defer end(true)
 		var d faultData

@@ -1,15 +1,20 @@
-package artemis_test
-
-// The helpers the integration_*_test.go and fault_*_test.go files share: a
-// broker from ARTEMIS_URL, listeners, error logs, receive and projection
-// checks.
+// Package integration_test runs the library against a real Apache Artemis
+// broker, through its exported API only. Each test gets the broker from
+// internal/brokertest, which skips the test with one line when ARTEMIS_URL
+// is not set (scripts/test sets it); it uses fresh queue names, go-amqp
+// links with the "queue" capability, bounded waits, and closes its
+// connection at the end.
+//
+// This file holds the helpers of the package's tests: a broker from
+// ARTEMIS_URL, listeners, error logs, receive and projection checks. The
+// helpers the fault tests (faults/) use as well are in internal/testkit.
+package integration_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +23,7 @@ import (
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
-	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -212,7 +217,7 @@ type handled struct {
 func handleOne(t *testing.T, conn *brokertest.Conn, q, urn string, errs *errorLog) handled {
 	t.Helper()
 	got := make(chan handled, 1)
-	cons := mustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		got <- handled{env, msg, artemis.HeadersFromContext(ctx)}
 		return nil
 	}}, artemis.WithOnError(errs.onError))
@@ -228,32 +233,6 @@ func handleOne(t *testing.T, conn *brokertest.Conn, q, urn string, errs *errorLo
 	}
 	l.stop()
 	return h
-}
-
-// consumeInBackground runs c.Consume on q in the background until the
-// returned stop is called (or the test ends); stop waits up to wait for
-// Consume to return and checks that it returned nil.
-func consumeInBackground(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer,
-	opts *artemis.ConsumeOptions, wait time.Duration,
-) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, q, cons, opts) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume's return after its context ended")
-			case <-time.After(wait):
-				t.Errorf("Consume did not return within %v of its context's end", wait)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // receiveOn waits for one message on addr, accepts it and detaches.
@@ -315,58 +294,6 @@ func jsonString(v any) string {
 		return err.Error()
 	}
 	return string(b)
-}
-
-// mustConsumer is artemis.NewConsumer for a configuration the test knows is valid.
-func mustConsumer(t testing.TB, h artemis.Handlers, opts ...artemis.ConsumerOption) *artemis.Consumer {
-	t.Helper()
-	c, err := artemis.NewConsumer(h, opts...)
-	if err != nil {
-		t.Fatalf("NewConsumer: %v", err)
-	}
-	return c
-}
-
-// publishUntil publishes urn with data from workers goroutines through pub
-// until stop is closed, each Publish with a context of perCall, and hands
-// record every result with how long the call took. The returned wait waits
-// for the goroutines (after stop is closed).
-func publishUntil(ctx context.Context, pub *artemis.ClientPublisher, workers int, stop <-chan struct{}, perCall time.Duration,
-	urn string, data any, record func(id string, err error, took time.Duration),
-) (wait func()) {
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				pctx, cancel := context.WithTimeout(ctx, perCall)
-				start := time.Now()
-				id, err := pub.Publish(pctx, urn, data)
-				cancel()
-				record(id, err, time.Since(start))
-			}
-		})
-	}
-	return wg.Wait
-}
-
-// faultProxy starts a fault proxy in front of b's AMQP port (its cuts
-// drawn from seed) and returns it with b's URL rewritten to go through it.
-// Close runs at the test's end.
-func faultProxy(t *testing.T, b *brokertest.Broker, seed uint64) (*faultproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(b.URL)
-	require.NoError(t, err)
-	p, err := faultproxy.Start(u.Host, faultproxy.WithSeed(seed))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	through, err := p.Rewrite(b.URL)
-	require.NoError(t, err)
-	return p, through
 }
 
 // publishReceipts publishes each envelopes of urn with data {"w": w, "i":

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 // Shared pieces of the fault scenarios of issue 13 (resets, stalls, cuts,
 // a black-holed URL, process and broker kills, the HA failover): each
@@ -37,12 +35,19 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // faultDefaultCredit is Client.Consume's default credit with 4 handlers,
 // max(2*4, 10): deliveries a receiver may hold prefetched when a fault
 // comes, which a consumer can still hand to handlers without a connection.
 const faultDefaultCredit = 10
+
+// defaultCredit is the link credit Client.Consume grants a Consumer with
+// concurrency handlers when ConsumeOptions.Credit is 0: the default that
+// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit).
+// (The library's unit tests hold Consume to the same figures.)
+func defaultCredit(concurrency int) int { return max(2*concurrency, artemis.MinCredit) }
 
 // faultConsumeWindow is the window for ledger.ConsumeWindow: a consumer
 // with concurrency handlers resumed only once it handled more new ids than
@@ -186,7 +191,7 @@ func faultLedgerConsumer(t *testing.T, l *ledger.Ledger, concurrency int, work t
 		}
 		return nil
 	}
-	return mustConsumer(t, artemis.Handlers{faultURN: h},
+	return testkit.MustConsumer(t, artemis.Handlers{faultURN: h},
 		append([]artemis.ConsumerOption{artemis.WithConcurrency(concurrency)}, opts...)...)
 }
 
@@ -395,7 +400,7 @@ func faultStart(t *testing.T, set faultSetup) *faultRun {
 		faultFill(t, ctx, fb, r.qc, set.consumes, r.l)
 	}
 	for _, seed := range set.seeds {
-		p, through := faultProxy(t, fb.Broker, seed)
+		p, through := testkit.FaultProxy(t, fb.Broker, seed)
 		r.proxies, r.urls = append(r.proxies, p), append(r.urls, through)
 	}
 	if set.prepare != nil {
@@ -431,7 +436,7 @@ func (r *faultRun) start(ctx context.Context) {
 	s := r.set
 	r.pubDone = faultPublishLoop(ctx, r.pub, r.qp, s.publishes, 8, s.perCall, s.limit, s.pace, r.l, &r.st)
 	if r.qc != "" {
-		r.stopCons = consumeInBackground(r.t, r.c, r.qc, faultLedgerConsumer(r.t, r.l, s.concurrency, s.work), nil, faultWait)
+		r.stopCons = testkit.ConsumeInBackground(r.t, r.c, r.qc, faultLedgerConsumer(r.t, r.l, s.concurrency, s.work), nil, faultWait)
 	}
 }
 
@@ -476,7 +481,7 @@ func (r *faultRun) stop(beforeDrain func()) {
 // a broker kill (acks it had not yet written to its journal come back
 // too). It returns the figure for the line.
 func (r *faultRun) creditFloor() string {
-	credit := artemis.DefaultCredit(r.set.concurrency)
+	credit := defaultCredit(r.set.concurrency)
 	f := r.l.Figures()
 	if floor := f.Cuts * credit; f.Bound() < floor {
 		r.l.AddSlack(floor - f.Bound())

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Message groups on a real broker: the AMQP group-id is what a JMS peer
 // reads as JMSXGroupID, and Consumer.Listen with several workers handles
@@ -19,6 +19,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // orderTap records, per group, the order in which Receive handed out the
@@ -120,7 +121,7 @@ func TestIntegrationMessageGroups(t *testing.T) {
 	accepted := map[string]bool{}
 	all := make(chan struct{})
 	rng := rand.New(rand.NewPCG(5, 6))
-	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 		g := msgGroup(msg)
 		seq := artemis.HeadersFromContext(ctx).Get("seq")
 		mu.Lock()

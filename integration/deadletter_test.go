@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Dead-letter writes the broker does not confirm: the source message is
 // plainly released (not counted, not lost) and dead-lettered once the DLQ
@@ -16,12 +16,13 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // failingConsumer always fails its one URN, with maxTries 1 so the first
 // failure dead-letters, and a short retry delay.
 func failingConsumer(t testing.TB, urn string, dlq artemis.Sender, q string, calls chan<- call, errs *errorLog) *artemis.Consumer {
-	return mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
+	return testkit.MustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
 		artemis.WithMaxTries(1), artemis.WithDeadLetterSender(dlq), artemis.WithQueue(q),
 		artemis.WithDeadLetterRetryDelay(200*time.Millisecond), artemis.WithDeadLetterTimeout(time.Second),
 		artemis.WithOnError(errs.onError))
@@ -159,7 +160,7 @@ func TestIntegrationDeadLetterQueueFull(t *testing.T) {
 			dl, err := artemis.Decode([]byte(body))
 			require.NoError(t, err)
 			require.NotNil(t, dl.DeadLetter)
-			assert.Equal(t, wantDeadLetterBody(t, ru.original, dl, ptr("payment gateway timeout"), ptr("*artemis_test.gatewayError"), "failed", q, 0), body)
+			assert.Equal(t, wantDeadLetterBody(t, ru.original, dl, ptr("payment gateway timeout"), ptr("*integration_test.gatewayError"), "failed", q, 0), body)
 			assertNothingLeft(t, errs, conn, q, tiny)
 		})
 	}

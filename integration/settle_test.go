@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Settlement on the wire: redelivery through Artemis's delivery-count, the
 // dead-letter queue, scheduled delivery, the version gate, poison records
@@ -19,6 +19,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationRedeliveryCountsAttempts fails twice and then succeeds:
@@ -30,7 +31,7 @@ func TestIntegrationRedeliveryCountsAttempts(t *testing.T) {
 	calls := make(chan call, 16)
 	errs := newErrorLog()
 	n := 0
-	cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error {
 		n++
 		if n <= 2 {
 			return &gatewayError{}
@@ -69,7 +70,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 
 	calls := make(chan call, 16)
 	errs := newErrorLog()
-	cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return &gatewayError{} })},
 		artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
 	start := time.Now().UnixMilli()
 	env, original := publishEnvelope(t, pub, q, urn)
@@ -94,7 +95,7 @@ func TestIntegrationRedeliveryEndsOnTheDeadLetterQueue(t *testing.T) {
 	dl, err := artemis.Decode([]byte(body))
 	require.NoError(t, err)
 	require.NotNil(t, dl.DeadLetter)
-	assert.Equal(t, wantDeadLetterBody(t, original, dl, ptr("payment gateway timeout"), ptr("*artemis_test.gatewayError"), "failed", q, 2), body,
+	assert.Equal(t, wantDeadLetterBody(t, original, dl, ptr("payment gateway timeout"), ptr("*integration_test.gatewayError"), "failed", q, 2), body,
 		"the DLQ copy: the original envelope, attempts 2 and the dead_letter block")
 	assert.Equal(t, "failed", dl.DeadLetter.Reason)
 	assert.Equal(t, q, dl.DeadLetter.OriginalQueue)
@@ -175,7 +176,7 @@ func TestIntegrationVersionGate(t *testing.T) {
 
 			calls := make(chan call, 4)
 			errs := newErrorLog()
-			cons := mustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return nil })},
+			cons := testkit.MustConsumer(t, artemis.Handlers{urn: recordCalls(calls, func() error { return nil })},
 				artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
 			l := listen(t, conn, q, cons, 1)
 
@@ -230,7 +231,7 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 
 	calls := make(chan call, 4)
 	errs := newErrorLog()
-	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		calls <- call{}
 		return nil
 	}}, artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")), artemis.WithOnError(errs.onError))
@@ -310,7 +311,7 @@ func TestIntegrationUnknownURN(t *testing.T) {
 		pub := artemis.NewPublisher(ru.conn.NewSender(ru.q), ru.q)
 		ru.env, ru.original = publishEnvelope(t, pub, ru.q, unknown)
 		publishEnvelope(t, pub, ru.q, known)
-		cons := mustConsumer(t, artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+		cons := testkit.MustConsumer(t, artemis.Handlers{known: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 			ru.handled <- struct{}{}
 			return nil
 		}}, artemis.WithUnknownURN(s), artemis.WithDeadLetterSender(ru.conn.NewSender(ru.q+".dlq")),

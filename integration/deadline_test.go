@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationACallersDeadlineIsItsOwn: many publishes in flight on one
@@ -31,7 +32,7 @@ import (
 // write itself must not be cut by the caller's context.
 func TestIntegrationACallersDeadlineIsItsOwn(t *testing.T) {
 	b, conn, q := onBroker(t)
-	p, through := faultProxy(t, b, 17)
+	p, through := testkit.FaultProxy(t, b, 17)
 	p.Latency(30 * time.Millisecond)
 
 	events := make(chan artemis.ConnectionEvent, 1024)

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Interop with the real BabelQueue Python SDK (babelqueue[artemis] on PyPI, over
 // python-qpid-proton) on one Artemis broker. The Python side is
@@ -38,6 +38,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // pyEnvPython names the python of the venv scripts/python-peer set up.
@@ -111,7 +112,7 @@ type pyProc struct {
 // pyStart runs peer.py with args. The process is killed when the test ends.
 func pyStart(t *testing.T, b *brokertest.Broker, python string, args ...string) *pyProc {
 	t.Helper()
-	peer, err := filepath.Abs(filepath.Join("testdata", "interop", "peer.py"))
+	peer, err := filepath.Abs(filepath.Join("..", "testdata", "interop", "peer.py"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), pyTimeout)
 	cmd := exec.CommandContext(ctx, python, append([]string{peer, "--url", pyBrokerURL(t, b)}, args...)...)
@@ -349,7 +350,7 @@ func pyDial(t *testing.T, b *brokertest.Broker) *artemis.Client {
 // and checks that Consume returned nil within pyTimeout.
 func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) (stop func()) {
 	t.Helper()
-	return consumeInBackground(t, c, queue, cons, opts, pyTimeout)
+	return testkit.ConsumeInBackground(t, c, queue, cons, opts, pyTimeout)
 }
 
 // pyDelivery is one delivery a Go handler saw.
@@ -448,7 +449,7 @@ func TestIntegrationPythonPublishedGoConsumes(t *testing.T) {
 	c := pyDial(t, b)
 	got := make(chan pyDelivery, 4)
 	other := make(chan string, 4)
-	cons := mustConsumer(t, artemis.Handlers{
+	cons := testkit.MustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			got <- pyDelivery{env, msg}
 			return nil
@@ -502,7 +503,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 
 	c := pyDial(t, b)
 	attempts := make(chan int, 8)
-	failing := mustConsumer(t, artemis.Handlers{
+	failing := testkit.MustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			attempts <- env.Attempts
 			return errors.New("go handler fails on purpose")
@@ -548,7 +549,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 	assert.Equal(t, artemis.ReasonFailed, rd[0].Items[0].Reason)
 
 	got := make(chan pyDelivery, 4)
-	ok := mustConsumer(t, artemis.Handlers{
+	ok := testkit.MustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			got <- pyDelivery{env, msg}
 			return nil
@@ -646,7 +647,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 	}
 
 	c := pyDial(t, b)
-	cons := mustConsumer(t, artemis.Handlers{
+	cons := testkit.MustConsumer(t, artemis.Handlers{
 		urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			record(env.Meta.ID, "go")
 			return nil

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // The JMS view, through the Artemis CLI (a JMS client over the CORE
 // protocol): what a Java service sees of a message this library published,

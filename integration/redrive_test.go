@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // A dead-lettering is never dropped as a duplicate of an earlier one: a
 // message redriven the way every BabelQueue SDK's redrive does it (the same
@@ -17,6 +17,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const redriveRounds = 3
@@ -80,7 +81,7 @@ func TestIntegrationForeignMessageIDReusedReachesTheDLQEveryTime(t *testing.T) {
 			_, conn, q := onBroker(t)
 			dlq := q + ".dlq"
 			errs := newErrorLog()
-			cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
+			cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(context.Context, *artemis.Envelope, *amqp.Message) error {
 				t.Error("a poison or gated message reached a handler")
 				return nil
 			}}, artemis.WithDeadLetterSender(conn.NewSender(dlq)), artemis.WithQueue(q), artemis.WithOnError(errs.onError))

@@ -1,19 +1,18 @@
-//go:build faults
-
-package artemis_test
-
-// Fault tests: a real Artemis broker is SIGKILLed and restarted under a
-// running consumer, dead-letter writer and publisher, and nothing may be
-// lost. They need a broker of their own, because they kill it: run them
+// Package faults_test holds the fault tests: a real Artemis broker is
+// SIGKILLed and restarted under a running consumer, dead-letter writer and
+// publisher, and nothing may be lost. They use the library's exported API
+// only. They need a broker of their own, because they kill it: run them
 // with scripts/faults, which starts the second local instance "fault"
 // (ARTEMIS_INSTANCE=fault, free ports), exports its settings, runs
 //
-//	go test -race -tags faults -run Fault -count=1 -timeout 20m -v .
+//	BQ_FAULTS=1 go test -race -run Fault -count=1 -timeout 20m -v ./faults/
 //
-// and stops the instance afterwards. The tests refuse to run against the
-// default instance. Each one is bounded by its own deadline, runs alone
+// and stops the instance afterwards. Without BQ_FAULTS=1 every test skips
+// with one line (go test ./... runs none), and they refuse to run against
+// the default instance. Each one is bounded by its own deadline, runs alone
 // (never in parallel: they share the broker they kill) and leaves the
 // broker running.
+package faults_test
 
 import (
 	"context"
@@ -34,6 +33,7 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const (
@@ -56,8 +56,24 @@ type faultBroker struct {
 	killed   bool // killed and not restarted yet
 }
 
+// envFaults opts in to the fault tests; scripts/faults sets it to 1.
+// Without it every fault test skips with one line, so that go test ./...
+// never kills a broker, not even the one a shell's ARTEMIS_INSTANCE names.
+const envFaults = "BQ_FAULTS"
+
+// requireFaults skips the test unless scripts/faults runs it. Past this
+// point a missing broker fails the test: scripts/faults starts every one.
+func requireFaults(t *testing.T) {
+	t.Helper()
+	if os.Getenv(envFaults) != "1" {
+		t.Skip("fault test skipped: " + envFaults + " is not set; the fault tests SIGKILL their brokers: " +
+			"run them with scripts/faults, which starts brokers of their own and sets " + envFaults + "=1")
+	}
+}
+
 func requireFaultBroker(t *testing.T) *faultBroker {
 	t.Helper()
+	requireFaults(t)
 	b, ok := brokertest.FromEnv()
 	if !ok {
 		t.Fatal("fault tests need their own broker: run scripts/faults (ARTEMIS_URL is not set)")
@@ -467,7 +483,7 @@ func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.C
 	events := newFaultEvents()
 	c := faultDial(t, fb, events.on)
 	started := time.Now()
-	stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
 	return events, stop, started
 }
 

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationNoReplayOfPrefetchedDeliveriesAfterTheConnectionDies: a
@@ -40,7 +41,7 @@ func TestIntegrationNoReplayOfPrefetchedDeliveriesAfterTheConnectionDies(t *test
 	started := make(chan struct{}, 1)
 	gate := make(chan struct{})
 	first := true
-	cons := mustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:orders:created": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		mu.Lock()
 		calls[env.Meta.ID]++
 		total++

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationForwardedHeadersStoreEveryMessage: a handler that forwards
@@ -30,7 +31,7 @@ func TestIntegrationForwardedHeadersStoreEveryMessage(t *testing.T) {
 	follow := artemis.NewPublisher(conn.NewSender(next), next)
 	errs := newErrorLog()
 	forwarded := make(chan artemis.HeaderCarrier, 1)
-	cons := mustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, _ *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, _ *artemis.Envelope, _ *amqp.Message) error {
 		h := artemis.HeadersFromContext(ctx)
 		for i := range 2 {
 			if _, err := follow.Publish(ctx, "urn:babel:orders:shipped", map[string]int{"n": i}, artemis.WithHeaders(h)); err != nil {

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Authentication against a real Artemis broker (run when ARTEMIS_URL is
 // set): a refused login fails fast with an error that names the broker but
@@ -28,6 +28,7 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const (
@@ -323,7 +324,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := testkit.MustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}},
@@ -334,7 +335,7 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
+		stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
 
 		for i := range 2 {
 			h := nextAuthHandled(t, handled)
@@ -382,14 +383,14 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 
 		handled := make(chan authHandled, 16)
 		errs := newErrorLog()
-		cons := mustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		cons := testkit.MustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
 		}}, artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := consumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
+		stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
 
 		// Consume attaches <queue>.dlq itself; the broker refuses it, and
 		// Consume keeps trying: three refusals in a row.

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Publishing on a real broker: pipelined receipts, the TTL, priority and
 // group options as a JMS peer sees them, a TTL'd message dead-lettered, and
@@ -21,6 +21,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationPublishWithReceiptPipelined writes 2,000 transfers from
@@ -224,7 +225,7 @@ func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
 
 	errs := newErrorLog()
 	dlqAddr := q + ".dlq"
-	cons := mustConsumer(t, artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		return errors.New("always fails")
 	}}, artemis.WithDeadLetterSender(conn.NewSender(dlqAddr)), artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))
 	l := listen(t, conn, q, cons, 1)

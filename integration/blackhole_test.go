@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationBlackholedFirstURLHandsOverToTheSecond: the Client is
@@ -22,7 +23,7 @@ import (
 // byte): publishing and consuming resume on the second URL within 20 s.
 func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	b := brokertest.Require(t)
-	proxy, first := faultProxy(t, b, 1) // 1: faultproxy's default seed (this test makes no cuts)
+	proxy, first := testkit.FaultProxy(t, b, 1) // 1: faultproxy's default seed (this test makes no cuts)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -47,7 +48,7 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 		mu      sync.Mutex
 		handled = map[string]time.Time{}
 	)
-	cons := mustConsumer(t, artemis.Handlers{"urn:babel:bh:tick": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:bh:tick": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		mu.Lock()
 		if _, ok := handled[env.Meta.ID]; !ok {
 			handled[env.Meta.ID] = time.Now()
@@ -78,7 +79,7 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	)
 	holeAt := time.Now()
 	proxy.Blackhole()
-	wait := publishUntil(ctx, pub, workers, stop, 5*time.Second, "urn:babel:bh:tick", map[string]int{"n": 2}, func(id string, err error, _ time.Duration) {
+	wait := testkit.PublishUntil(ctx, pub, workers, stop, 5*time.Second, "urn:babel:bh:tick", map[string]int{"n": 2}, func(id string, err error, _ time.Duration) {
 		switch {
 		case err == nil:
 			acked.Store(id, time.Now())

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"context"
@@ -16,6 +14,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // faultFailure is the handler's error in the dead-letter test.
@@ -77,7 +76,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 			dlMu.Unlock()
 		}
 	}
-	cons := mustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		done := l.Start(env.Meta.ID)
 		defer done(false) // always fails: dead-lettered after maxTries
 		calls.Add(1)

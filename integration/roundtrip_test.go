@@ -1,13 +1,8 @@
-package artemis_test
+package integration_test
 
-// Integration tests against a real Apache Artemis broker. They run when
-// ARTEMIS_URL is set (scripts/test sets it) and are skipped otherwise. Each
-// test uses fresh queue names, go-amqp links with the "queue" capability,
-// bounded waits, and closes its connection at the end.
-//
-// This file holds the round trip; the helpers every integration_*_test.go
-// file (and the fault_*_test.go files) share are in
-// integration_helpers_test.go.
+// The round trip: an envelope published and consumed through the broker,
+// every field and projection checked. The helpers the package's tests
+// share are in helpers_test.go.
 
 import (
 	"context"

@@ -1,6 +1,4 @@
-//go:build faults
-
-package artemis_test
+package faults_test
 
 import (
 	"context"
@@ -17,14 +15,18 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // requireFaultHA is the replication pair `scripts/artemis ha-start` started
 // (its export lines: ARTEMIS_HA_NAME, ARTEMIS_HA_URLS, ...), which
 // scripts/faults starts for this test and stops after it. Unlike
-// brokertest.RequireHA it fails, never skips, when the pair is missing.
+// brokertest.RequireHA it fails, never skips, when the pair is missing
+// (past requireFaults: the test skips only when scripts/faults does not
+// run it).
 func requireFaultHA(t *testing.T) *brokertest.HAPair {
 	t.Helper()
+	requireFaults(t)
 	h, ok := brokertest.HAFromEnv()
 	if !ok || h.Name == "" || h.Primary.URL == "" || h.Backup.URL == "" {
 		t.Fatal("the HA fault test needs a replication pair: run scripts/faults (it starts one with " +
@@ -92,7 +94,7 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario string, drainOn f
 	var st faultPubStats
 	armed.Store(true)
 	pubDone := faultPublishLoop(ctx, pub, qp, messages, 8, perCall, perCall, pace, l, &st)
-	stopC := consumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	stopC := testkit.ConsumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
 	acked := func() int { return l.Figures().Acked - messages }
 	faultUnderWay(t, l, acked, faultAt, "")
 	mark := events.mark()

@@ -1,4 +1,4 @@
-package artemis_test
+package integration_test
 
 // Shutdown with messages in flight: nothing is lost.
 
@@ -14,6 +14,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 // TestIntegrationShutdownLosesNothing cancels Listen while four slow
@@ -40,7 +41,7 @@ func TestIntegrationShutdownLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	handled := map[string]bool{}
 	errs := newErrorLog()
-	cons := mustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		started <- env.Meta.ID
 		<-release // a slow handler: it finishes when the test lets it
 		mu.Lock()
