@@ -12,7 +12,9 @@ import (
 )
 
 // Usage is the text of `scripts/artemis help`.
-const Usage = `Usage: scripts/artemis start|stop|status|env|kill|restart|restart-after-kill|reset|log
+const Usage = `scripts/artemis: a local Apache ActiveMQ Artemis ` + Version + ` broker for development and tests.
+
+Usage: scripts/artemis start|stop|status|env|kill|restart|restart-after-kill|reset|log
                        | cli ARTEMIS-CLI-ARGS... | produce-text QUEUE JMSTYPE BODY_FILE|- [CORRELATION_ID] [K=V...]
                        | ha-start|ha-env|ha-status|ha-stop|ha-reset | ha-kill [primary|backup] [--no-wait]
                        | ha-restart [primary|backup] | ha-log [primary|backup]
