@@ -143,7 +143,10 @@ func (i *Instance) CoreURL() string { return "tcp://127.0.0.1:" + i.Get("CORE_PO
 
 // ---- processes --------------------------------------------------------------
 
-// alive reports whether pid runs (a zombie does not).
+// alive reports whether pid runs. A zombie whose threads have all exited
+// does not (it has closed its files and sockets and only waits to be
+// reaped, by this process if it started it); a process whose main thread
+// has exited while other threads still tear down does.
 func alive(pid int) bool {
 	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
@@ -153,10 +156,12 @@ func alive(pid int) bool {
 		return true
 	}
 	s := string(b)
-	if j := strings.LastIndexByte(s, ')'); j >= 0 && j+2 < len(s) {
-		return s[j+2] != 'Z'
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 || j+2 >= len(s) || (s[j+2] != 'Z' && s[j+2] != 'X') {
+		return true
 	}
-	return true
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err == nil && len(tasks) > 1
 }
 
 // instanceOf returns the -Dartemis.instance=<dir> argument of pid's
