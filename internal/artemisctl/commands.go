@@ -315,9 +315,15 @@ func (c *Ctl) cluster(sub, arg string) error {
 	}
 	switch sub {
 	case "start":
-		n, err := strconv.Atoi(arg)
-		if err != nil {
-			n = 0
+		// No argument: the created size (else 3); one that is not a
+		// positive number: 3.
+		n := 0
+		if arg != "" {
+			if v, err := strconv.Atoi(arg); err == nil && v > 0 {
+				n = v
+			} else {
+				n = 3
+			}
 		}
 		if err := cl.Start(n); err != nil {
 			return err
