@@ -23,7 +23,7 @@ const (
 
 // Cluster is a running Artemis cluster that `scripts/artemis cluster-start`
 // started, as the environment describes it. Its methods SIGKILL and
-// restart a node through the script.
+// restart a node (with package artemisctl, else through the script).
 type Cluster struct {
 	Name      string
 	Nodes     []*Broker // node I (1-based) is Nodes[I-1]
@@ -90,6 +90,15 @@ func (c *Cluster) Members() [][]string {
 // KillNode SIGKILLs node i (1-based) and returns the moment of the signal.
 func (c *Cluster) KillNode(t testing.TB, i int) time.Time {
 	t.Helper()
+	if root := c.root(i); root != "" {
+		ctl, done := directCtl(t, root, "cluster-kill "+strconv.Itoa(i), EnvClusterName+"="+c.Name)
+		at, err := ctl.Cluster(c.Name).Kill(strconv.Itoa(i))
+		done(err)
+		if at.IsZero() {
+			t.Fatalf("cluster-kill %d: the node was not running", i)
+		}
+		return at
+	}
 	out := c.Run(t, "cluster-kill", strconv.Itoa(i))
 	if v, ok := strings.CutPrefix(strings.TrimSpace(out), "export ARTEMIS_CLUSTER_KILLED_AT_MS="); ok {
 		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -100,14 +109,30 @@ func (c *Cluster) KillNode(t testing.TB, i int) time.Time {
 	return time.Time{}
 }
 
-// RestartNode starts node i (1-based) again. The script returns once its
+// RestartNode starts node i (1-based) again. It returns once its
 // AMQP acceptor is up and every running node's bridge to it is connected
 // again. It returns how long that took.
 func (c *Cluster) RestartNode(t testing.TB, i int) time.Duration {
 	t.Helper()
 	start := time.Now()
-	c.Run(t, "cluster-restart", strconv.Itoa(i))
+	if root := c.root(i); root != "" {
+		ctl, done := directCtl(t, root, "cluster-restart "+strconv.Itoa(i), EnvClusterName+"="+c.Name)
+		_, err := ctl.Cluster(c.Name).Restart(strconv.Itoa(i))
+		done(err)
+	} else {
+		c.Run(t, "cluster-restart", strconv.Itoa(i))
+	}
 	return time.Since(start)
+}
+
+// root is the repository whose scripts/artemis made the cluster ("" when
+// the environment does not name node i's directory): the cluster is then
+// managed with package artemisctl directly, not through the script.
+func (c *Cluster) root(i int) string {
+	if i < 1 || i > len(c.Nodes) {
+		return ""
+	}
+	return ctlRoot(c.Nodes[i-1].InstanceDir, c.Name+"-"+strconv.Itoa(i))
 }
 
 // Status returns `scripts/artemis cluster-status`: one line per node.

@@ -34,7 +34,8 @@ const (
 
 // HAPair is a running Artemis replication pair (primary and backup) that
 // `scripts/artemis ha-start` started, as the environment describes it. Its
-// methods SIGKILL and restart the primary through the script.
+// methods SIGKILL and restart the primary (with package artemisctl, else
+// through the script).
 type HAPair struct {
 	Name    string
 	Primary *Broker
@@ -123,14 +124,25 @@ func (p *HAPair) URLs() []string { return []string{p.Primary.URL, p.Backup.URL} 
 // acceptor takes connections. It returns the time from the kill to that.
 func (p *HAPair) KillPrimary(t testing.TB) time.Duration {
 	t.Helper()
-	out := p.Run(t, "ha-kill", "primary", "--no-wait")
-	killed := time.Now()
-	if v, ok := strings.CutPrefix(strings.TrimSpace(out), "export ARTEMIS_HA_KILLED_AT_MS="); ok {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-			killed = time.UnixMilli(ms)
+	var killed time.Time
+	if root := p.root(); root != "" {
+		c, done := directCtl(t, root, "ha-kill primary", EnvHAName+"="+p.Name)
+		at, err := c.Pair(p.Name).Kill("primary", true)
+		done(err)
+		if at.IsZero() {
+			t.Fatal("ha-kill primary: the primary was not running")
 		}
+		killed = at
 	} else {
-		t.Fatalf("ha-kill primary printed %q, not the moment of the kill: was the primary running?", out)
+		out := p.Run(t, "ha-kill", "primary", "--no-wait")
+		killed = time.Now()
+		if v, ok := strings.CutPrefix(strings.TrimSpace(out), "export ARTEMIS_HA_KILLED_AT_MS="); ok {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				killed = time.UnixMilli(ms)
+			}
+		} else {
+			t.Fatalf("ha-kill primary printed %q, not the moment of the kill: was the primary running?", out)
+		}
 	}
 	addr := hostPort(t, p.Backup.URL)
 	deadline := killed.Add(haScriptTimeout)
@@ -147,14 +159,26 @@ func (p *HAPair) KillPrimary(t testing.TB) time.Duration {
 	}
 }
 
-// RestartPrimary starts the killed primary again. The script returns once
+// RestartPrimary starts the killed primary again. It returns once
 // the primary is active again (it synchronised from the backup, which went
 // back to being a backup: fail-back). It returns how long that took.
 func (p *HAPair) RestartPrimary(t testing.TB) time.Duration {
 	t.Helper()
 	start := time.Now()
-	p.Run(t, "ha-restart", "primary")
+	if root := p.root(); root != "" {
+		c, done := directCtl(t, root, "ha-restart primary", EnvHAName+"="+p.Name)
+		done(c.Pair(p.Name).Restart("primary"))
+	} else {
+		p.Run(t, "ha-restart", "primary")
+	}
 	return time.Since(start)
+}
+
+// root is the repository whose scripts/artemis made the pair ("" when the
+// environment does not name the primary's directory): the pair is then
+// managed with package artemisctl directly, not through the script.
+func (p *HAPair) root() string {
+	return ctlRoot(p.Primary.InstanceDir, p.Name+"-primary")
 }
 
 // Status returns `scripts/artemis ha-status`: one line per node, "primary:
