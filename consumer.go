@@ -12,16 +12,6 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// Receiver is the receiving side of an AMQP link. *amqp.Receiver satisfies
-// it. Attach it with the "queue" capability and without auto-settlement:
-// the consumer owns every disposition.
-type Receiver interface {
-	Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error)
-	AcceptMessage(ctx context.Context, msg *amqp.Message) error
-	ReleaseMessage(ctx context.Context, msg *amqp.Message) error
-	ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error
-}
-
 // HandlerFunc handles one message. env carries the reconciled attempts; msg
 // is the raw AMQP message; HeadersFromContext(ctx) gives the out-of-band
 // headers. Returning nil accepts the message; an error (or a panic) fails

@@ -13,11 +13,6 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// Sender is the sending side of an AMQP link. *amqp.Sender satisfies it.
-type Sender interface {
-	Send(ctx context.Context, msg *amqp.Message, opts *amqp.SendOptions) error
-}
-
 // Publisher publishes envelopes to one queue over a Sender. It is safe for
 // concurrent use when the Sender is (*amqp.Sender is).
 type Publisher struct {
