@@ -327,3 +327,23 @@ func (c *Consumer) report(ctx context.Context, err error, env *Envelope, msg *am
 	defer recoverHook(c.logger, "error callback panicked")
 	c.onError(ctx, err, env, msg)
 }
+
+// WithObserver sets the Observer the Consumer calls for every settlement
+// (default none).
+func WithObserver(o Observer) ConsumerOption {
+	return func(c *Consumer) { c.observer = o }
+}
+
+// WithPayloadValidator checks the data of every decoded message against the
+// schema v holds for its URN, after the version gate, the decode and the
+// routing, before the handler. Invalid data never reaches the handler, and
+// it is not retried (it will not become valid): it is written at once to
+// the dead-letter queue with reason failed, the violations in error and
+// exception *artemis.PayloadError, and reported as ErrInvalidPayload.
+// Without a dead-letter sender, or under UnknownURNDelete, it is accepted
+// (dropped) and reported, as a poison message is. A URN without a schema,
+// or without a handler, is not checked. A panic in v is a failed attempt
+// (a *PanicError), handled as a handler's is. A nil v checks nothing.
+func WithPayloadValidator(v PayloadValidator) ConsumerOption {
+	return func(c *Consumer) { c.payload = v }
+}

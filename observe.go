@@ -135,41 +135,6 @@ type PublishEvent struct {
 	Duration time.Duration
 }
 
-// WithObserver sets the Observer the Consumer calls for every settlement
-// (default none).
-func WithObserver(o Observer) ConsumerOption {
-	return func(c *Consumer) { c.observer = o }
-}
-
-// WithPublishObserver sets the Observer called for every publish. Given to
-// NewPublisher or Client.Publisher, it hears every publish of that
-// publisher; a per-call one replaces it for that call.
-func WithPublishObserver(o Observer) PublishOption {
-	return func(c *publishConfig) { c.observer = o }
-}
-
-// clock is the publish's clock: time.Now unless a test set one.
-func (c *publishConfig) clock() time.Time {
-	if c.now != nil {
-		return c.now()
-	}
-	return time.Now()
-}
-
-// observePublish reports one publish that started at start (zero: it never
-// got to the projection) to the observer, if any.
-func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, err error) {
-	if c.observer == nil {
-		return
-	}
-	ev := PublishEvent{Queue: queue, URN: urn, MessageID: id, Outcome: publishOutcome(err), Err: err}
-	if !start.IsZero() {
-		ev.Duration = c.clock().Sub(start)
-	}
-	defer recoverHook(nil, "publish observer panicked")
-	c.observer.Published(ev)
-}
-
 // observe reports the delivery's settlement to the observer, if any.
 func (d *delivery) observe(kind, cause error, disp Disposition) {
 	if d.c.observer == nil {
