@@ -1,6 +1,11 @@
+// Dead-lettering: the dead_letter block, the copies written to the
+// dead-letter queue, and the write itself, confirmed before the source is
+// accepted.
+
 package artemis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -256,4 +261,29 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	return msg
+}
+
+// deadLetter writes dlqMsg and accepts the source only once the broker
+// accepted the copy. A failed write is reported, the source is held for the
+// retry delay and then plainly released, so it is never lost and does not
+// count toward Artemis's max-delivery-attempts.
+func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
+	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
+	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
+	cancel()
+	if err == nil {
+		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Not only ctx.Err() itself: a transfer still waiting for link
+		// credit when the time runs out (Artemis grants none to a link on a
+		// full address) comes back from go-amqp as its own
+		// amqp:link:transfer-limit-exceeded error.
+		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
+	}
+	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
+	return d.finish(ErrDeadLetterFailed, dlqErr, DispositionReleased, func() error {
+		d.wait(d.c.retryDelay)
+		return d.release()
+	})
 }

@@ -1,9 +1,7 @@
 package artemis
 
 import (
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -249,89 +247,4 @@ func attemptsProperty(n int) any {
 		return boxedAttempts[n]
 	}
 	return strconv.Itoa(n)
-}
-
-// ReconcileAttempts returns the attempts a handler sees: the larger of the
-// body's counter and the AMQP header delivery-count (0 on the first
-// delivery), so a runtime-incremented body count is never lowered.
-func ReconcileAttempts(bodyAttempts int, deliveryCount uint32) int {
-	dc := uint64(deliveryCount)
-	if dc > math.MaxInt {
-		dc = math.MaxInt
-	}
-	if int(dc) > bodyAttempts {
-		return int(dc)
-	}
-	return bodyAttempts
-}
-
-func deliveryCount(msg *amqp.Message) uint32 {
-	if msg.Header == nil {
-		return 0
-	}
-	return msg.Header.DeliveryCount
-}
-
-// routingURN returns the URN to route on without decoding the body: the
-// x-opt-jms-type annotation, else properties.subject (where Artemis puts the
-// JMSType of a message produced by a JMS client), else "" (route on the body
-// URN). A value that is not a string, or is blank, is ignored.
-func routingURN(msg *amqp.Message) string {
-	if v, ok := msg.Annotations[AnnotationJMSType].(string); ok && strings.TrimSpace(v) != "" {
-		return v
-	}
-	if msg.Properties != nil && msg.Properties.Subject != nil && strings.TrimSpace(*msg.Properties.Subject) != "" {
-		return *msg.Properties.Subject
-	}
-	return ""
-}
-
-var errNoBody = errors.New("the message has no body")
-
-// bodyKind says which body section a message carried.
-type bodyKind int
-
-const (
-	bodyString bodyKind = iota // AMQP value holding a string
-	bodyBinary                 // AMQP value holding binary
-	bodyData                   // one or more data sections
-)
-
-// readBody returns the body as a string, without copying where it can: an
-// AMQP value holding a string or binary, or the data sections concatenated.
-// Anything else is poison.
-func readBody(msg *amqp.Message) (string, bodyKind, error) {
-	switch {
-	case msg.Value != nil:
-		switch v := msg.Value.(type) {
-		case string:
-			return v, bodyString, nil
-		case []byte:
-			return string(v), bodyBinary, nil
-		}
-		return "", 0, fmt.Errorf("the body is an AMQP value of type %s, not a string or binary", amqpTypeName(msg.Value))
-	case len(msg.Data) == 1:
-		return string(msg.Data[0]), bodyData, nil
-	case len(msg.Data) > 1:
-		n := 0
-		for _, d := range msg.Data {
-			n += len(d)
-		}
-		b := make([]byte, 0, n)
-		for _, d := range msg.Data {
-			b = append(b, d...)
-		}
-		return unsafe.String(unsafe.SliceData(b), len(b)), bodyData, nil
-	case len(msg.Sequence) > 0:
-		return "", 0, errors.New("the body is an AMQP sequence section")
-	}
-	return "", 0, errNoBody
-}
-
-func amqpTypeName(v any) string {
-	switch v.(type) {
-	case amqp.Null:
-		return "null"
-	}
-	return fmt.Sprintf("%T", v)
 }

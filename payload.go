@@ -3,8 +3,6 @@ package artemis
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"strings"
 )
 
@@ -109,32 +107,4 @@ func checkPayload(v PayloadValidator, urn string, data json.RawMessage) error {
 		return pe
 	}
 	return &PayloadError{URN: urn, Violations: []PayloadViolation{{Message: err.Error()}}, Err: err}
-}
-
-// checkPayload is the consume side's check, run before the handler. It
-// returns true when the delivery was settled here (invalid data, or a
-// panic in the validator) with that settlement's result.
-func (d *delivery) checkPayload() (settled bool, err error) {
-	d.begin()
-	defer func() {
-		if p := recover(); p != nil {
-			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
-		}
-	}()
-	cause := checkPayload(d.c.payload, d.urn, d.env.Data)
-	if cause == nil {
-		return false, nil
-	}
-	return true, d.invalidPayload(cause)
-}
-
-// invalidPayload settles a message whose data failed its schema: a copy
-// with reason failed on the DLQ at once, or dropped (no DLQ sender, or
-// UnknownURNDelete). Either way it is reported.
-func (d *delivery) invalidPayload(cause error) error {
-	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrInvalidPayload, cause, DispositionDropped, d.accept)
-	}
-	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
-	return d.deadLetter(ErrInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 }

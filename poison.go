@@ -1,3 +1,6 @@
+// Poison: a body that is not a valid envelope goes to the dead-letter queue
+// as a poison record (the body kept as it came), never retried.
+
 package artemis
 
 import (
@@ -71,4 +74,16 @@ func poisonMessage(src *amqp.Message, record []byte, queue string) *amqp.Message
 	msg.Properties.ContentType = &contentType
 	msg.Properties.ContentEncoding = nil
 	return msg
+}
+
+// poison settles a body that is not a valid envelope: a poison record on
+// the DLQ, or dropped. It is never retried.
+func (d *delivery) poison(body string, cause error) error {
+	d.begin()
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(ErrPoison, cause, DispositionDropped, d.accept)
+	}
+	dl := newDeadLetter(ReasonPoison, cause, d.queue(), d.attempts, d.c.now())
+	dl.Exception = nil
+	return d.deadLetter(ErrPoison, cause, poisonMessage(d.msg, poisonRecord(body, dl), d.queue()))
 }
