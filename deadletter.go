@@ -9,61 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"time"
 
 	"github.com/Azure/go-amqp"
 )
-
-// The dead_letter reasons.
-const (
-	ReasonFailed     = "failed"
-	ReasonUnknownURN = "unknown_urn"
-	ReasonPoison     = "poison"
-)
-
-// DeadLetter is the block a dead-lettered envelope carries.
-type DeadLetter struct {
-	// Reason is failed, unknown_urn or poison.
-	Reason string `json:"reason"`
-	// Error is the error text, or nil.
-	Error *string `json:"error"`
-	// Exception is the error's Go type name, or nil.
-	Exception *string `json:"exception"`
-	// FailedAt is when the message was dead-lettered, in Unix ms.
-	FailedAt int64 `json:"failed_at"`
-	// OriginalQueue is the queue option, else the receiver's address.
-	OriginalQueue string `json:"original_queue"`
-	// Attempts is the reconciled attempts.
-	Attempts int `json:"attempts"`
-	// Lang is the SDK that dead-lettered it ("go").
-	Lang string `json:"lang"`
-}
-
-func (d *DeadLetter) appendJSON(b []byte) []byte {
-	b = append(b, `{"reason":`...)
-	b = appendString(b, d.Reason)
-	b = append(b, `,"error":`...)
-	b = appendOptString(b, d.Error)
-	b = append(b, `,"exception":`...)
-	b = appendOptString(b, d.Exception)
-	b = append(b, `,"failed_at":`...)
-	b = strconv.AppendInt(b, d.FailedAt, 10)
-	b = append(b, `,"original_queue":`...)
-	b = appendString(b, d.OriginalQueue)
-	b = append(b, `,"attempts":`...)
-	b = strconv.AppendInt(b, int64(d.Attempts), 10)
-	b = append(b, `,"lang":`...)
-	b = appendString(b, d.Lang)
-	return append(b, '}')
-}
-
-func appendOptString(b []byte, s *string) []byte {
-	if s == nil {
-		return append(b, "null"...)
-	}
-	return appendString(b, *s)
-}
 
 // newDeadLetter fills the block for a failure. cause may be nil; exception
 // names its Go type as exceptionName does.

@@ -1,7 +1,6 @@
 package artemis
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -341,22 +340,52 @@ func (e *Envelope) appendEncodeData(b []byte, data json.RawMessage) []byte {
 	return append(b, '}')
 }
 
-// Decode parses an envelope body. It resolves the urn alias (used when job
-// is absent) and keeps unknown keys and the data object, both in canonical
-// form (whitespace removed, strings re-escaped by the canonical rules,
-// number literals untouched), but does not
-// apply the consumer's acceptance rules: call Validate for that. It fails,
-// wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
-// envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
-// of the wrong JSON type, or a known key given twice.
-func Decode(body []byte) (*Envelope, error) {
-	// One private copy backs every string field and Data. Data is capped at
-	// its own length and no string shares its bytes, so a caller writing to
-	// (or appending to) Data cannot reach the strings.
-	var s string
-	if len(body) > 0 {
-		buf := bytes.Clone(body)
-		s = unsafe.String(&buf[0], len(buf))
+// The dead_letter reasons.
+const (
+	ReasonFailed     = "failed"
+	ReasonUnknownURN = "unknown_urn"
+	ReasonPoison     = "poison"
+)
+
+// DeadLetter is the block a dead-lettered envelope carries.
+type DeadLetter struct {
+	// Reason is failed, unknown_urn or poison.
+	Reason string `json:"reason"`
+	// Error is the error text, or nil.
+	Error *string `json:"error"`
+	// Exception is the error's Go type name, or nil.
+	Exception *string `json:"exception"`
+	// FailedAt is when the message was dead-lettered, in Unix ms.
+	FailedAt int64 `json:"failed_at"`
+	// OriginalQueue is the queue option, else the receiver's address.
+	OriginalQueue string `json:"original_queue"`
+	// Attempts is the reconciled attempts.
+	Attempts int `json:"attempts"`
+	// Lang is the SDK that dead-lettered it ("go").
+	Lang string `json:"lang"`
+}
+
+func (d *DeadLetter) appendJSON(b []byte) []byte {
+	b = append(b, `{"reason":`...)
+	b = appendString(b, d.Reason)
+	b = append(b, `,"error":`...)
+	b = appendOptString(b, d.Error)
+	b = append(b, `,"exception":`...)
+	b = appendOptString(b, d.Exception)
+	b = append(b, `,"failed_at":`...)
+	b = strconv.AppendInt(b, d.FailedAt, 10)
+	b = append(b, `,"original_queue":`...)
+	b = appendString(b, d.OriginalQueue)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(d.Attempts), 10)
+	b = append(b, `,"lang":`...)
+	b = appendString(b, d.Lang)
+	return append(b, '}')
+}
+
+func appendOptString(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, "null"...)
 	}
-	return decode(s, false)
+	return appendString(b, *s)
 }

@@ -4,6 +4,7 @@
 package artemis
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -389,4 +390,24 @@ func jsonKind(s string) string {
 		return "null"
 	}
 	return "a number"
+}
+
+// Decode parses an envelope body. It resolves the urn alias (used when job
+// is absent) and keeps unknown keys and the data object, both in canonical
+// form (whitespace removed, strings re-escaped by the canonical rules,
+// number literals untouched), but does not
+// apply the consumer's acceptance rules: call Validate for that. It fails,
+// wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
+// envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
+// of the wrong JSON type, or a known key given twice.
+func Decode(body []byte) (*Envelope, error) {
+	// One private copy backs every string field and Data. Data is capped at
+	// its own length and no string shares its bytes, so a caller writing to
+	// (or appending to) Data cannot reach the strings.
+	var s string
+	if len(body) > 0 {
+		buf := bytes.Clone(body)
+		s = unsafe.String(&buf[0], len(buf))
+	}
+	return decode(s, false)
 }
