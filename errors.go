@@ -288,3 +288,11 @@ func connectionLost(err error) bool {
 func publishError(queue, urn string, err error) error {
 	return fmt.Errorf("babelqueue: publish %s to %s: %w", urn, queue, err)
 }
+
+func truncate(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // The AMQP names of the contract's projection (section 2).
@@ -101,7 +102,7 @@ func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if strings.TrimSpace(env.Job) == "" {
 		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
-	if len(env.Data) != 0 && !isJSONObject(env.Data) {
+	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
 	return cfg.checkPayload(env)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // poisonRecord builds the DLQ body for a body that is not a valid envelope:
@@ -21,7 +22,7 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 	if !utf8.ValidString(body) {
 		b := make([]byte, 0, base64.StdEncoding.EncodedLen(len(body))+256)
 		b = append(b, `{"raw":"`...)
-		b = base64.StdEncoding.AppendEncode(b, stringBytes(body))
+		b = base64.StdEncoding.AppendEncode(b, jsoncodec.StringBytes(body))
 		b = append(b, `","raw_encoding":"base64","dead_letter":`...)
 		b = dl.appendJSON(b)
 		return append(b, '}')
@@ -39,7 +40,7 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 	}
 	b := make([]byte, 0, len(body)+256)
 	b = append(b, `{"raw":`...)
-	b = appendString(b, body)
+	b = jsoncodec.AppendString(b, body)
 	b = append(b, `,"dead_letter":`...)
 	b = dl.appendJSON(b)
 	return append(b, '}')
@@ -49,15 +50,15 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 // around it allowed) and, if so, the index of its closing brace and whether
 // the object has no members.
 func objectBounds(body string) (closing int, empty, ok bool) {
-	start := skipSpace(body, 0)
-	if start >= len(body) || body[start] != '{' || !json.Valid(stringBytes(body)) {
+	start := jsoncodec.SkipSpace(body, 0)
+	if start >= len(body) || body[start] != '{' || !json.Valid(jsoncodec.StringBytes(body)) {
 		return 0, false, false
 	}
 	closing = len(body) - 1
 	for body[closing] != '}' {
 		closing--
 	}
-	return closing, skipSpace(body, start+1) == closing, true
+	return closing, jsoncodec.SkipSpace(body, start+1) == closing, true
 }
 
 // poisonMessage is the DLQ message for a poison body: the record as an AMQP
