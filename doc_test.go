@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -228,9 +227,10 @@ func declName(d ast.Decl) string {
 // compiler's: every name, field and method resolves.
 func exportDataImporter(t *testing.T, fset *token.FileSet) types.Importer {
 	t.Helper()
+	// go test puts its own go command first on the test's PATH.
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command is not on PATH: %v", err)
 	}
 	out, err := exec.Command(goCmd, "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
 	if err != nil {

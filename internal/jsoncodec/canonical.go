@@ -231,6 +231,7 @@ func hex4(h string) rune {
 	return r
 }
 
+// HexDigits are the lowercase hex digits the canonical form writes.
 var HexDigits = "0123456789abcdef"
 
 // AppendString writes s as a canonical JSON string: only the quote, the

@@ -325,6 +325,8 @@ func isHex4(h string) bool {
 	return true
 }
 
+// SkipSpace returns the index of the first byte at or after s[i] that is not
+// JSON whitespace, or len(s).
 func SkipSpace(s string, i int) int {
 	for i < len(s) {
 		switch s[i] {
@@ -387,6 +389,8 @@ func skipValue(s string, i int) int {
 	}
 }
 
+// Unquote returns the text of the quoted JSON string q (valid, as scanned),
+// without copying when it holds no escape.
 func Unquote(q string) (string, error) {
 	if len(q) < 2 || q[0] != '"' {
 		return "", fmt.Errorf("not a JSON string: %s", truncate(q))
@@ -402,6 +406,8 @@ func Unquote(q string) (string, error) {
 	return out, nil
 }
 
+// IsObject reports whether raw, past leading JSON whitespace, starts an
+// object; it does not check the rest.
 func IsObject(raw []byte) bool {
 	i := 0
 	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
