@@ -597,7 +597,7 @@ type handleCase struct {
 }
 
 // expectHandle is the contract's consumer, written from the text of
-// sections 3 to 6 and independent of consumer.go's control flow.
+// sections 3 to 6 and independent of handle.go's control flow.
 func expectHandle(msg *amqp.Message, strategyName UnknownURNStrategy, handlers Handlers, tries int, behaviour uint8, hasDLQ bool) handleCase {
 	v, present := msg.ApplicationProperties[PropSchemaVersion]
 	dc := int(msg.Header.DeliveryCount)

@@ -26,6 +26,8 @@ func routingURN(msg *amqp.Message) string {
 	return ""
 }
 
+// unknownURN settles a delivery no handler is registered for, by the
+// consumer's unknown-URN strategy.
 func (d *delivery) unknownURN() error {
 	d.begin()
 	switch d.c.unknown {
