@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -532,26 +531,4 @@ func BenchmarkObserverOverhead(b *testing.B) {
 			b.Fatal("the observer heard nothing")
 		}
 	})
-}
-
-// BenchmarkSkipPlain compares the scanner's word loop with the byte loop it
-// replaced (skipPlainByByte, the definition) on string bodies of the
-// lengths an envelope holds: a short key, a UUID, a long text.
-func BenchmarkSkipPlain(b *testing.B) {
-	for _, n := range []int{4, 36, 256} {
-		s := strings.Repeat("order-1042 ", n/11+1)[:n] + `"`
-		for _, impl := range []struct {
-			name string
-			skip func(string, int) int
-		}{{"bytes", skipPlainByByte}, {"words", skipPlain}} {
-			b.Run(fmt.Sprintf("len=%d/%s", n, impl.name), func(b *testing.B) {
-				b.SetBytes(int64(n))
-				for b.Loop() {
-					if impl.skip(s, 0) != n {
-						b.Fatal("stopped early")
-					}
-				}
-			})
-		}
-	}
 }

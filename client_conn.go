@@ -6,10 +6,7 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync/atomic"
 
 	"github.com/Azure/go-amqp"
@@ -102,36 +99,6 @@ func (c *Client) linkFailed(cn *connection, err error) {
 	if cn.dead() || connectionLost(err) {
 		c.drop(cn, err)
 	}
-}
-
-func isContextError(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// linkLost reports an error meaning the link, its session or its
-// connection is gone. A context's end is not one (context.DeadlineExceeded
-// is a net.Error, so it is ruled out first).
-func linkLost(err error) bool {
-	if err == nil || isContextError(err) {
-		return false
-	}
-	var le *amqp.LinkError
-	return errors.As(err, &le) || connectionLost(err)
-}
-
-// connectionLost reports an error that takes the session or the whole
-// connection down.
-func connectionLost(err error) bool {
-	if err == nil || isContextError(err) {
-		return false
-	}
-	var (
-		se *amqp.SessionError
-		ce *amqp.ConnError
-		ne net.Error
-	)
-	return errors.As(err, &se) || errors.As(err, &ce) || errors.As(err, &ne) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // dialAMQP dials one broker with go-amqp. The URL it passes carries no

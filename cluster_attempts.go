@@ -6,7 +6,6 @@
 package artemis
 
 import (
-	"errors"
 	"sync"
 )
 
@@ -71,20 +70,5 @@ func (m *attemptMemory) forget(id string) {
 			}
 		}
 		m.order = kept
-	}
-}
-
-// remember keeps the memory of d's consumer up to date once d was settled
-// with disp: a failed attempt is remembered, a final outcome forgets.
-func (d *delivery) remember(kind error, disp Disposition) {
-	m := d.c.memory
-	if m == nil || d.env == nil || d.env.Meta.ID == "" {
-		return
-	}
-	switch {
-	case disp == DispositionAbandoned && errors.Is(kind, ErrHandlerFailed):
-		m.failed(d.env.Meta.ID, d.attempts+1)
-	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
-		m.forget(d.env.Meta.ID)
 	}
 }

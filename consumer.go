@@ -1,26 +1,17 @@
+// The Consumer: its handlers, its options and the check of its
+// configuration, done once in NewConsumer. Every consume stage reads it.
+
 package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"time"
 
 	"github.com/Azure/go-amqp"
 )
-
-// Receiver is the receiving side of an AMQP link. *amqp.Receiver satisfies
-// it. Attach it with the "queue" capability and without auto-settlement:
-// the consumer owns every disposition.
-type Receiver interface {
-	Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error)
-	AcceptMessage(ctx context.Context, msg *amqp.Message) error
-	ReleaseMessage(ctx context.Context, msg *amqp.Message) error
-	ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error
-}
 
 // HandlerFunc handles one message. env carries the reconciled attempts; msg
 // is the raw AMQP message; HeadersFromContext(ctx) gives the out-of-band
@@ -165,6 +156,26 @@ func WithLogger(l *slog.Logger) ConsumerOption {
 	return func(c *Consumer) { c.logger = l }
 }
 
+// WithObserver sets the Observer the Consumer calls for every settlement
+// (default none).
+func WithObserver(o Observer) ConsumerOption {
+	return func(c *Consumer) { c.observer = o }
+}
+
+// WithPayloadValidator checks the data of every decoded message against the
+// schema v holds for its URN, after the version gate, the decode and the
+// routing, before the handler. Invalid data never reaches the handler, and
+// it is not retried (it will not become valid): it is written at once to
+// the dead-letter queue with reason failed, the violations in error and
+// exception *artemis.PayloadError, and reported as ErrInvalidPayload.
+// Without a dead-letter sender, or under UnknownURNDelete, it is accepted
+// (dropped) and reported, as a poison message is. A URN without a schema,
+// or without a handler, is not checked. A panic in v is a failed attempt
+// (a *PanicError), handled as a handler's is. A nil v checks nothing.
+func WithPayloadValidator(v PayloadValidator) ConsumerOption {
+	return func(c *Consumer) { c.payload = v }
+}
+
 // NewConsumer returns a Consumer that routes to h, configured by opts. The
 // configuration is checked here, once: a nil handler or an invalid option
 // value is an error matching ErrInvalidConfig, and no Consumer.
@@ -211,112 +222,6 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		c.err = fmt.Errorf("%w: unknown-URN strategy %q", ErrInvalidConfig, string(c.unknown))
 	}
 	return c
-}
-
-// Handle runs one delivery through the gate, routing, decoding and the
-// handler, and settles it exactly once. It returns the error it reported
-// (nil when the message was accepted by its handler or settled silently by
-// the unknown-URN strategy); a failed settlement is returned too, matching
-// ErrSettlement. The handler runs with ctx; settlement does not stop when
-// ctx ends.
-func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) error {
-	if c.err != nil {
-		err := c.err
-		rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg)
-		if rerr != nil {
-			err = errors.Join(err, &DeliveryError{Kind: ErrSettlement, Err: rerr})
-		}
-		c.observeRelease(r, msg, c.err, rerr)
-		return err
-	}
-	return c.handle(ctx, ctx.Done(), r, msg, nil)
-}
-
-// handle runs one delivery to its disposition. lost, when not nil, hears
-// of every settlement that failed (Listen stops on a lost link).
-func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message, lost func(error)) error {
-	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop, lost: lost,
-		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
-	if err := gateVersion(msg); err != nil {
-		return d.gated(err)
-	}
-	if d.urn != "" && c.handlers[d.urn] == nil && c.unknown != UnknownURNDeadLetter {
-		// Routed by the annotation alone: the body is never decoded.
-		return d.unknownURN()
-	}
-	body, _, err := readBody(msg)
-	if err != nil {
-		return d.poison(unreadableBody(msg), err)
-	}
-	env, err := decodeString(body)
-	if err == nil {
-		err = env.Validate()
-	}
-	if err != nil {
-		return d.poison(body, err)
-	}
-	d.env = env
-	if d.urn == "" {
-		d.urn = env.Job
-	}
-	env.Attempts = c.memory.reconcile(env.Meta.ID, ReconcileAttempts(env.Attempts, deliveryCount(msg)))
-	d.attempts = env.Attempts
-	h := c.handlers[d.urn]
-	if h == nil {
-		return d.unknownURN()
-	}
-	if c.payload != nil {
-		if settled, err := d.checkPayload(); settled {
-			return err
-		}
-	}
-	return d.call(withMessage(ctx, msg), h)
-}
-
-// call runs the handler and settles the delivery by its result. A panic is
-// a failed attempt (a *PanicError); so is a handler that exits its
-// goroutine with runtime.Goexit (t.FailNow and require.* in tests do): the
-// delivery is settled as failed with ErrHandlerExited on the way out, then
-// the goroutine goes on exiting.
-func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
-	returned := false
-	defer func() {
-		if returned {
-			return // a panic in the settlement itself is not the handler's
-		}
-		if d.c.observer != nil {
-			d.handler = d.c.now().Sub(d.start)
-		}
-		if p := recover(); p != nil {
-			err = d.handlerFailed(&PanicError{Value: p, Stack: debug.Stack()})
-			return
-		}
-		_ = d.handlerFailed(ErrHandlerExited)
-	}()
-	if d.c.observer != nil {
-		d.start = d.c.now()
-	}
-	herr := h(ctx, d.env, d.msg)
-	returned = true
-	if d.c.observer != nil {
-		d.handler = d.c.now().Sub(d.start)
-	}
-	if herr == nil {
-		return d.finish(nil, nil, DispositionAccepted, d.accept)
-	}
-	return d.handlerFailed(herr)
-}
-
-// unreadableBody renders a body that is not a string, binary or data
-// section as text for the poison record, so the DLQ still shows it.
-func unreadableBody(msg *amqp.Message) string {
-	switch {
-	case msg.Value != nil:
-		return fmt.Sprint(msg.Value)
-	case len(msg.Sequence) > 0:
-		return fmt.Sprint(msg.Sequence)
-	}
-	return ""
 }
 
 // queueName is the queue option, else the receiver's address.

@@ -1,64 +1,18 @@
+// Dead-lettering: the dead_letter block, the copies written to the
+// dead-letter queue, and the write itself, confirmed before the source is
+// accepted.
+
 package artemis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"time"
 
 	"github.com/Azure/go-amqp"
 )
-
-// The dead_letter reasons.
-const (
-	ReasonFailed     = "failed"
-	ReasonUnknownURN = "unknown_urn"
-	ReasonPoison     = "poison"
-)
-
-// DeadLetter is the block a dead-lettered envelope carries.
-type DeadLetter struct {
-	// Reason is failed, unknown_urn or poison.
-	Reason string `json:"reason"`
-	// Error is the error text, or nil.
-	Error *string `json:"error"`
-	// Exception is the error's Go type name, or nil.
-	Exception *string `json:"exception"`
-	// FailedAt is when the message was dead-lettered, in Unix ms.
-	FailedAt int64 `json:"failed_at"`
-	// OriginalQueue is the queue option, else the receiver's address.
-	OriginalQueue string `json:"original_queue"`
-	// Attempts is the reconciled attempts.
-	Attempts int `json:"attempts"`
-	// Lang is the SDK that dead-lettered it ("go").
-	Lang string `json:"lang"`
-}
-
-func (d *DeadLetter) appendJSON(b []byte) []byte {
-	b = append(b, `{"reason":`...)
-	b = appendString(b, d.Reason)
-	b = append(b, `,"error":`...)
-	b = appendOptString(b, d.Error)
-	b = append(b, `,"exception":`...)
-	b = appendOptString(b, d.Exception)
-	b = append(b, `,"failed_at":`...)
-	b = strconv.AppendInt(b, d.FailedAt, 10)
-	b = append(b, `,"original_queue":`...)
-	b = appendString(b, d.OriginalQueue)
-	b = append(b, `,"attempts":`...)
-	b = strconv.AppendInt(b, int64(d.Attempts), 10)
-	b = append(b, `,"lang":`...)
-	b = appendString(b, d.Lang)
-	return append(b, '}')
-}
-
-func appendOptString(b []byte, s *string) []byte {
-	if s == nil {
-		return append(b, "null"...)
-	}
-	return appendString(b, *s)
-}
 
 // newDeadLetter fills the block for a failure. cause may be nil; exception
 // names its Go type as exceptionName does.
@@ -256,4 +210,29 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	keepForDeadLetter(msg, src)
 	setTo(msg, dlqAddress(queue))
 	return msg
+}
+
+// deadLetter writes dlqMsg and accepts the source only once the broker
+// accepted the copy. A failed write is reported, the source is held for the
+// retry delay and then plainly released, so it is never lost and does not
+// count toward Artemis's max-delivery-attempts.
+func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
+	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
+	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
+	cancel()
+	if err == nil {
+		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Not only ctx.Err() itself: a transfer still waiting for link
+		// credit when the time runs out (Artemis grants none to a link on a
+		// full address) comes back from go-amqp as its own
+		// amqp:link:transfer-limit-exceeded error.
+		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
+	}
+	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
+	return d.finish(ErrDeadLetterFailed, dlqErr, DispositionReleased, func() error {
+		d.wait(d.c.retryDelay)
+		return d.release()
+	})
 }

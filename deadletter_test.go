@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -386,4 +388,97 @@ func TestADeadLetterCopyWithoutAMessageIDHasNoDuplicateID(t *testing.T) {
 	assert.NotContains(t, cp.ApplicationProperties, PropDuplicateID,
 		"nothing tells two such messages apart: no duplicate id, and not the source's")
 	assert.Equal(t, "theirs", m.ApplicationProperties[PropDuplicateID], "the source is not modified")
+}
+
+// A dead-letter write that fails holds the delivery for the retry delay on
+// the consumer's clock, then releases it; a consumer that stops ends the
+// hold at once. The clock is the test's: the release may come only after it
+// fires (or the consumer stops), never before.
+func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
+	for _, end := range []string{"the clock fires", "the consumer stops"} {
+		t.Run(end, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+				WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
+			holds := make(chan time.Duration, 1)
+			fire := make(chan time.Time)
+			c.after = func(d time.Duration) <-chan time.Time {
+				holds <- d
+				return fire
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Handle(ctx, r, msg) }()
+
+			rep := <-rec.ch // reported before the hold
+			assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
+			select {
+			case d := <-holds:
+				assert.Equal(t, time.Hour, d, "the hold waits the retry delay on the consumer's clock")
+			case err := <-done:
+				t.Fatalf("the delivery was settled without a hold (%v)", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the delivery was settled before the retry delay (%v)", err)
+			default:
+			}
+			_, settled := r.Disposition(msg)
+			assert.False(t, settled, "the delivery stays unsettled during the hold")
+			if end == "the clock fires" {
+				fire <- time.Time{}
+			} else {
+				cancel() // the consumer stops: the hold ends at once
+			}
+			assert.ErrorIs(t, <-done, ErrDeadLetterFailed)
+			d, _ := r.Disposition(msg)
+			assert.Equal(t, fakelink.Released, d)
+		})
+	}
+}
+
+// TestDeadLetterFailureReportThatExitsStillSettles: the report of a failed
+// dead-letter write goes out before the delivery is settled; an error
+// callback or a logger that exits the goroutine there (runtime.Goexit, as
+// t.FailNow does) or panics does not leave the delivery unsettled: it is
+// released, once.
+func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  ConsumerOption
+	}{
+		{"callback exits", WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { runtime.Goexit() })},
+		{"logger exits", WithLogger(slog.New(exitingHandler{}))},
+		{"logger panics", WithLogger(slog.New(exitingHandler{panics: true}))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+			c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
+				WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithDeadLetterRetryDelay(0), tc.opt)
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			done := make(chan any, 1)
+			go func() {
+				returned := false
+				defer func() {
+					if !returned {
+						done <- recover()
+					}
+				}()
+				_ = c.Handle(context.Background(), r, msg)
+				returned = true
+				done <- "returned"
+			}()
+			end := <-done
+			assert.NotEqual(t, "returned", end, "the report ended the goroutine")
+			d, ok := r.Disposition(msg)
+			require.True(t, ok, "the delivery was settled although the report exited the goroutine")
+			assert.Equal(t, fakelink.Released, d)
+			assert.Equal(t, 1, r.Settled())
+		})
+	}
 }

@@ -2,9 +2,15 @@ package artemis
 
 import (
 	"bytes"
+	"fmt"
+	"go/ast"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -77,4 +83,205 @@ func TestLayoutTiers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// flowPicture is the package's map (CONTRIBUTING.md, "Layout"), read from
+// the top, where a user's call enters, down to the ground: each row names
+// its files in the same order. A file may name only the files after it; so
+// a reader following a publish or a delivery goes down and never back up.
+// The Client's files are one row that is one unit: they are the methods of
+// one type, split by concept, and call one another.
+var flowPicture = [][]string{
+	{"client.go", "client_cluster.go", "client_consume.go", "client_receipt.go", "client_publisher.go", "client_dial.go", "client_conn.go", "client_status.go", "client_events.go"},
+	{"listen.go"},
+	{"handle.go"},
+	{"gate.go", "routing.go", "poison.go", "decode.go", "reconcile.go", "payload_check.go", "handler.go"},
+	{"idempotency.go", "idempotency_memory.go", "idempotency_store.go"},
+	{"deadletter.go"},
+	{"settle.go"},
+	{"consumer.go", "cluster_attempts.go"},
+	{"raw.go", "publisher.go", "receipt.go"},
+	{"mapping.go"},
+	{"publish_options.go", "observe.go", "payload.go"},
+	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},
+	{"outcome.go", "replay.go", "headers.go", "backoff.go", "redact.go"},
+	{"link.go", "errors.go", "doc.go"},
+}
+
+// flowUnit is the row whose files may name one another.
+const flowUnit = 0
+
+// TestFlowGoesDown keeps the code true to flowPicture: every library file is
+// in the picture, and no declaration names one declared in a file before
+// its own (above it), except within the Client's row.
+func TestFlowGoesDown(t *testing.T) {
+	pos, row := map[string]int{}, map[string]int{}
+	for r, files := range flowPicture {
+		for _, f := range files {
+			if _, dup := pos[f]; dup {
+				t.Fatalf("%s is twice in flowPicture", f)
+			}
+			pos[f], row[f] = len(pos), r
+		}
+	}
+	refs := fileReferences(t)
+	for f := range refs.files {
+		if _, ok := pos[f]; !ok {
+			t.Errorf("%s is not in flowPicture: place it by what it names and what names it", f)
+		}
+	}
+	for f := range pos {
+		if !refs.files[f] {
+			t.Errorf("flowPicture names %s, which is not a library file", f)
+		}
+	}
+	up := 0
+	for _, r := range refs.list {
+		if pos[r.to] > pos[r.from] || (row[r.from] == flowUnit && row[r.to] == flowUnit) {
+			continue
+		}
+		up++
+		t.Errorf("%s (%s) names %s of %s, a file above it in flowPicture", r.from, r.decl, r.name, r.to)
+	}
+	if len(refs.list) < 500 {
+		t.Fatalf("only %d references between files found: the type check lost them?", len(refs.list))
+	}
+	t.Logf("%d library files, %d references between files, %d going up", len(refs.files), len(refs.list), up)
+}
+
+// fileRef is a declaration in one file naming a declaration (or a field
+// or method) of another file.
+type fileRef struct{ from, decl, to, name string }
+
+type fileRefs struct {
+	files map[string]bool
+	list  []fileRef
+}
+
+// fileReferences type-checks the library's files (not the tests) and lists
+// each distinct reference from a top-level declaration of one file to a
+// package-level name, field or method declared in another file.
+func fileReferences(t *testing.T) fileRefs {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	refs := fileRefs{files: map[string]bool{}}
+	for _, n := range names {
+		if strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, n, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+		refs.files[n] = true
+	}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: exportDataImporter(t, fset)}
+	pkg, err := conf.Check("artemis", fset, files, info)
+	if err != nil {
+		t.Fatalf("type-checking the library: %v", err)
+	}
+	fileOf := func(p token.Pos) string { return filepath.Base(fset.Position(p).Filename) }
+	seen := map[fileRef]bool{}
+	for _, f := range files {
+		from := fileOf(f.Pos())
+		for _, d := range f.Decls {
+			decl := declName(d)
+			ast.Inspect(d, func(n ast.Node) bool {
+				id, ok := n.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				obj := info.Uses[id]
+				if obj == nil || obj.Pkg() != pkg || !obj.Pos().IsValid() || !packageLevel(obj, pkg) {
+					return true
+				}
+				to := fileOf(obj.Pos())
+				r := fileRef{from, decl, to, obj.Name()}
+				if to != from && !seen[r] {
+					seen[r] = true
+					refs.list = append(refs.list, r)
+				}
+				return true
+			})
+		}
+	}
+	return refs
+}
+
+// packageLevel reports whether obj is declared at the package level, or is
+// a field or method (which belong to their type's declaration), rather than
+// a local name.
+func packageLevel(obj types.Object, pkg *types.Package) bool {
+	switch o := obj.(type) {
+	case *types.Var:
+		return o.IsField() || o.Parent() == pkg.Scope()
+	case *types.Func:
+		return true
+	case *types.Label, *types.PkgName:
+		return false
+	}
+	return obj.Parent() == pkg.Scope()
+}
+
+// declName names a top-level declaration for a failure message: Func,
+// Type.Method, or a type's or value's first name.
+func declName(d ast.Decl) string {
+	switch d := d.(type) {
+	case *ast.FuncDecl:
+		if d.Recv != nil && len(d.Recv.List) == 1 {
+			typ := d.Recv.List[0].Type
+			if s, ok := typ.(*ast.StarExpr); ok {
+				typ = s.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				return id.Name + "." + d.Name.Name
+			}
+		}
+		return d.Name.Name
+	case *ast.GenDecl:
+		for _, s := range d.Specs {
+			switch s := s.(type) {
+			case *ast.TypeSpec:
+				return s.Name.Name
+			case *ast.ValueSpec:
+				return s.Names[0].Name
+			}
+		}
+	}
+	return "?"
+}
+
+// exportDataImporter loads the library's imports from the export data the
+// go command built for them (go list -export), so the check is the
+// compiler's: every name, field and method resolves.
+func exportDataImporter(t *testing.T, fset *token.FileSet) types.Importer {
+	t.Helper()
+	// go test puts its own go command first on the test's PATH.
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is not on PATH: %v", err)
+	}
+	out, err := exec.Command(goCmd, "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	exports := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, file, _ := strings.Cut(line, "=")
+		exports[path] = file
+	}
+	return importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		file, ok := exports[path]
+		if !ok || file == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(file)
+	})
 }

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 	"github.com/google/uuid"
 )
 
@@ -210,7 +210,7 @@ func appendUUID(b []byte, u uuid.UUID) []byte {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
 			b = append(b, '-')
 		}
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+		b = append(b, jsoncodec.HexDigits[c>>4], jsoncodec.HexDigits[c&0xf])
 	}
 	return b
 }
@@ -243,7 +243,7 @@ func (e *Envelope) Validate() error {
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)
 	case len(e.Data) == 0:
 		return fmt.Errorf("%w: data is not an object: it is missing", ErrInvalidEnvelope)
-	case !isJSONObject(e.Data):
+	case !jsoncodec.IsObject(e.Data):
 		return fmt.Errorf("%w: data is not an object: it is %s", ErrInvalidEnvelope, truncate(string(e.Data)))
 	case e.Attempts < 0:
 		return fmt.Errorf("%w: attempts is not an integer >= 0: it is %d", ErrInvalidEnvelope, e.Attempts)
@@ -253,110 +253,71 @@ func (e *Envelope) Validate() error {
 	return nil
 }
 
-// Encode returns the canonical bytes of the envelope: keys in contract order
-// (job, trace_id, data, meta, attempts, then unknown keys, then dead_letter),
-// no whitespace, no HTML or slash escaping, non-ASCII written as UTF-8, and
-// number literals as they came. A decoded envelope re-encodes canonically
-// too, whatever whitespace and escapes its body had. Data that is not one
-// JSON object in valid UTF-8 is an error wrapping ErrInvalidEnvelope.
-func (e *Envelope) Encode() ([]byte, error) {
-	if e == nil {
-		return nil, fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
+// The dead_letter reasons.
+const (
+	ReasonFailed     = "failed"
+	ReasonUnknownURN = "unknown_urn"
+	ReasonPoison     = "poison"
+)
+
+// DeadLetter is the block a dead-lettered envelope carries.
+type DeadLetter struct {
+	// Reason is failed, unknown_urn or poison.
+	Reason string `json:"reason"`
+	// Error is the error text, or nil.
+	Error *string `json:"error"`
+	// Exception is the error's Go type name, or nil.
+	Exception *string `json:"exception"`
+	// FailedAt is when the message was dead-lettered, in Unix ms.
+	FailedAt int64 `json:"failed_at"`
+	// OriginalQueue is the queue option, else the receiver's address.
+	OriginalQueue string `json:"original_queue"`
+	// Attempts is the reconciled attempts.
+	Attempts int `json:"attempts"`
+	// Lang is the SDK that dead-lettered it ("go").
+	Lang string `json:"lang"`
+}
+
+// marshalData turns the publish-side data into the canonical JSON of an
+// object.
+func marshalData(data any) (json.RawMessage, error) {
+	switch d := data.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		return rawObject(d)
+	case *json.RawMessage:
+		if d == nil {
+			return json.RawMessage("{}"), nil
+		}
+		return rawObject(*d)
 	}
-	data, err := e.canonicalData()
+	b, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
+	}
+	if string(b) == "null" {
+		// A nil map or a nil pointer: no payload, as an untyped nil is.
+		return json.RawMessage("{}"), nil
+	}
+	if !jsoncodec.IsObject(b) {
+		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
+	}
+	// json.Marshal output is compact, so only its escapes can differ from
+	// the canonical form: \u003c \u003e \u0026 \u2028 \u2029 \ufffd of its
+	// own, and whatever a json.RawMessage or a json.Marshaler inside data
+	// carried (\u00e9, \/). No backslash, nothing to rewrite.
+	if bytes.IndexByte(b, '\\') < 0 {
+		return b, nil
+	}
+	return jsoncodec.AppendCanonical(make([]byte, 0, len(b)), unsafe.String(&b[0], len(b))), nil
+}
+
+// rawObject checks a publish-side json.RawMessage and returns it canonical.
+func rawObject(d json.RawMessage) (json.RawMessage, error) {
+	c, err := jsoncodec.CanonicalObject(d)
 	if err != nil {
 		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
-	return e.appendEncodeData(make([]byte, 0, e.encodedSizeHint()), data), nil
-}
-
-// canonicalData is Data in canonical form, nil for no data.
-func (e *Envelope) canonicalData() (json.RawMessage, error) {
-	if len(e.Data) == 0 || e.dataIsCanon() {
-		return e.Data, nil
-	}
-	return canonicalObject(e.Data)
-}
-
-// dataIsCanon reports whether Data is still the slice this library made
-// canonical.
-func (e *Envelope) dataIsCanon() bool {
-	return len(e.Data) == len(e.canon) && unsafe.SliceData(e.Data) == unsafe.SliceData(e.canon)
-}
-
-func (e *Envelope) encodedSizeHint() int {
-	n := 160 + len(e.Job) + len(e.TraceID) + len(e.Data) + len(e.Meta.ID) + len(e.Meta.Queue)
-	for _, f := range e.extra {
-		n += len(f.key) + len(f.value) + 2
-	}
-	for _, f := range e.Meta.extras() {
-		n += len(f.key) + len(f.value) + 2
-	}
-	if e.DeadLetter != nil {
-		n += 200
-	}
-	return n
-}
-
-// appendEncode is Encode for the library's own writers (publish, DLQ
-// copies), which have checked Data already; Data that still fails the
-// check is written as it is, as Encode would refuse it.
-func (e *Envelope) appendEncode(b []byte) []byte {
-	data, err := e.canonicalData()
-	if err != nil {
-		data = e.Data
-	}
-	return e.appendEncodeData(b, data)
-}
-
-func (e *Envelope) appendEncodeData(b []byte, data json.RawMessage) []byte {
-	b = append(b, `{"job":`...)
-	b = appendString(b, e.Job)
-	b = append(b, `,"trace_id":`...)
-	b = appendString(b, e.TraceID)
-	b = append(b, `,"data":`...)
-	if len(data) == 0 {
-		b = append(b, "{}"...)
-	} else {
-		b = append(b, data...)
-	}
-	b = append(b, `,"meta":{"id":`...)
-	b = appendString(b, e.Meta.ID)
-	b = append(b, `,"queue":`...)
-	b = appendString(b, e.Meta.Queue)
-	b = append(b, `,"lang":`...)
-	b = appendString(b, e.Meta.Lang)
-	b = append(b, `,"schema_version":`...)
-	b = strconv.AppendInt(b, int64(e.Meta.SchemaVersion), 10)
-	b = append(b, `,"created_at":`...)
-	b = strconv.AppendInt(b, e.Meta.CreatedAt, 10)
-	b = appendRawFields(b, e.Meta.extras())
-	b = append(b, `},"attempts":`...)
-	b = strconv.AppendInt(b, int64(e.Attempts), 10)
-	b = appendRawFields(b, e.extra)
-	if e.DeadLetter != nil {
-		b = append(b, `,"dead_letter":`...)
-		b = e.DeadLetter.appendJSON(b)
-	}
-	return append(b, '}')
-}
-
-// Decode parses an envelope body. It resolves the urn alias (used when job
-// is absent) and keeps unknown keys and the data object, both in canonical
-// form (whitespace removed, strings re-escaped by the canonical rules,
-// number literals untouched), but does not
-// apply the consumer's acceptance rules: call Validate for that. It fails,
-// wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
-// envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
-// of the wrong JSON type, or a known key given twice.
-func Decode(body []byte) (*Envelope, error) {
-	// One private copy backs every string field and Data. Data is capped at
-	// its own length and no string shares its bytes, so a caller writing to
-	// (or appending to) Data cannot reach the strings.
-	var s string
-	if len(body) > 0 {
-		buf := bytes.Clone(body)
-		s = unsafe.String(&buf[0], len(buf))
-	}
-	return decode(s, false)
+	return c, nil
 }

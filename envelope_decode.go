@@ -4,13 +4,15 @@
 package artemis
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // decodeString decodes from a string so the consumer can pass an AMQP string
@@ -34,13 +36,13 @@ func decode(s string, copyData bool) (*Envelope, error) {
 
 // decodeFast is the one-pass decode; false means "take the checked path".
 func decodeFast(s string, copyData bool) (*Envelope, bool) {
-	start := skipSpace(s, 0)
+	start := jsoncodec.SkipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
 		return nil, false
 	}
 	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
-	end, err := walkObject(s, start, d.walkMember)
-	if err != nil || skipSpace(s, end) != len(s) {
+	end, err := jsoncodec.WalkObject(s, start, d.walkMember)
+	if err != nil || jsoncodec.SkipSpace(s, end) != len(s) {
 		return nil, false
 	}
 	return d.finish(copyData), true
@@ -50,22 +52,22 @@ func decodeFast(s string, copyData bool) (*Envelope, bool) {
 // walks the members, so its errors name the first problem in that order.
 func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("%w: the body is not valid UTF-8: at byte %d", ErrInvalidEnvelope, invalidUTF8At(s))
+		return nil, fmt.Errorf("%w: the body is not valid UTF-8: at byte %d", ErrInvalidEnvelope, jsoncodec.InvalidUTF8At(s))
 	}
 	if strings.HasPrefix(s, "\ufeff") {
 		// RFC 8259 lets a parser ignore a byte order mark; the envelope is
 		// exchanged byte for byte, so a body that carries one is not canonical.
 		return nil, fmt.Errorf("%w: the body is not valid JSON: at byte 1: it starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry", ErrInvalidEnvelope)
 	}
-	if !json.Valid(stringBytes(s)) {
-		return nil, fmt.Errorf("%w: the body is not valid JSON: %w", ErrInvalidEnvelope, jsonSyntaxError(s))
+	if !json.Valid(jsoncodec.StringBytes(s)) {
+		return nil, fmt.Errorf("%w: the body is not valid JSON: %w", ErrInvalidEnvelope, jsoncodec.SyntaxError(s))
 	}
-	start := skipSpace(s, 0)
+	start := jsoncodec.SkipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
-		return nil, fmt.Errorf("%w: the body is JSON but not an object: it is %s", ErrInvalidEnvelope, jsonKind(s[start:]))
+		return nil, fmt.Errorf("%w: the body is JSON but not an object: it is %s", ErrInvalidEnvelope, jsoncodec.Kind(s[start:]))
 	}
 	d := envelopeDecoder{env: &Envelope{}, urnIdx: -1}
-	if err := eachMember(s, start, d.member); err != nil {
+	if err := jsoncodec.EachMember(s, start, d.member); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}
 	return d.finish(copyData), nil
@@ -87,9 +89,9 @@ type envelopeDecoder struct {
 // copy), else rewritten.
 func newRawField(qkey, val string, clean bool) rawField {
 	if strings.IndexByte(qkey, '\\') >= 0 {
-		qkey = canonicalValue(qkey, false)
+		qkey = jsoncodec.CanonicalValue(qkey, false)
 	}
-	return rawField{key: qkey, value: canonicalValue(val, clean)}
+	return rawField{key: qkey, value: jsoncodec.CanonicalValue(val, clean)}
 }
 
 // walkMember is the fast path's member: a meta object is checked and
@@ -97,14 +99,14 @@ func newRawField(qkey, val string, clean bool) rawField {
 func (d *envelopeDecoder) walkMember(qkey, key, s string, i int) (int, error) {
 	if key == "meta" && d.seen&(1<<4) == 0 && i < len(s) && s[i] == '{' {
 		md := metaDecoder{m: &d.env.Meta}
-		end, err := walkObject(s, i, func(qkey, key, s string, i int) (int, error) {
-			return scanMember(qkey, key, s, i, 2, md.member)
+		end, err := jsoncodec.WalkObject(s, i, func(qkey, key, s string, i int) (int, error) {
+			return jsoncodec.ScanMember(qkey, key, s, i, 2, md.member)
 		})
 		d.seen |= 1 << 4
 		d.noSchema = md.seen&(1<<3) == 0
 		return end, err
 	}
-	return scanMember(qkey, key, s, i, 1, d.member)
+	return jsoncodec.ScanMember(qkey, key, s, i, 1, d.member)
 }
 
 func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
@@ -137,8 +139,8 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		env.TraceID = v
 	case "data":
 		bit = 1 << 3
-		c := canonicalValue(val, clean)
-		env.Data = stringBytes(c)
+		c := jsoncodec.CanonicalValue(val, clean)
+		env.Data = jsoncodec.StringBytes(c)
 		d.dataCopied = unsafe.StringData(c) != unsafe.StringData(val)
 	case "meta":
 		bit = 1 << 4
@@ -162,7 +164,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		bit = 1 << 6
 		if val != "null" {
 			dl := &DeadLetter{}
-			if err := json.Unmarshal(stringBytes(val), dl); err != nil {
+			if err := json.Unmarshal(jsoncodec.StringBytes(val), dl); err != nil {
 				return fmt.Errorf("dead_letter is not a valid block: %w", err)
 			}
 			env.DeadLetter = dl
@@ -211,7 +213,7 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 // decode fills m from the meta object s and says which known keys it held.
 func (m *Meta) decode(s string) (seen uint8, err error) {
 	md := metaDecoder{m: m}
-	err = eachMember(s, 0, md.member)
+	err = jsoncodec.EachMember(s, 0, md.member)
 	return md.seen, err
 }
 
@@ -279,7 +281,7 @@ func stringValue(val string, clean bool, name string) (string, error) {
 	if clean {
 		return val[1 : len(val)-1], nil
 	}
-	return unquote(val)
+	return jsoncodec.Unquote(val)
 }
 
 // intValue accepts only JSON integer syntax that fits an int: no fraction,
@@ -323,70 +325,22 @@ func int64ValueSlow(val string) (int64, bool) {
 	return n, err == nil
 }
 
-// The texts of the checked path: why a body is not valid JSON, where it
-// is not UTF-8, what it is when it is JSON but not an object.
-
-// jsonSyntaxError says where and why s is not valid JSON: "at byte N: "
-// and encoding/json's reason. N counts from 1 and is the byte encoding/json
-// stopped at, as its SyntaxError.Offset.
-func jsonSyntaxError(s string) error {
-	var v any
-	err := json.Unmarshal(stringBytes(s), &v)
-	if err == nil {
-		return errors.New("unexpected input")
+// Decode parses an envelope body. It resolves the urn alias (used when job
+// is absent) and keeps unknown keys and the data object, both in canonical
+// form (whitespace removed, strings re-escaped by the canonical rules,
+// number literals untouched), but does not
+// apply the consumer's acceptance rules: call Validate for that. It fails,
+// wrapping ErrInvalidEnvelope, on anything that is not a JSON object of the
+// envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
+// of the wrong JSON type, or a known key given twice.
+func Decode(body []byte) (*Envelope, error) {
+	// One private copy backs every string field and Data. Data is capped at
+	// its own length and no string shares its bytes, so a caller writing to
+	// (or appending to) Data cannot reach the strings.
+	var s string
+	if len(body) > 0 {
+		buf := bytes.Clone(body)
+		s = unsafe.String(&buf[0], len(buf))
 	}
-	if skipSpace(s, 0) == len(s) {
-		if s == "" {
-			return fmt.Errorf("it is empty: %w", err)
-		}
-		return fmt.Errorf("it holds only whitespace: %w", err)
-	}
-	var se *json.SyntaxError
-	if !errors.As(err, &se) {
-		return err
-	}
-	// encoding/json stops at 10000 levels with the terse "invalid character
-	// '[' exceeded max depth"; say what happened instead.
-	if strings.HasSuffix(se.Error(), "exceeded max depth") {
-		return fmt.Errorf("at byte %d: arrays and objects are nested more than 10000 levels deep", se.Offset)
-	}
-	if se.Offset >= int64(len(s)) && strings.HasPrefix(se.Error(), "unexpected end") {
-		return fmt.Errorf("at byte %d: %w (the body ends too early)", se.Offset, err)
-	}
-	return fmt.Errorf("at byte %d: %w", se.Offset, err)
-}
-
-// invalidUTF8At is the position (counting from 1) of the first byte of s
-// that is not part of a valid UTF-8 sequence.
-func invalidUTF8At(s string) int {
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return i + 1
-		}
-		i += size
-	}
-	return len(s) + 1
-}
-
-// jsonKind names the JSON value that starts s, which is valid JSON, for an
-// error: "an array", "a string", "a number", "true", "false", "null", or
-// "empty" for no value at all.
-func jsonKind(s string) string {
-	if s == "" {
-		return "empty"
-	}
-	switch s[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't':
-		return "true"
-	case 'f':
-		return "false"
-	case 'n':
-		return "null"
-	}
-	return "a number"
+	return decode(s, false)
 }

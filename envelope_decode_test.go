@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -292,25 +295,125 @@ func TestDecodeStringMatchesDecode(t *testing.T) {
 	}
 }
 
-// TestCheckedPathTexts: the helpers behind the checked path's texts, on
-// the inputs the decoder hands them and on the ones it never does (they
-// must still say something true).
-func TestCheckedPathTexts(t *testing.T) {
-	assert.EqualError(t, jsonSyntaxError(`{"a":1}`), "unexpected input", "called on valid JSON")
-	assert.ErrorContains(t, jsonSyntaxError(""), "it is empty")
-	assert.ErrorContains(t, jsonSyntaxError(" \n"), "it holds only whitespace")
-	assert.ErrorContains(t, jsonSyntaxError(`{"a":}`), "at byte 6: invalid character '}'")
-	assert.ErrorContains(t, jsonSyntaxError(`{"a":1`), "(the body ends too early)")
-
-	assert.Equal(t, 3, invalidUTF8At("ab\xffc"))
-	assert.Equal(t, 1, invalidUTF8At("\xc3"), "a truncated sequence")
-	assert.Equal(t, 4, invalidUTF8At("café"[:4]+"!"), "é cut after its first byte")
-	assert.Equal(t, 6, invalidUTF8At("café"), "valid: one past the end")
-
-	for s, want := range map[string]string{
-		"": "empty", `[1]`: "an array", `"s"`: "a string", `true`: "true", `false`: "false",
-		`null`: "null", `-1`: "a number", `0.5`: "a number",
-	} {
-		assert.Equal(t, want, jsonKind(s), "jsonKind(%q)", s)
+// Whether data was canonical already (kept) or rewritten, the decoded Data
+// owns its memory: writing or appending to it reaches nothing else.
+func TestDecodeCanonicalDataIsOwned(t *testing.T) {
+	for _, data := range []string{`{"a":[1,2],"s":"x"}`, `{ "a" : [ 1 , 2 ] , "s" : "\u0078" }`} {
+		body := []byte(`{"job":"urn:a:b","trace_id":"t","data":` + data + `,"meta":{"schema_version":1},"attempts":0}`)
+		env := mustDecode(t, string(body))
+		fromString, err := decodeString(string(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []*Envelope{env, fromString} {
+			if string(e.Data) != `{"a":[1,2],"s":"x"}` {
+				t.Errorf("Data %s", e.Data)
+			}
+			n := len(e.Data)
+			e.Data = append(e.Data, strings.Repeat("X", 64)...) // into Data's spare capacity, if it has any
+			for i := range e.Data[:n] {
+				e.Data[i] = 'Y'
+			}
+			if e.Job != "urn:a:b" || e.TraceID != "t" || len(e.Data) != n+64 {
+				t.Errorf("writing to Data reached the envelope's strings: %q %q", e.Job, e.TraceID)
+			}
+		}
 	}
+}
+
+// scanValid is the fast path's verdict on a whole JSON text.
+func scanValid(s string) bool {
+	end, _, ok := jsoncodec.ScanValue(s, jsoncodec.SkipSpace(s, 0), 0)
+	return ok && jsoncodec.SkipSpace(s, end) == len(s)
+}
+
+// nesting returns the deepest nesting of objects and arrays in s, counting
+// brackets outside strings (s need not be valid).
+func nesting(s string) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+func checkFastDecode(t *testing.T, s string) {
+	t.Helper()
+	want := utf8.ValidString(s) && json.Valid([]byte(s))
+	shallow := nesting(s) < jsoncodec.MaxScanDepth
+	if got := scanValid(s); got != want && (got || shallow) {
+		t.Fatalf("jsoncodec.ScanValue says valid=%t, utf8+encoding/json say %t: %q", got, want, s)
+	}
+	fast, ok := decodeFast(s, true)
+	checked, err := decodeChecked(s, true)
+	switch {
+	case ok && err != nil:
+		t.Fatalf("the fast path decoded a body the checked path refuses (%v): %q", err, s)
+	case ok:
+		require.Equal(t, checked, fast, "the paths decode %q differently", s)
+	case err == nil && shallow:
+		t.Fatalf("the fast path refused a body the checked path decodes: %q", s)
+	}
+}
+
+func TestFastDecodeMatchesChecked(t *testing.T) {
+	for _, s := range scanSeeds {
+		checkFastDecode(t, s)
+	}
+	// Deeper than the fast path goes: decoded by the checked path all the same.
+	deep := `{"job":"urn:x","trace_id":"t","data":{"d":` + strings.Repeat("[", jsoncodec.MaxScanDepth+5) + strings.Repeat("]", jsoncodec.MaxScanDepth+5) +
+		`},"meta":{"schema_version":1},"attempts":0}`
+	_, ok := decodeFast(deep, true)
+	assert.False(t, ok, "the fast path stops at its depth limit")
+	env, err := Decode([]byte(deep))
+	require.NoError(t, err)
+	require.NoError(t, env.Validate())
+	checkFastDecode(t, deep)
+
+	// Random edits of the seeds, with the bytes that matter to a JSON scanner.
+	const alphabet = "{}[]\":,\\ \t\n0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3\xa9\xed\xa0\x80\xff"
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := []byte(scanSeeds[rng.IntN(5)])
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(len(b) + 1)
+			c := alphabet[rng.IntN(len(alphabet))]
+			switch rng.IntN(3) {
+			case 0: // insert
+				b = append(b[:i], append([]byte{c}, b[i:]...)...)
+			case 1: // replace
+				if i < len(b) {
+					b[i] = c
+				}
+			default: // delete
+				if i < len(b) {
+					b = append(b[:i], b[i+1:]...)
+				}
+			}
+		}
+		checkFastDecode(t, string(b))
+	}
+}
+
+// FuzzFastDecodeMatchesChecked runs the same comparison on fuzzed bodies:
+//
+//	go test -run '^$' -fuzz '^FuzzFastDecodeMatchesChecked$' -fuzztime 1m -parallel 1 .
+func FuzzFastDecodeMatchesChecked(f *testing.F) {
+	for _, s := range scanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkFastDecode(t, string(body))
+	})
 }

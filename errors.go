@@ -1,8 +1,11 @@
 package artemis
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 
@@ -250,3 +253,46 @@ func (e *connectError) Error() string {
 
 func (e *connectError) Is(target error) bool { return target == ErrConnect }
 func (e *connectError) Unwrap() []error      { return e.errs }
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// linkLost reports an error meaning the link, its session or its
+// connection is gone. A context's end is not one (context.DeadlineExceeded
+// is a net.Error, so it is ruled out first).
+func linkLost(err error) bool {
+	if err == nil || isContextError(err) {
+		return false
+	}
+	var le *amqp.LinkError
+	return errors.As(err, &le) || connectionLost(err)
+}
+
+// connectionLost reports an error that takes the session or the whole
+// connection down.
+func connectionLost(err error) bool {
+	if err == nil || isContextError(err) {
+		return false
+	}
+	var (
+		se *amqp.SessionError
+		ce *amqp.ConnError
+		ne net.Error
+	)
+	return errors.As(err, &se) || errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// publishError names the urn and the queue of a publish that failed.
+func publishError(queue, urn string, err error) error {
+	return fmt.Errorf("babelqueue: publish %s to %s: %w", urn, queue, err)
+}
+
+func truncate(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

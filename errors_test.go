@@ -1,11 +1,14 @@
 package artemis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"testing"
 
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -71,4 +74,31 @@ func TestPanicError(t *testing.T) {
 	wrapped := fmt.Errorf("attempt: %w", withErr)
 	var pe *PanicError
 	assert.ErrorAs(t, wrapped, &pe)
+}
+
+func TestErrorClassification(t *testing.T) {
+	cases := []struct {
+		err            error
+		link, conn     bool
+		mayBeStoredErr bool
+	}{
+		{&amqp.LinkError{}, true, false, true},
+		{fmt.Errorf("wrapped: %w", &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}}), true, false, true},
+		{&amqp.SessionError{}, true, true, true},
+		{&amqp.ConnError{}, true, true, true},
+		{refused, true, true, true},
+		{net.ErrClosed, true, true, true},
+		{context.Canceled, false, false, true},
+		{context.DeadlineExceeded, false, false, true},
+		{&amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded"}, false, false, false},
+		{&OutcomeError{State: &amqp.StateRejected{}}, false, false, false},
+		{errors.New("encode: message too large"), false, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%T %v", tc.err, tc.err), func(t *testing.T) {
+			assert.Equal(t, tc.link, linkLost(tc.err), "linkLost")
+			assert.Equal(t, tc.conn, connectionLost(tc.err), "connectionLost")
+			assert.Equal(t, tc.mayBeStoredErr, mayBeStored(tc.err), "mayBeStored")
+		})
+	}
 }

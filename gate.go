@@ -1,3 +1,6 @@
+// The gate: a delivery whose bq_schema_version is not "1" is forwarded to
+// the dead-letter queue as received, or dropped, before anything else.
+
 package artemis
 
 import (
@@ -38,4 +41,14 @@ func isASCIIBlank(s string) bool {
 		}
 	}
 	return true
+}
+
+// gated settles a message whose bq_schema_version is not "1" on its first
+// delivery: forwarded to the DLQ as received, or dropped.
+func (d *delivery) gated(cause error) error {
+	d.begin()
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(ErrVersionGated, cause, DispositionDropped, d.accept)
+	}
+	return d.deadLetter(ErrVersionGated, cause, forwardCopy(d.msg, d.queue()))
 }

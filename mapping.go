@@ -1,16 +1,14 @@
 package artemis
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // The AMQP names of the contract's projection (section 2).
@@ -104,7 +102,7 @@ func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if strings.TrimSpace(env.Job) == "" {
 		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
-	if len(env.Data) != 0 && !isJSONObject(env.Data) {
+	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
 	return cfg.checkPayload(env)
@@ -250,152 +248,4 @@ func attemptsProperty(n int) any {
 		return boxedAttempts[n]
 	}
 	return strconv.Itoa(n)
-}
-
-// ReconcileAttempts returns the attempts a handler sees: the larger of the
-// body's counter and the AMQP header delivery-count (0 on the first
-// delivery), so a runtime-incremented body count is never lowered.
-func ReconcileAttempts(bodyAttempts int, deliveryCount uint32) int {
-	dc := uint64(deliveryCount)
-	if dc > math.MaxInt {
-		dc = math.MaxInt
-	}
-	if int(dc) > bodyAttempts {
-		return int(dc)
-	}
-	return bodyAttempts
-}
-
-func deliveryCount(msg *amqp.Message) uint32 {
-	if msg.Header == nil {
-		return 0
-	}
-	return msg.Header.DeliveryCount
-}
-
-// routingURN returns the URN to route on without decoding the body: the
-// x-opt-jms-type annotation, else properties.subject (where Artemis puts the
-// JMSType of a message produced by a JMS client), else "" (route on the body
-// URN). A value that is not a string, or is blank, is ignored.
-func routingURN(msg *amqp.Message) string {
-	if v, ok := msg.Annotations[AnnotationJMSType].(string); ok && strings.TrimSpace(v) != "" {
-		return v
-	}
-	if msg.Properties != nil && msg.Properties.Subject != nil && strings.TrimSpace(*msg.Properties.Subject) != "" {
-		return *msg.Properties.Subject
-	}
-	return ""
-}
-
-var errNoBody = errors.New("the message has no body")
-
-// bodyKind says which body section a message carried.
-type bodyKind int
-
-const (
-	bodyString bodyKind = iota // AMQP value holding a string
-	bodyBinary                 // AMQP value holding binary
-	bodyData                   // one or more data sections
-)
-
-// readBody returns the body as a string, without copying where it can: an
-// AMQP value holding a string or binary, or the data sections concatenated.
-// Anything else is poison.
-func readBody(msg *amqp.Message) (string, bodyKind, error) {
-	switch {
-	case msg.Value != nil:
-		switch v := msg.Value.(type) {
-		case string:
-			return v, bodyString, nil
-		case []byte:
-			return string(v), bodyBinary, nil
-		}
-		return "", 0, fmt.Errorf("the body is an AMQP value of type %s, not a string or binary", amqpTypeName(msg.Value))
-	case len(msg.Data) == 1:
-		return string(msg.Data[0]), bodyData, nil
-	case len(msg.Data) > 1:
-		n := 0
-		for _, d := range msg.Data {
-			n += len(d)
-		}
-		b := make([]byte, 0, n)
-		for _, d := range msg.Data {
-			b = append(b, d...)
-		}
-		return unsafe.String(unsafe.SliceData(b), len(b)), bodyData, nil
-	case len(msg.Sequence) > 0:
-		return "", 0, errors.New("the body is an AMQP sequence section")
-	}
-	return "", 0, errNoBody
-}
-
-func amqpTypeName(v any) string {
-	switch v.(type) {
-	case amqp.Null:
-		return "null"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-// Headers returns the message's application properties as out-of-band
-// headers: each value rendered as a string, blank keys and values dropped,
-// and none of the properties the contract, the broker or JMS own (see
-// IsReservedProperty). What it returns can be passed to WithHeaders on a
-// new publish as it is: it never carries the source's duplicate id, group,
-// routing or contract fields along.
-func Headers(msg *amqp.Message) HeaderCarrier {
-	h := make(HeaderCarrier, len(msg.ApplicationProperties))
-	for k, v := range msg.ApplicationProperties {
-		if IsReservedProperty(k) {
-			continue
-		}
-		s := propertyString(v)
-		if strings.TrimSpace(k) == "" || strings.TrimSpace(s) == "" {
-			continue
-		}
-		h[k] = s
-	}
-	return h
-}
-
-// IsReservedProperty reports whether an application property name belongs
-// to the contract (bq_schema_version, bq_attempts, ...: the "bq_" prefix,
-// and the family's out-of-band markers with the "bq-" prefix, such as
-// bq-replay-bypass, which describe one delivery and must not spread to the
-// messages a handler publishes), to Artemis ("_AMQ_": the duplicate id,
-// the group and routing fields) or to JMS ("JMSX" names, "JMS_AMQP_" as
-// Artemis's AMQP bridge writes them). Headers leaves them out.
-func IsReservedProperty(name string) bool {
-	return strings.HasPrefix(name, "bq_") || strings.HasPrefix(name, "bq-") ||
-		strings.HasPrefix(name, "_AMQ_") || strings.HasPrefix(name, "JMSX") ||
-		strings.HasPrefix(name, "JMS_AMQP_")
-}
-
-func propertyString(v any) string {
-	switch x := v.(type) {
-	case nil, amqp.Null:
-		// amqp.Null is how a sender writes an AMQP null; it arrives as nil.
-		return ""
-	case string:
-		return x
-	case bool:
-		return strconv.FormatBool(x)
-	case int64, int32, int16, int8, int:
-		return strconv.FormatInt(reflect.ValueOf(x).Int(), 10)
-	case uint64, uint32, uint16, uint8:
-		return strconv.FormatUint(reflect.ValueOf(x).Uint(), 10)
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	case float32:
-		return strconv.FormatFloat(float64(x), 'g', -1, 32)
-	case time.Time:
-		return strconv.FormatInt(x.UnixMilli(), 10)
-	case []byte:
-		return string(x)
-	case amqp.UUID:
-		return x.String()
-	case fmt.Stringer:
-		return x.String()
-	}
-	return fmt.Sprint(v)
 }

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/Azure/go-amqp"
 )
 
 // Observer hears of every settlement a Consumer makes and of every publish
@@ -135,79 +133,6 @@ type PublishEvent struct {
 	Duration time.Duration
 }
 
-// WithObserver sets the Observer the Consumer calls for every settlement
-// (default none).
-func WithObserver(o Observer) ConsumerOption {
-	return func(c *Consumer) { c.observer = o }
-}
-
-// WithPublishObserver sets the Observer called for every publish. Given to
-// NewPublisher or Client.Publisher, it hears every publish of that
-// publisher; a per-call one replaces it for that call.
-func WithPublishObserver(o Observer) PublishOption {
-	return func(c *publishConfig) { c.observer = o }
-}
-
-// clock is the publish's clock: time.Now unless a test set one.
-func (c *publishConfig) clock() time.Time {
-	if c.now != nil {
-		return c.now()
-	}
-	return time.Now()
-}
-
-// observePublish reports one publish that started at start (zero: it never
-// got to the projection) to the observer, if any.
-func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, err error) {
-	if c.observer == nil {
-		return
-	}
-	ev := PublishEvent{Queue: queue, URN: urn, MessageID: id, Outcome: publishOutcome(err), Err: err}
-	if !start.IsZero() {
-		ev.Duration = c.clock().Sub(start)
-	}
-	defer recoverHook(nil, "publish observer panicked")
-	c.observer.Published(ev)
-}
-
-// observe reports the delivery's settlement to the observer, if any.
-func (d *delivery) observe(kind, cause error, disp Disposition) {
-	if d.c.observer == nil {
-		return
-	}
-	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
-		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
-	if d.env != nil {
-		ev.MessageID = d.env.Meta.ID
-	}
-	d.c.observeSettled(ev)
-}
-
-// observeSettled hands ev to the observer, recovering a panic.
-func (c *Consumer) observeSettled(ev SettleEvent) {
-	defer recoverHook(c.logger, "settlement observer panicked")
-	c.observer.Settled(ev)
-}
-
-// observeRelease reports a delivery released without being handled, for
-// kind (ErrGivenBack, or the configuration error of a consumer that cannot
-// handle anything), to the observer, if any: DispositionPending and ErrSettlement when
-// the release failed (serr).
-func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr error) {
-	if c.observer == nil {
-		return
-	}
-	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
-		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
-	if !errors.Is(kind, ErrGivenBack) {
-		ev.Err = kind // the configuration error: what an operator must fix
-	}
-	if serr != nil {
-		ev.Disposition, ev.Kind, ev.Err = DispositionPending, ErrSettlement, serr
-	}
-	c.observeSettled(ev)
-}
-
 // recoverHook, deferred around a call into user code, recovers a panic and
 // logs it at error to l, or slog.Default() when l is nil: a callback that
 // panics has lost what it was told, so that is never silent.
@@ -220,13 +145,6 @@ func recoverHook(l *slog.Logger, msg string) {
 		l = slog.Default()
 	}
 	l.LogAttrs(context.Background(), slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
-}
-
-// begin marks the start of a settlement that no handler comes before.
-func (d *delivery) begin() {
-	if d.c.observer != nil {
-		d.start = d.c.now()
-	}
 }
 
 // KindName names Kind for a metric attribute or a log field: "" when the

@@ -12,20 +12,6 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// OutcomeSender is a Sender that reports the broker's outcome of each
-// transfer. The consumer confirms dead-letter writes through it when the
-// dead-letter sender implements it; *amqp.Sender is confirmed through
-// SendWithReceipt instead. A Sender that is neither is trusted when Send
-// returns nil.
-type OutcomeSender interface {
-	Sender
-	SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error)
-}
-
-type receiptSender interface {
-	SendWithReceipt(ctx context.Context, msg *amqp.Message, opts *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error)
-}
-
 // sendConfirmed sends msg and succeeds only when the broker's outcome is
 // accepted. go-amqp's Send returns nil for released and modified outcomes,
 // so those are read from the receipt and turned into an *OutcomeError.
@@ -51,13 +37,6 @@ func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliverySt
 		return nil, err
 	}
 	return p.wait(ctx)
-}
-
-// pendingSender is a Sender that can write a transfer and hand back its
-// outcome to be awaited later, as an *amqp.Sender does, while doing more
-// than an *amqp.Sender does about it (the Client's reconnecting sender).
-type pendingSender interface {
-	startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error)
 }
 
 // pendingTransfer is a transfer that was written and whose outcome is still
@@ -159,4 +138,11 @@ func outcomeError(state amqp.DeliveryState) error {
 		return nil
 	}
 	return &OutcomeError{State: state}
+}
+
+// pendingSender is a Sender that can write a transfer and hand back its
+// outcome to be awaited later, as an *amqp.Sender does, while doing more
+// than an *amqp.Sender does about it (the Client's reconnecting sender).
+type pendingSender interface {
+	startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error)
 }

@@ -3,8 +3,6 @@ package artemis
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"strings"
 )
 
@@ -87,30 +85,6 @@ func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayloa
 // Unwrap returns the validator's own error, if any.
 func (e *PayloadError) Unwrap() error { return e.Err }
 
-// WithPublishPayloadValidator checks the data of every publish against the
-// schema v holds for its URN before anything is sent: invalid data is
-// refused with a *PayloadError (matching ErrInvalidPayload) naming each
-// violation, and the broker never sees it. It applies to Publish,
-// PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
-// or Client.Publisher it checks every publish. A nil v checks nothing.
-func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
-	return func(c *publishConfig) { c.payload = v }
-}
-
-// WithPayloadValidator checks the data of every decoded message against the
-// schema v holds for its URN, after the version gate, the decode and the
-// routing, before the handler. Invalid data never reaches the handler, and
-// it is not retried (it will not become valid): it is written at once to
-// the dead-letter queue with reason failed, the violations in error and
-// exception *artemis.PayloadError, and reported as ErrInvalidPayload.
-// Without a dead-letter sender, or under UnknownURNDelete, it is accepted
-// (dropped) and reported, as a poison message is. A URN without a schema,
-// or without a handler, is not checked. A panic in v is a failed attempt
-// (a *PanicError), handled as a handler's is. A nil v checks nothing.
-func WithPayloadValidator(v PayloadValidator) ConsumerOption {
-	return func(c *Consumer) { c.payload = v }
-}
-
 // emptyData is what a publish writes for an envelope without data.
 var emptyData = json.RawMessage("{}")
 
@@ -133,40 +107,4 @@ func checkPayload(v PayloadValidator, urn string, data json.RawMessage) error {
 		return pe
 	}
 	return &PayloadError{URN: urn, Violations: []PayloadViolation{{Message: err.Error()}}, Err: err}
-}
-
-// checkPayload is the publish side's check (nil without a validator).
-func (c *publishConfig) checkPayload(env *Envelope) error {
-	if c.payload == nil {
-		return nil
-	}
-	return checkPayload(c.payload, env.Job, env.Data)
-}
-
-// checkPayload is the consume side's check, run before the handler. It
-// returns true when the delivery was settled here (invalid data, or a
-// panic in the validator) with that settlement's result.
-func (d *delivery) checkPayload() (settled bool, err error) {
-	d.begin()
-	defer func() {
-		if p := recover(); p != nil {
-			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
-		}
-	}()
-	cause := checkPayload(d.c.payload, d.urn, d.env.Data)
-	if cause == nil {
-		return false, nil
-	}
-	return true, d.invalidPayload(cause)
-}
-
-// invalidPayload settles a message whose data failed its schema: a copy
-// with reason failed on the DLQ at once, or dropped (no DLQ sender, or
-// UnknownURNDelete). Either way it is reported.
-func (d *delivery) invalidPayload(cause error) error {
-	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrInvalidPayload, cause, DispositionDropped, d.accept)
-	}
-	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
-	return d.deadLetter(ErrInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 }

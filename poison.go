@@ -1,3 +1,6 @@
+// Poison: a body that is not a valid envelope goes to the dead-letter queue
+// as a poison record (the body kept as it came), never retried.
+
 package artemis
 
 import (
@@ -6,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // poisonRecord builds the DLQ body for a body that is not a valid envelope:
@@ -18,7 +22,7 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 	if !utf8.ValidString(body) {
 		b := make([]byte, 0, base64.StdEncoding.EncodedLen(len(body))+256)
 		b = append(b, `{"raw":"`...)
-		b = base64.StdEncoding.AppendEncode(b, stringBytes(body))
+		b = base64.StdEncoding.AppendEncode(b, jsoncodec.StringBytes(body))
 		b = append(b, `","raw_encoding":"base64","dead_letter":`...)
 		b = dl.appendJSON(b)
 		return append(b, '}')
@@ -36,7 +40,7 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 	}
 	b := make([]byte, 0, len(body)+256)
 	b = append(b, `{"raw":`...)
-	b = appendString(b, body)
+	b = jsoncodec.AppendString(b, body)
 	b = append(b, `,"dead_letter":`...)
 	b = dl.appendJSON(b)
 	return append(b, '}')
@@ -46,15 +50,15 @@ func poisonRecord(body string, dl *DeadLetter) []byte {
 // around it allowed) and, if so, the index of its closing brace and whether
 // the object has no members.
 func objectBounds(body string) (closing int, empty, ok bool) {
-	start := skipSpace(body, 0)
-	if start >= len(body) || body[start] != '{' || !json.Valid(stringBytes(body)) {
+	start := jsoncodec.SkipSpace(body, 0)
+	if start >= len(body) || body[start] != '{' || !json.Valid(jsoncodec.StringBytes(body)) {
 		return 0, false, false
 	}
 	closing = len(body) - 1
 	for body[closing] != '}' {
 		closing--
 	}
-	return closing, skipSpace(body, start+1) == closing, true
+	return closing, jsoncodec.SkipSpace(body, start+1) == closing, true
 }
 
 // poisonMessage is the DLQ message for a poison body: the record as an AMQP
@@ -71,4 +75,16 @@ func poisonMessage(src *amqp.Message, record []byte, queue string) *amqp.Message
 	msg.Properties.ContentType = &contentType
 	msg.Properties.ContentEncoding = nil
 	return msg
+}
+
+// poison settles a body that is not a valid envelope: a poison record on
+// the DLQ, or dropped. It is never retried.
+func (d *delivery) poison(body string, cause error) error {
+	d.begin()
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(ErrPoison, cause, DispositionDropped, d.accept)
+	}
+	dl := newDeadLetter(ReasonPoison, cause, d.queue(), d.attempts, d.c.now())
+	dl.Exception = nil
+	return d.deadLetter(ErrPoison, cause, poisonMessage(d.msg, poisonRecord(body, dl), d.queue()))
 }

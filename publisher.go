@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +11,6 @@ import (
 
 	"github.com/Azure/go-amqp"
 )
-
-// Sender is the sending side of an AMQP link. *amqp.Sender satisfies it.
-type Sender interface {
-	Send(ctx context.Context, msg *amqp.Message, opts *amqp.SendOptions) error
-}
 
 // Publisher publishes envelopes to one queue over a Sender. It is safe for
 // concurrent use when the Sender is (*amqp.Sender is).
@@ -125,17 +119,13 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		}
 	}
 	if err != nil && !isRefusal(err) {
-		err = p.publishError(env.Job, err)
+		err = publishError(p.queue, env.Job, err)
 	}
 	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
 	if err != nil {
 		return "", err
 	}
 	return env.Meta.ID, nil
-}
-
-func (p *Publisher) publishError(urn string, err error) error {
-	return fmt.Errorf("babelqueue: publish %s to %s: %w", urn, p.queue, err)
 }
 
 // sendReused sends env's projection through s, which must only read the
@@ -258,143 +248,94 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 	return a.annotations
 }
 
-// PublishOption configures one publish: Publisher.Publish and
-// PublishEnvelope, ClientPublisher's, and the projection NewMessage. Given
-// to NewPublisher or Client.Publisher, an option applies to every publish,
-// before the per-call ones.
-type PublishOption func(*publishConfig)
-
-type publishConfig struct {
-	traceID     string
-	delay       time.Duration
-	headers     map[string]string
-	dupID       bool
-	ttl         time.Duration
-	priority    int
-	prioritySet bool
-	groupID     string
-	onOutcome   func(id string, err error)
-	now         func() time.Time
-	// observer hears the publish (WithPublishObserver).
-	observer Observer
-	payload  PayloadValidator // checks data (WithPublishPayloadValidator)
+// PublishWithReceipt builds an envelope for urn and data, as Publish does,
+// writes the transfer and returns at once, without waiting for the broker's
+// outcome: Receipt.Wait does that. Everything Publish does to the message
+// (the section 2 projection, headers, delay, trace id, the other options)
+// holds. An error here means nothing was sent: the envelope or an option
+// was refused, or the transfer could not be written.
+//
+// Over an *amqp.Sender the transfer is written with SendWithReceipt, which
+// blocks while the link has no credit: the transfers in flight are bounded
+// by the credit the broker grants the link (Artemis: 1,000 by default).
+// Over any other Sender (an OutcomeSender, a plain Sender, a fake),
+// PublishWithReceipt sends and waits for the outcome before it returns, and
+// the receipt is already resolved; a ClientPublisher's receipts are
+// pipelined (see Client.Publisher).
+//
+// Every receipt is resolved, whether or not anyone waits on it: a goroutine
+// of the Publisher (started when a receipt is pending, gone when none is)
+// waits for the outcomes in the order the transfers were written. The
+// outcome goes to the WithOnOutcome callback when there is one; without
+// one, a failure of a receipt whose Wait was never called is logged to
+// slog.Default() at warn level, so nothing is lost silently.
+// A receipt never waited on is collected as garbage once resolved.
+//
+// Safe for concurrent use when the Sender is (*amqp.Sender is).
+func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
+	if p.unusable() {
+		return nil, errNotBuilt
+	}
+	cfg := p.config(opts)
+	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
+	if err != nil {
+		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
+		return nil, err
+	}
+	return p.publishWithReceipt(ctx, env, cfg)
 }
 
-// WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
-// It is how a service continues the trace of the message it is handling.
-// It applies to Publish, which builds the envelope; PublishEnvelope and
-// NewMessage, whose envelope already has a trace id, refuse a different one
-// with ErrInvalidConfig rather than ignore it.
-func WithTraceID(id string) PublishOption {
-	return func(c *publishConfig) { c.traceID = id }
+// PublishEnvelopeWithReceipt is PublishEnvelope with a receipt: it sends an
+// envelope that is already built and returns once the transfer is written.
+// See PublishWithReceipt.
+func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *Envelope, opts ...PublishOption) (*Receipt, error) {
+	if p.unusable() {
+		return nil, errNotBuilt
+	}
+	if env == nil {
+		return nil, fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
+	}
+	return p.publishWithReceipt(ctx, env, p.config(opts))
 }
 
-// WithDelay schedules the message for delivery d from now, through Artemis's
-// x-opt-delivery-time annotation. A delay <= 0 delivers at once.
-func WithDelay(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.delay = d }
-}
-
-// WithHeaders adds out-of-band headers (W3C traceparent, tracestate, ...) as
-// string application properties. Blank keys and values are dropped; a header
-// named like a contract property (bq_...) loses to the contract's value. A
-// HeaderCarrier is a map[string]string, so it can be passed as it is.
-func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) {
-		if len(h) == 0 {
-			return
+func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *publishConfig) (*Receipt, error) {
+	var pt pendingTransfer
+	var err error
+	var start time.Time
+	if cfg.observer != nil {
+		start = cfg.clock()
+	}
+	if _, ok := p.sender.(*amqp.Sender); ok {
+		pt, err = p.startReused(ctx, p.sender, env, cfg)
+	} else {
+		var msg *amqp.Message
+		if msg, err = newMessage(env, cfg); err == nil {
+			pt, err = startTransfer(ctx, p.sender, msg)
 		}
-		if c.headers == nil {
-			c.headers = make(map[string]string, len(h))
+	}
+	return p.receipt(env, cfg, start, pt, err)
+}
+
+// receipt turns a transfer started at start (or its failure, err) into the
+// publish's Receipt.
+func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, pt pendingTransfer, err error) (*Receipt, error) {
+	if err != nil {
+		if !isRefusal(err) {
+			err = publishError(p.queue, env.Job, err)
 		}
-		for k, v := range h {
-			c.headers[k] = v
-		}
+		callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
+		cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
+		return nil, err
 	}
-}
-
-// WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
-// to meta.id, so a publish retried after an ambiguous failure is stored once.
-func WithDuplicateDetection() PublishOption {
-	return func(c *publishConfig) { c.dupID = true }
-}
-
-// WithTTL gives the message a time to live: the header ttl, in
-// milliseconds (a d below a millisecond is rounded up to one), and the
-// absolute expiry time, meta.created_at + d (the moment of the publish when
-// the envelope has no created_at). Artemis sets the message's expiry from
-// them (JMSExpiration) and drops or moves an expired message to its expiry
-// address instead of delivering it; the absolute time is the one that
-// survives a cluster moving the message to another member (the header ttl
-// starts again there), so it expires on time. It is computed from the
-// publisher's clock. d = 0 means no
-// expiry; a negative d, or one over the header's 2^32-1 ms (49.7 days), is
-// refused with ErrInvalidConfig when publishing. Dead-letter copies never
-// carry it.
-func WithTTL(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.ttl = d }
-}
-
-// WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority); the
-// default is 4, as in JMS. Artemis delivers higher priorities first among
-// the messages waiting in a queue. A priority outside 0-9 is refused with
-// ErrInvalidConfig when publishing.
-func WithPriority(p int) PublishOption {
-	return func(c *publishConfig) { c.priority, c.prioritySet = p, true }
-}
-
-// WithGroupID puts the message in a message group: properties.group-id,
-// which JMS peers see as JMSXGroupID. Artemis hands all messages of one
-// group to one consumer at a time, in order. An empty key means no group.
-func WithGroupID(key string) PublishOption {
-	return func(c *publishConfig) { c.groupID = key }
-}
-
-// WithOnOutcome calls f once with the outcome of each publish: nil when the
-// broker accepted it, else the error Publish or Receipt.Wait returns
-// (matching ErrNotAccepted for a rejected, released or modified transfer).
-// For PublishWithReceipt it is called when the outcome arrives, whether or
-// not the receipt is waited on, from the goroutine that resolves the
-// Publisher's receipts (in the order they were written): it must not block
-// for long, or it holds up the receipts behind it. For Publish and
-// PublishEnvelope, for a publish refused or not written, and for a Sender
-// that answers synchronously, it is called on the calling goroutine before
-// the call returns. A panic in f is recovered and logged to slog.Default()
-// at error level; it changes neither the publish nor any receipt.
-// Given to NewPublisher, it sees every publish: a place to count outcomes or
-// log the failures of receipts nobody waits on.
-func WithOnOutcome(f func(id string, err error)) PublishOption {
-	return func(c *publishConfig) { c.onOutcome = f }
-}
-
-// maxTTL is the largest header ttl: a uint32 of milliseconds.
-const maxTTL = time.Duration(math.MaxUint32) * time.Millisecond
-
-// checkOptions refuses option values that cannot go on the wire.
-func (c *publishConfig) checkOptions() error {
-	if c.ttl < 0 || c.ttl > maxTTL {
-		return fmt.Errorf("%w: WithTTL(%s): the time to live must be between 0 and %s", ErrInvalidConfig, c.ttl, maxTTL)
+	r := &Receipt{id: env.Meta.ID, urn: env.Job, queue: p.queue, onOutcome: cfg.onOutcome, done: make(chan struct{})}
+	if cfg.observer != nil {
+		r.observed, r.start = cfg, start
 	}
-	if c.prioritySet && (c.priority < 0 || c.priority > 9) {
-		return fmt.Errorf("%w: WithPriority(%d): the priority must be between 0 and 9", ErrInvalidConfig, c.priority)
+	if !pt.hasReceipt && pt.later == nil {
+		r.resolve(pt.state, nil) // the outcome came with the send
+		return r, nil
 	}
-	return nil
-}
-
-// ttlHeader is the header ttl of cfg's time to live, rounded up to a
-// millisecond (0: none).
-func (c *publishConfig) ttlHeader() time.Duration {
-	if c.ttl <= 0 {
-		return 0
-	}
-	return (c.ttl + time.Millisecond - 1).Truncate(time.Millisecond)
-}
-
-// deliveryTime is the x-opt-delivery-time of a delayed publish (Unix ms).
-func (c *publishConfig) deliveryTime() int64 {
-	now := time.Now
-	if c.now != nil {
-		now = c.now
-	}
-	return now().Add(c.delay).UnixMilli()
+	r.pending = pt
+	p.receipts.add(r)
+	return r, nil
 }

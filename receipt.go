@@ -6,7 +6,6 @@ package artemis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,104 +14,12 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// PublishWithReceipt builds an envelope for urn and data, as Publish does,
-// writes the transfer and returns at once, without waiting for the broker's
-// outcome: Receipt.Wait does that. Everything Publish does to the message
-// (the section 2 projection, headers, delay, trace id, the other options)
-// holds. An error here means nothing was sent: the envelope or an option
-// was refused, or the transfer could not be written.
-//
-// Over an *amqp.Sender the transfer is written with SendWithReceipt, which
-// blocks while the link has no credit: the transfers in flight are bounded
-// by the credit the broker grants the link (Artemis: 1,000 by default).
-// Over any other Sender (an OutcomeSender, a plain Sender, a fake),
-// PublishWithReceipt sends and waits for the outcome before it returns, and
-// the receipt is already resolved; a ClientPublisher's receipts are
-// pipelined (see Client.Publisher).
-//
-// Every receipt is resolved, whether or not anyone waits on it: a goroutine
-// of the Publisher (started when a receipt is pending, gone when none is)
-// waits for the outcomes in the order the transfers were written. The
-// outcome goes to the WithOnOutcome callback when there is one; without
-// one, a failure of a receipt whose Wait was never called is logged to
-// slog.Default() at warn level, so nothing is lost silently.
-// A receipt never waited on is collected as garbage once resolved.
-//
-// Safe for concurrent use when the Sender is (*amqp.Sender is).
-func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
-	if p.unusable() {
-		return nil, errNotBuilt
-	}
-	cfg := p.config(opts)
-	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
-	if err != nil {
-		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
-		return nil, err
-	}
-	return p.publishWithReceipt(ctx, env, cfg)
-}
-
-// PublishEnvelopeWithReceipt is PublishEnvelope with a receipt: it sends an
-// envelope that is already built and returns once the transfer is written.
-// See PublishWithReceipt.
-func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *Envelope, opts ...PublishOption) (*Receipt, error) {
-	if p.unusable() {
-		return nil, errNotBuilt
-	}
-	if env == nil {
-		return nil, fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
-	}
-	return p.publishWithReceipt(ctx, env, p.config(opts))
-}
-
-func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *publishConfig) (*Receipt, error) {
-	var pt pendingTransfer
-	var err error
-	var start time.Time
-	if cfg.observer != nil {
-		start = cfg.clock()
-	}
-	if _, ok := p.sender.(*amqp.Sender); ok {
-		pt, err = p.startReused(ctx, p.sender, env, cfg)
-	} else {
-		var msg *amqp.Message
-		if msg, err = newMessage(env, cfg); err == nil {
-			pt, err = startTransfer(ctx, p.sender, msg)
-		}
-	}
-	return p.receipt(env, cfg, start, pt, err)
-}
-
-// receipt turns a transfer started at start (or its failure, err) into the
-// publish's Receipt.
-func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, pt pendingTransfer, err error) (*Receipt, error) {
-	if err != nil {
-		if !isRefusal(err) {
-			err = p.publishError(env.Job, err)
-		}
-		callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
-		cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
-		return nil, err
-	}
-	r := &Receipt{id: env.Meta.ID, urn: env.Job, pub: p, onOutcome: cfg.onOutcome, done: make(chan struct{})}
-	if cfg.observer != nil {
-		r.observed, r.start = cfg, start
-	}
-	if !pt.hasReceipt && pt.later == nil {
-		r.resolve(pt.state, nil) // the outcome came with the send
-		return r, nil
-	}
-	r.pending = pt
-	p.receipts.add(r)
-	return r, nil
-}
-
 // Receipt is the pending outcome of one transfer written by
 // PublishWithReceipt. Its methods are safe for concurrent use.
 type Receipt struct {
 	id        string
 	urn       string
-	pub       *Publisher
+	queue     string
 	onOutcome func(id string, err error)
 	pending   pendingTransfer // waited on by the Publisher's resolver only
 	observed  *publishConfig  // its observer hears the outcome (nil: none)
@@ -150,7 +57,7 @@ func (r *Receipt) Wait(ctx context.Context) error {
 	case <-r.done:
 		return r.err
 	case <-ctx.Done():
-		return r.pub.publishError(r.urn, ctx.Err())
+		return publishError(r.queue, r.urn, ctx.Err())
 	}
 }
 
@@ -165,13 +72,13 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 		err = outcomeError(state)
 	}
 	if err != nil {
-		err = r.pub.publishError(r.urn, err)
+		err = publishError(r.queue, r.urn, err)
 	}
 	r.err = err
 	if r.observed != nil {
 		// Before done: whoever saw the receipt resolve (Wait, Done) finds
 		// it observed too.
-		r.observed.observePublish(r.pub.queue, r.urn, r.id, r.start, err)
+		r.observed.observePublish(r.queue, r.urn, r.id, r.start, err)
 	}
 	close(r.done)
 	switch {
@@ -179,7 +86,7 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 		callOnOutcome(r.onOutcome, r.id, err)
 	case err != nil && !r.waited.Load():
 		slog.Default().Warn("publish not confirmed, receipt not waited on",
-			"queue", r.pub.queue, "urn", r.urn, "message_id", r.id, "error", err)
+			"queue", r.queue, "urn", r.urn, "message_id", r.id, "error", err)
 	}
 }
 

@@ -1,3 +1,7 @@
+// Settlement: the delivery on its way to exactly one disposition (accept,
+// modified, release), and what every settlement reports: the error
+// callback, the log line, the observer, the cluster's attempt memory.
+
 package artemis
 
 import (
@@ -5,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -51,93 +54,6 @@ func (d *delivery) abandon() error { return d.r.ModifyMessage(d.settleCtx(), d.m
 
 // release is a plain release: Artemis redelivers without counting.
 func (d *delivery) release() error { return d.r.ReleaseMessage(d.settleCtx(), d.msg) }
-
-// handlerFailed settles a failed attempt: redelivery below the limit,
-// dead-letter (or drop without a DLQ sender) at it.
-func (d *delivery) handlerFailed(cause error) error {
-	// Written as attempts < maxTries-1, not attempts+1 < maxTries: a body
-	// attempts of math.MaxInt would overflow and be retried forever.
-	if d.attempts < d.c.maxTries-1 {
-		return d.finish(ErrHandlerFailed, cause, DispositionAbandoned, d.abandon)
-	}
-	if d.c.dlq == nil {
-		return d.finish(ErrHandlerFailed, cause, DispositionDropped, d.accept)
-	}
-	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
-	return d.deadLetter(ErrHandlerFailed, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
-}
-
-func (d *delivery) unknownURN() error {
-	d.begin()
-	switch d.c.unknown {
-	case UnknownURNRelease:
-		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, DispositionAbandoned, d.abandon)
-	case UnknownURNDelete:
-		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, DispositionDropped, d.accept)
-	}
-	// Only the strategies that report need the cause.
-	cause := errors.New("no handler is registered for " + strconv.Quote(d.urn))
-	switch d.c.unknown {
-	case UnknownURNDeadLetter:
-		if d.c.dlq == nil {
-			return d.finish(ErrUnknownURN, cause, DispositionDropped, d.accept)
-		}
-		dl := newDeadLetter(ReasonUnknownURN, nil, d.queue(), d.attempts, d.c.now())
-		text := cause.Error()
-		dl.Error = &text
-		return d.deadLetter(ErrUnknownURN, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
-	}
-	return d.finish(ErrUnknownURN, cause, DispositionAbandoned, d.abandon)
-}
-
-// gated settles a message whose bq_schema_version is not "1" on its first
-// delivery: forwarded to the DLQ as received, or dropped.
-func (d *delivery) gated(cause error) error {
-	d.begin()
-	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrVersionGated, cause, DispositionDropped, d.accept)
-	}
-	return d.deadLetter(ErrVersionGated, cause, forwardCopy(d.msg, d.queue()))
-}
-
-// poison settles a body that is not a valid envelope: a poison record on
-// the DLQ, or dropped. It is never retried.
-func (d *delivery) poison(body string, cause error) error {
-	d.begin()
-	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrPoison, cause, DispositionDropped, d.accept)
-	}
-	dl := newDeadLetter(ReasonPoison, cause, d.queue(), d.attempts, d.c.now())
-	dl.Exception = nil
-	return d.deadLetter(ErrPoison, cause, poisonMessage(d.msg, poisonRecord(body, dl), d.queue()))
-}
-
-// deadLetter writes dlqMsg and accepts the source only once the broker
-// accepted the copy. A failed write is reported, the source is held for the
-// retry delay and then plainly released, so it is never lost and does not
-// count toward Artemis's max-delivery-attempts.
-func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
-	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
-	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
-	cancel()
-	if err == nil {
-		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// Not only ctx.Err() itself: a transfer still waiting for link
-		// credit when the time runs out (Artemis grants none to a link on a
-		// full address) comes back from go-amqp as its own
-		// amqp:link:transfer-limit-exceeded error.
-		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
-	}
-	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
-	return d.finish(ErrDeadLetterFailed, dlqErr, DispositionReleased, func() error {
-		d.wait(d.c.retryDelay)
-		return d.release()
-	})
-}
 
 // wait holds the delivery for dur, cut short when stop closes: the end of
 // Handle's ctx, or under Listen the end of its ctx or the loss of the link.
@@ -332,17 +248,43 @@ func deliveryAttrs(queue, urn string, env *Envelope, attempts int, disp Disposit
 	return append(attrs, slog.Int("attempts", attempts), slog.String("disposition", disp.String()))
 }
 
-// giveBack releases a delivery that was taken but never started. The
-// observer hears of it either way, as ErrGivenBack or ErrSettlement.
-func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
-	if msg == nil {
+// begin marks the start of a settlement that no handler comes before.
+func (d *delivery) begin() {
+	if d.c.observer != nil {
+		d.start = d.c.now()
+	}
+}
+
+// observe reports the delivery's settlement to the observer, if any.
+func (d *delivery) observe(kind, cause error, disp Disposition) {
+	if d.c.observer == nil {
 		return
 	}
-	err := r.ReleaseMessage(ctx, msg)
-	if err != nil {
-		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: DispositionPending, Err: err}
-		c.report(ctx, e, nil, msg)
-		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
+	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
+		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
+	if d.env != nil {
+		ev.MessageID = d.env.Meta.ID
 	}
-	c.observeRelease(r, msg, ErrGivenBack, err)
+	d.c.observeSettled(ev)
+}
+
+// observeSettled hands ev to the observer, recovering a panic.
+func (c *Consumer) observeSettled(ev SettleEvent) {
+	defer recoverHook(c.logger, "settlement observer panicked")
+	c.observer.Settled(ev)
+}
+
+// remember keeps the memory of d's consumer up to date once d was settled
+// with disp: a failed attempt is remembered, a final outcome forgets.
+func (d *delivery) remember(kind error, disp Disposition) {
+	m := d.c.memory
+	if m == nil || d.env == nil || d.env.Meta.ID == "" {
+		return
+	}
+	switch {
+	case disp == DispositionAbandoned && errors.Is(kind, ErrHandlerFailed):
+		m.failed(d.env.Meta.ID, d.attempts+1)
+	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
+		m.forget(d.env.Meta.ID)
+	}
 }

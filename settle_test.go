@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -135,91 +134,6 @@ func TestSettlementTable(t *testing.T) {
 				require.NotNil(t, env.DeadLetter.Exception)
 				assert.Equal(t, "*artemis.gatewayError", *env.DeadLetter.Exception)
 			}
-		})
-	}
-}
-
-func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		value any
-	}{{"string", "kaboom"}, {"error", errors.New("bad state")}, {"nil", nil}} {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := newRecorder()
-			dlq := &fakelink.Sender{}
-			c := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
-				panic(tc.value)
-			}}, WithOnError(rec.onError), WithDeadLetterSender(dlq))
-
-			got := handleOne(t, c, rec, dlq, orderMessage(t, 0))
-			assert.Equal(t, fakelink.Failed, got.disp)
-			require.Len(t, got.reports, 1)
-			var pe *PanicError
-			require.ErrorAs(t, got.reports[0].err, &pe)
-			assert.NotEmpty(t, pe.Stack)
-
-			// At the limit the panic dead-letters like an error.
-			rec2 := newRecorder()
-			c2 := mustConsumer(t, Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error {
-				panic(tc.value)
-			}}, WithOnError(rec2.onError), WithDeadLetterSender(dlq))
-			got = handleOne(t, c2, rec2, dlq, orderMessage(t, 2))
-			assert.Equal(t, fakelink.Accepted, got.disp)
-			require.Len(t, got.dlq, 1)
-			env := dlqEnvelope(t, got.dlq[0])
-			require.NotNil(t, env.DeadLetter.Error)
-			assert.Contains(t, *env.DeadLetter.Error, "panicked")
-		})
-	}
-}
-
-// A dead-letter write that fails holds the delivery for the retry delay on
-// the consumer's clock, then releases it; a consumer that stops ends the
-// hold at once. The clock is the test's: the release may come only after it
-// fires (or the consumer stops), never before.
-func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
-	for _, end := range []string{"the clock fires", "the consumer stops"} {
-		t.Run(end, func(t *testing.T) {
-			rec := newRecorder()
-			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
-			c := mustConsumer(t, Handlers{}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
-				WithUnknownURN(UnknownURNDeadLetter), WithDeadLetterRetryDelay(time.Hour))
-			holds := make(chan time.Duration, 1)
-			fire := make(chan time.Time)
-			c.after = func(d time.Duration) <-chan time.Time {
-				holds <- d
-				return fire
-			}
-			r := fakelink.NewReceiver(t, "orders")
-			msg := r.Track(orderMessage(t, 0))
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- c.Handle(ctx, r, msg) }()
-
-			rep := <-rec.ch // reported before the hold
-			assert.ErrorIs(t, rep.err, ErrDeadLetterFailed)
-			select {
-			case d := <-holds:
-				assert.Equal(t, time.Hour, d, "the hold waits the retry delay on the consumer's clock")
-			case err := <-done:
-				t.Fatalf("the delivery was settled without a hold (%v)", err)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("the delivery was settled before the retry delay (%v)", err)
-			default:
-			}
-			_, settled := r.Disposition(msg)
-			assert.False(t, settled, "the delivery stays unsettled during the hold")
-			if end == "the clock fires" {
-				fire <- time.Time{}
-			} else {
-				cancel() // the consumer stops: the hold ends at once
-			}
-			assert.ErrorIs(t, <-done, ErrDeadLetterFailed)
-			d, _ := r.Disposition(msg)
-			assert.Equal(t, fakelink.Released, d)
 		})
 	}
 }
@@ -464,20 +378,6 @@ func TestFailedAttemptAndFailedSettlementAreBothLogged(t *testing.T) {
 	assert.Equal(t, "pending", lines[1]["disposition"])
 }
 
-func TestGiveBackFailureIsLogged(t *testing.T) {
-	logs := captureDefaultLog(t)
-	c := mustConsumer(t, Handlers{urnCreated: succeeding})
-	r := fakelink.NewReceiver(t, "orders")
-	r.SettleErr = fakelink.ErrLinkClosed
-	msg := r.Track(orderMessage(t, 0))
-	c.giveBack(context.Background(), r, msg)
-	lines := logs.lines(t)
-	require.Len(t, lines, 1)
-	assert.Equal(t, "settlement failed", lines[0]["msg"])
-	assert.Equal(t, "orders", lines[0]["queue"])
-	assert.Equal(t, urnCreated, lines[0]["urn"])
-}
-
 // exitingHandler is a slog.Handler whose every line exits the goroutine
 // (as a t.FailNow in a test's log handler would), or panics.
 type exitingHandler struct{ panics bool }
@@ -492,45 +392,3 @@ func (h exitingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h exitingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h exitingHandler) WithGroup(string) slog.Handler      { return h }
-
-// TestDeadLetterFailureReportThatExitsStillSettles: the report of a failed
-// dead-letter write goes out before the delivery is settled; an error
-// callback or a logger that exits the goroutine there (runtime.Goexit, as
-// t.FailNow does) or panics does not leave the delivery unsettled: it is
-// released, once.
-func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opt  ConsumerOption
-	}{
-		{"callback exits", WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { runtime.Goexit() })},
-		{"logger exits", WithLogger(slog.New(exitingHandler{}))},
-		{"logger panics", WithLogger(slog.New(exitingHandler{panics: true}))},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
-			c := mustConsumer(t, Handlers{urnCreated: failing(errors.New("boom"))},
-				WithDeadLetterSender(dlq), WithQueue("orders"), WithMaxTries(1), WithDeadLetterRetryDelay(0), tc.opt)
-			r := fakelink.NewReceiver(t, "orders")
-			msg := r.Track(orderMessage(t, 0))
-			done := make(chan any, 1)
-			go func() {
-				returned := false
-				defer func() {
-					if !returned {
-						done <- recover()
-					}
-				}()
-				_ = c.Handle(context.Background(), r, msg)
-				returned = true
-				done <- "returned"
-			}()
-			end := <-done
-			assert.NotEqual(t, "returned", end, "the report ended the goroutine")
-			d, ok := r.Disposition(msg)
-			require.True(t, ok, "the delivery was settled although the report exited the goroutine")
-			assert.Equal(t, fakelink.Released, d)
-			assert.Equal(t, 1, r.Settled())
-		})
-	}
-}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 func TestEncodeRejectsNonObjectData(t *testing.T) {
@@ -19,52 +21,6 @@ func TestEncodeRejectsNonObjectData(t *testing.T) {
 		if b, err := env.Encode(); err == nil || !errors.Is(err, ErrInvalidEnvelope) {
 			t.Errorf("Encode with data %s: %s, %v; want an ErrInvalidEnvelope", data, b, err)
 		}
-	}
-}
-
-func TestAppendString(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string
-		back string // what the JSON reads back as, when not in
-	}{
-		{in: "", want: `""`},
-		{in: "urn:babel:orders:created", want: `"urn:babel:orders:created"`},
-		{in: `say "hi" \ bye`, want: `"say \"hi\" \\ bye"`},
-		{in: "\n\r\t\b\f", want: `"\n\r\t\b\f"`},
-		{in: "\x00\x01\x0b\x1f\x7f", want: "\"\\u0000\\u0001\\u000b\\u001f\x7f\""},
-		{in: "<b>&</b> a/b", want: `"<b>&</b> a/b"`},
-		{in: "a\u2028b\u2029c", want: "\"a\u2028b\u2029c\""},
-		{in: "café ☕ 日本 😀", want: `"café ☕ 日本 😀"`},
-		{in: "a\xffb", want: "\"a\ufffdb\"", back: "a\ufffdb"},
-		{in: "\xc3", want: "\"\ufffd\"", back: "\ufffd"},
-		{in: "x\xed\xa0\x80", want: "\"x\ufffd\ufffd\ufffd\"", back: "x\ufffd\ufffd\ufffd"},
-	}
-	for _, tt := range tests {
-		got := string(appendString([]byte("prefix:"), tt.in))
-		if got != "prefix:"+tt.want {
-			t.Errorf("appendString(%q) = %s, want %s", tt.in, got, tt.want)
-			continue
-		}
-		var back string
-		if err := json.Unmarshal([]byte(tt.want), &back); err != nil {
-			t.Errorf("%s is not a JSON string: %v", tt.want, err)
-		}
-		want := tt.in
-		if tt.back != "" {
-			want = tt.back
-		}
-		if back != want {
-			t.Errorf("%s reads back as %q, want %q", tt.want, back, want)
-		}
-	}
-
-	// Invalid UTF-8 set on an envelope by hand still encodes to valid JSON.
-	env := fixedEnvelope(t, "urn:a:b", nil)
-	env.Job, env.Meta.Queue = "urn:\xff", "q\xfe"
-	b := mustEncode(t, env)
-	if !json.Valid(b) || !utf8.Valid(b) || !bytes.Contains(b, []byte("\"urn:\ufffd\"")) {
-		t.Errorf("Encode with invalid UTF-8 fields: %q", b)
 	}
 }
 
@@ -432,7 +388,7 @@ var reencodeCases = []struct{ name, body string }{
   "urn" : "urn:babel:also:kept"
 }`},
 	{"deep_nesting", `{"job":"urn:babel:deep:nest","trace_id":"t-1","data":` + deepPretty(40) + `,"meta":{"id":"m-1","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0}`},
-	{"deeper_than_the_scanner", `{"job":"urn:babel:deep:nest","trace_id":"t-1","data":` + deepPretty(maxScanDepth+5) + `,"meta":{"id":"m-1","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0}`},
+	{"deeper_than_the_scanner", `{"job":"urn:babel:deep:nest","trace_id":"t-1","data":` + deepPretty(jsoncodec.MaxScanDepth+5) + `,"meta":{"id":"m-1","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0}`},
 }
 
 func TestReencodeGolden(t *testing.T) {
@@ -468,44 +424,6 @@ func TestReencodeGolden(t *testing.T) {
 		})
 	}
 	g.assertNoOrphans()
-}
-
-// The escapes case pins each canonical choice on its own.
-func TestReencodeStringChoices(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`"caf\u00e9"`, `"café"`},
-		{`"caf\u00E9"`, `"café"`},
-		{`"a\/b"`, `"a/b"`},
-		{`"\u003c\u003e\u0026"`, `"<>&"`},
-		{`"\u0022\""`, `"\"\""`},
-		{`"\u005c\\"`, `"\\\\"`},
-		{`"\u0008\u0009\u000a\u000c\u000d"`, `"\b\t\n\f\r"`},
-		{`"\u0000\u001F\u000B"`, `"\u0000\u001f\u000b"`},
-		{`"\u007f"`, "\"\x7f\""},
-		{`"\ud83d\ude00"`, `"😀"`},
-		{`"\ud800"`, `"` + "\ufffd" + `"`},
-		{`"\udc00\ud83d"`, `"` + "\ufffd\ufffd" + `"`},
-		{`"\ud83d\u0041"`, `"` + "\ufffdA" + `"`},
-		{`"\u2028\u2029"`, "\"\u2028\u2029\""},
-		{`"plain"`, `"plain"`},
-	} {
-		got := string(appendCanonical(nil, tc.in))
-		if got != tc.want {
-			t.Errorf("canonical %s = %s, want %s", tc.in, got, tc.want)
-		}
-		// encoding/json reads the same text from both.
-		var a, b string
-		if err := json.Unmarshal([]byte(tc.in), &a); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal([]byte(got), &b); err != nil || a != b {
-			t.Errorf("%s and %s differ to encoding/json: %q %q %v", tc.in, got, a, b, err)
-		}
-		// The canonical string is what appendString writes for that text.
-		if w := string(appendString(nil, a)); w != got {
-			t.Errorf("appendString(%q) = %s, the re-encode %s", a, w, got)
-		}
-	}
 }
 
 // Data that the caller assigns, on a built or a decoded envelope, is written
@@ -563,28 +481,12 @@ func TestPublishDataIsCanonical(t *testing.T) {
 	}
 }
 
-// Whether data was canonical already (kept) or rewritten, the decoded Data
-// owns its memory: writing or appending to it reaches nothing else.
-func TestDecodeCanonicalDataIsOwned(t *testing.T) {
-	for _, data := range []string{`{"a":[1,2],"s":"x"}`, `{ "a" : [ 1 , 2 ] , "s" : "\u0078" }`} {
-		body := []byte(`{"job":"urn:a:b","trace_id":"t","data":` + data + `,"meta":{"schema_version":1},"attempts":0}`)
-		env := mustDecode(t, string(body))
-		fromString, err := decodeString(string(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range []*Envelope{env, fromString} {
-			if string(e.Data) != `{"a":[1,2],"s":"x"}` {
-				t.Errorf("Data %s", e.Data)
-			}
-			n := len(e.Data)
-			e.Data = append(e.Data, strings.Repeat("X", 64)...) // into Data's spare capacity, if it has any
-			for i := range e.Data[:n] {
-				e.Data[i] = 'Y'
-			}
-			if e.Job != "urn:a:b" || e.TraceID != "t" || len(e.Data) != n+64 {
-				t.Errorf("writing to Data reached the envelope's strings: %q %q", e.Job, e.TraceID)
-			}
-		}
+// Invalid UTF-8 set on an envelope by hand still encodes to valid JSON.
+func TestEncodeInvalidUTF8FieldsIsValidJSON(t *testing.T) {
+	env := fixedEnvelope(t, "urn:a:b", nil)
+	env.Job, env.Meta.Queue = "urn:\xff", "q\xfe"
+	b := mustEncode(t, env)
+	if !json.Valid(b) || !utf8.Valid(b) || !bytes.Contains(b, []byte("\"urn:\ufffd\"")) {
+		t.Errorf("Encode with invalid UTF-8 fields: %q", b)
 	}
 }

@@ -1,7 +1,7 @@
 // The one-pass JSON scanner the envelope decoder walks with. It is the only
 // file that knows JSON grammar.
 
-package artemis
+package jsoncodec
 
 import (
 	"encoding/json"
@@ -11,13 +11,13 @@ import (
 	"unicode/utf8"
 )
 
-// eachMember walks the members of the JSON object starting at s[start],
+// EachMember walks the members of the JSON object starting at s[start],
 // which the caller has already checked to be valid JSON (so nesting deeper
 // than the fast path's limit is fine: values are skipped, not scanned). It
 // passes each key raw (quoted), unquoted, and the raw value text, which it
 // has not checked for canonical form (clean is false).
-func eachMember(s string, start int, fn func(qkey, key, val string, clean bool) error) error {
-	_, err := walkObject(s, start, func(qkey, key, s string, i int) (int, error) {
+func EachMember(s string, start int, fn func(qkey, key, val string, clean bool) error) error {
+	_, err := WalkObject(s, start, func(qkey, key, s string, i int) (int, error) {
 		end := skipValue(s, i)
 		return end, fn(qkey, key, s[i:end], false)
 	})
@@ -25,20 +25,20 @@ func eachMember(s string, start int, fn func(qkey, key, val string, clean bool) 
 }
 
 // errScan is the fast path's only syntax error: the body is not valid JSON
-// or not valid UTF-8. decodeChecked then finds out which, and says so.
+// or not valid UTF-8. the envelope decoder's checked path then finds out which, and says so.
 var errScan = errors.New("invalid JSON")
 
-// maxScanDepth bounds nesting on the fast path; it is below encoding/json's
+// MaxScanDepth bounds nesting on the fast path; it is below encoding/json's
 // own limit, so a deeper body simply takes the checked path.
-const maxScanDepth = 1000
+const MaxScanDepth = 1000
 
-// walkObject checks the JSON object starting at s[i] (a '{') for JSON syntax
+// WalkObject checks the JSON object starting at s[i] (a '{') for JSON syntax
 // and UTF-8 as it walks it. For each member it calls fn with the raw
 // (quoted) key, the unquoted key, and s with the index where the value
-// starts; fn checks the value (scanMember does, for a plain one) and returns
-// the index just past it. walkObject returns the index just past the object.
-func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error)) (int, error) {
-	i = skipSpace(s, i+1)
+// starts; fn checks the value (ScanMember does, for a plain one) and returns
+// the index just past it. WalkObject returns the index just past the object.
+func WalkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error)) (int, error) {
+	i = SkipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		return i + 1, nil
 	}
@@ -54,25 +54,25 @@ func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error
 		key := qkey[1 : len(qkey)-1]
 		if escaped {
 			var err error
-			if key, err = unquote(qkey); err != nil {
+			if key, err = Unquote(qkey); err != nil {
 				return 0, err
 			}
 		}
-		i = skipSpace(s, kEnd)
+		i = SkipSpace(s, kEnd)
 		if i >= len(s) || s[i] != ':' {
 			return 0, errScan
 		}
-		vEnd, err := fn(qkey, key, s, skipSpace(s, i+1))
+		vEnd, err := fn(qkey, key, s, SkipSpace(s, i+1))
 		if err != nil {
 			return 0, err
 		}
-		i = skipSpace(s, vEnd)
+		i = SkipSpace(s, vEnd)
 		if i >= len(s) {
 			return 0, errScan
 		}
 		switch s[i] {
 		case ',':
-			i = skipSpace(s, i+1)
+			i = SkipSpace(s, i+1)
 		case '}':
 			return i + 1, nil
 		default:
@@ -81,17 +81,17 @@ func walkObject(s string, i int, fn func(qkey, key, s string, i int) (int, error
 	}
 }
 
-// scanMember checks the value starting at s[i], inside depth open objects,
+// ScanMember checks the value starting at s[i], inside depth open objects,
 // and hands its raw text to member, with whether it is canonical already.
-func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string, clean bool) error) (int, error) {
-	end, clean, ok := scanValue(s, i, depth)
+func ScanMember(qkey, key, s string, i, depth int, member func(qkey, key, val string, clean bool) error) (int, error) {
+	end, clean, ok := ScanValue(s, i, depth)
 	if !ok {
 		return 0, errScan
 	}
 	return end, member(qkey, key, s[i:end], clean)
 }
 
-// scanValue returns the index just past the JSON value starting at s[i],
+// ScanValue returns the index just past the JSON value starting at s[i],
 // inside depth open objects and arrays, and false when it is not valid JSON
 // or its strings are not valid UTF-8. Only what follows a value (a comma, a
 // closing bracket, the end) is left to the caller. clean reports that the
@@ -100,8 +100,8 @@ func scanMember(qkey, key, s string, i, depth int, member func(qkey, key, val st
 // string on its own is clean only when it holds no escape at all: its value
 // is then the text between its quotes, so the decoder reads it without
 // looking for escapes again (one with canonical escapes, rare, is rewritten
-// by canonicalValue to the same bytes).
-func scanValue(s string, i, depth int) (end int, clean, ok bool) {
+// by CanonicalValue to the same bytes).
+func ScanValue(s string, i, depth int) (end int, clean, ok bool) {
 	if i >= len(s) {
 		return 0, false, false
 	}
@@ -113,7 +113,7 @@ func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 		}
 		return end, !escaped, true
 	case '{', '[':
-		if depth >= maxScanDepth {
+		if depth >= MaxScanDepth {
 			return 0, false, false
 		}
 		closing := byte('}')
@@ -121,7 +121,7 @@ func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 			closing = ']'
 		}
 		clean = true
-		j := skipSpace(s, i+1)
+		j := SkipSpace(s, i+1)
 		if j != i+1 {
 			clean = false
 		}
@@ -141,21 +141,21 @@ func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 				if escaped && !canonicalEscapes(s[i:end]) {
 					clean = false
 				}
-				i = skipSpace(s, end)
+				i = SkipSpace(s, end)
 				if i >= len(s) || s[i] != ':' {
 					return 0, false, false
 				}
-				j := skipSpace(s, i+1)
+				j := SkipSpace(s, i+1)
 				if i != end || j != i+1 {
 					clean = false
 				}
 				i = j
 			}
-			end, vclean, ok := scanValue(s, i, depth+1)
+			end, vclean, ok := ScanValue(s, i, depth+1)
 			if !ok {
 				return 0, false, false
 			}
-			i = skipSpace(s, end)
+			i = SkipSpace(s, end)
 			if !vclean || i != end {
 				clean = false
 			}
@@ -167,7 +167,7 @@ func scanValue(s string, i, depth int) (end int, clean, ok bool) {
 			case s[i] != ',':
 				return 0, false, false
 			}
-			j := skipSpace(s, i+1)
+			j := SkipSpace(s, i+1)
 			if j != i+1 {
 				clean = false
 			}
@@ -325,7 +325,9 @@ func isHex4(h string) bool {
 	return true
 }
 
-func skipSpace(s string, i int) int {
+// SkipSpace returns the index of the first byte at or after s[i] that is not
+// JSON whitespace, or len(s).
+func SkipSpace(s string, i int) int {
 	for i < len(s) {
 		switch s[i] {
 		case ' ', '\t', '\n', '\r':
@@ -387,7 +389,9 @@ func skipValue(s string, i int) int {
 	}
 }
 
-func unquote(q string) (string, error) {
+// Unquote returns the text of the quoted JSON string q (valid, as scanned),
+// without copying when it holds no escape.
+func Unquote(q string) (string, error) {
 	if len(q) < 2 || q[0] != '"' {
 		return "", fmt.Errorf("not a JSON string: %s", truncate(q))
 	}
@@ -396,16 +400,27 @@ func unquote(q string) (string, error) {
 		return body, nil
 	}
 	var out string
-	if err := json.Unmarshal(stringBytes(q), &out); err != nil {
+	if err := json.Unmarshal(StringBytes(q), &out); err != nil {
 		return "", err
 	}
 	return out, nil
 }
 
-func isJSONObject(raw []byte) bool {
+// IsObject reports whether raw, past leading JSON whitespace, starts an
+// object; it does not check the rest.
+func IsObject(raw []byte) bool {
 	i := 0
 	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
 		i++
 	}
 	return i < len(raw) && raw[i] == '{'
+}
+
+// truncate shortens s for an error message.
+func truncate(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
 }

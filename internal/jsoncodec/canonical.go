@@ -1,11 +1,10 @@
-// The canonical JSON writer: strings without HTML or slash escaping, the
-// publish-side data marshal, and the canonical re-encode (compaction) of the
-// raw JSON values a decoded envelope keeps: data and unknown values.
+// The canonical JSON writer: strings without HTML or slash escaping, and
+// the canonical re-encode (compaction) of the raw JSON values a decoded
+// envelope keeps: data and unknown values.
 
-package artemis
+package jsoncodec
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,134 +14,70 @@ import (
 	"unsafe"
 )
 
-// appendRawFields writes unknown members back; the decoder made their keys
-// and values canonical already.
-func appendRawFields(b []byte, fields []rawField) []byte {
-	for _, f := range fields {
-		b = append(b, ',')
-		b = append(b, f.key...)
-		b = append(b, ':')
-		b = append(b, f.value...)
-	}
-	return b
-}
-
-func truncate(s string) string {
-	const max = 40
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
-
-// stringBytes views s as bytes for read-only use, without copying.
-func stringBytes(s string) []byte {
+// StringBytes views s as bytes for read-only use, without copying.
+func StringBytes(s string) []byte {
 	if s == "" {
 		return nil
 	}
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// marshalData turns the publish-side data into the canonical JSON of an
+// ErrNotObject is CanonicalObject's answer for valid JSON that is not an
 // object.
-func marshalData(data any) (json.RawMessage, error) {
-	switch d := data.(type) {
-	case nil:
-		return json.RawMessage("{}"), nil
-	case json.RawMessage:
-		return rawObject(d)
-	case *json.RawMessage:
-		if d == nil {
-			return json.RawMessage("{}"), nil
-		}
-		return rawObject(*d)
-	}
-	b, err := json.Marshal(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
-	}
-	if string(b) == "null" {
-		// A nil map or a nil pointer: no payload, as an untyped nil is.
-		return json.RawMessage("{}"), nil
-	}
-	if !isJSONObject(b) {
-		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
-	}
-	// json.Marshal output is compact, so only its escapes can differ from
-	// the canonical form: \u003c \u003e \u0026 \u2028 \u2029 \ufffd of its
-	// own, and whatever a json.RawMessage or a json.Marshaler inside data
-	// carried (\u00e9, \/). No backslash, nothing to rewrite.
-	if bytes.IndexByte(b, '\\') < 0 {
-		return b, nil
-	}
-	return appendCanonical(make([]byte, 0, len(b)), unsafe.String(&b[0], len(b))), nil
-}
+var ErrNotObject = errors.New("must be a JSON object")
 
-// rawObject checks a publish-side json.RawMessage and returns it canonical.
-func rawObject(d json.RawMessage) (json.RawMessage, error) {
-	c, err := canonicalObject(d)
-	if err != nil {
-		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
-	}
-	return c, nil
-}
-
-// errNotObject is canonicalObject's answer for valid JSON that is not an
-// object.
-var errNotObject = errors.New("must be a JSON object")
-
-// canonicalObject checks that raw is one JSON object (whitespace around it
+// CanonicalObject checks that raw is one JSON object (whitespace around it
 // allowed) in valid UTF-8 and returns its canonical form: raw itself when
 // it is canonical already, else a fresh copy.
-func canonicalObject(raw []byte) (json.RawMessage, error) {
+func CanonicalObject(raw []byte) (json.RawMessage, error) {
 	if len(raw) == 0 {
-		return nil, errNotObject
+		return nil, ErrNotObject
 	}
 	s := unsafe.String(&raw[0], len(raw))
-	start := skipSpace(s, 0)
-	end, clean, ok := scanValue(s, start, 0)
+	start := SkipSpace(s, 0)
+	end, clean, ok := ScanValue(s, start, 0)
 	if !ok {
-		// The scanner stops at maxScanDepth; encoding/json tells a deep
+		// The scanner stops at MaxScanDepth; encoding/json tells a deep
 		// but valid value from a broken one, and says what is broken.
 		switch {
 		case !utf8.Valid(raw):
 			return nil, errors.New("is not valid UTF-8")
 		case !json.Valid(raw):
-			return nil, fmt.Errorf("is not valid JSON: %w", jsonSyntaxError(s))
+			return nil, fmt.Errorf("is not valid JSON: %w", SyntaxError(s))
 		}
 		end, clean = skipValue(s, start), false
 	}
-	if skipSpace(s, end) != len(s) {
-		return nil, fmt.Errorf("is not valid JSON: %w", jsonSyntaxError(s))
+	if SkipSpace(s, end) != len(s) {
+		return nil, fmt.Errorf("is not valid JSON: %w", SyntaxError(s))
 	}
 	if s[start] != '{' {
-		return nil, errNotObject
+		return nil, ErrNotObject
 	}
 	if clean && start == 0 && end == len(s) {
 		return raw, nil
 	}
-	return appendCanonical(nil, s[start:end]), nil
+	return AppendCanonical(nil, s[start:end]), nil
 }
 
-// canonicalValue returns the canonical text of the valid JSON value val:
+// CanonicalValue returns the canonical text of the valid JSON value val:
 // val itself when the scanner found it clean (no whitespace, no escape the
 // canonical form does not use), else a rewritten copy.
-func canonicalValue(val string, clean bool) string {
+func CanonicalValue(val string, clean bool) string {
 	if clean {
 		return val
 	}
-	b := appendCanonical(make([]byte, 0, len(val)), val)
+	b := AppendCanonical(make([]byte, 0, len(val)), val)
 	if string(b) == val {
 		return val
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// appendCanonical writes the valid JSON value v in canonical form: no
+// AppendCanonical writes the valid JSON value v in canonical form: no
 // whitespace between tokens, every string by appendCanonicalString, numbers
 // and literals exactly as they came (9007199254740993, 1.0, 1e21 and -0
 // stay as they are). v must be valid JSON in valid UTF-8.
-func appendCanonical(b []byte, v string) []byte {
+func AppendCanonical(b []byte, v string) []byte {
 	start := 0
 	for i := 0; i < len(v); {
 		switch v[i] {
@@ -163,7 +98,7 @@ func appendCanonical(b []byte, v string) []byte {
 }
 
 // appendCanonicalString rewrites the quoted JSON string q (valid, as
-// scanned) in canonical form: what appendString writes for the same text.
+// scanned) in canonical form: what AppendString writes for the same text.
 // \/ becomes /, \u escapes of anything but a control character become the
 // character in UTF-8 (a surrogate pair one 4-byte character; a lone
 // surrogate, which no UTF-8 text can hold, U+FFFD as encoding/json decodes
@@ -276,7 +211,7 @@ func appendRune(b []byte, r rune) []byte {
 	case '\f':
 		return append(b, '\\', 'f')
 	}
-	return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+	return append(b, '\\', 'u', '0', '0', HexDigits[r>>4], HexDigits[r&0xf])
 }
 
 func hex4(h string) rune {
@@ -296,11 +231,12 @@ func hex4(h string) rune {
 	return r
 }
 
-var hexDigits = "0123456789abcdef"
+// HexDigits are the lowercase hex digits the canonical form writes.
+var HexDigits = "0123456789abcdef"
 
-// appendString writes s as a canonical JSON string: only the quote, the
+// AppendString writes s as a canonical JSON string: only the quote, the
 // backslash and control characters are escaped; invalid UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -325,7 +261,7 @@ func appendString(b []byte, s string) []byte {
 			case '\f':
 				b = append(b, '\\', 'f')
 			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				b = append(b, '\\', 'u', '0', '0', HexDigits[c>>4], HexDigits[c&0xf])
 			}
 			i++
 			start = i

@@ -1,0 +1,108 @@
+// Consumer.Handle: one delivery through the consume stages, top to bottom:
+// the gate, routing, decoding (or poison), reconciliation, the payload check,
+// the handler; each stage settles the delivery it stops. Also the release of
+// a delivery no stage saw (a consumer that cannot handle, a shutdown).
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Handle runs one delivery through the gate, routing, decoding and the
+// handler, and settles it exactly once. It returns the error it reported
+// (nil when the message was accepted by its handler or settled silently by
+// the unknown-URN strategy); a failed settlement is returned too, matching
+// ErrSettlement. The handler runs with ctx; settlement does not stop when
+// ctx ends.
+func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) error {
+	if c.err != nil {
+		err := c.err
+		rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg)
+		if rerr != nil {
+			err = errors.Join(err, &DeliveryError{Kind: ErrSettlement, Err: rerr})
+		}
+		c.observeRelease(r, msg, c.err, rerr)
+		return err
+	}
+	return c.handle(ctx, ctx.Done(), r, msg, nil)
+}
+
+// handle runs one delivery to its disposition. lost, when not nil, hears
+// of every settlement that failed (Listen stops on a lost link).
+func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message, lost func(error)) error {
+	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop, lost: lost,
+		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
+	if err := gateVersion(msg); err != nil {
+		return d.gated(err)
+	}
+	if d.urn != "" && c.handlers[d.urn] == nil && c.unknown != UnknownURNDeadLetter {
+		// Routed by the annotation alone: the body is never decoded.
+		return d.unknownURN()
+	}
+	body, _, err := readBody(msg)
+	if err != nil {
+		return d.poison(unreadableBody(msg), err)
+	}
+	env, err := decodeString(body)
+	if err == nil {
+		err = env.Validate()
+	}
+	if err != nil {
+		return d.poison(body, err)
+	}
+	d.env = env
+	if d.urn == "" {
+		d.urn = env.Job
+	}
+	env.Attempts = c.memory.reconcile(env.Meta.ID, ReconcileAttempts(env.Attempts, deliveryCount(msg)))
+	d.attempts = env.Attempts
+	h := c.handlers[d.urn]
+	if h == nil {
+		return d.unknownURN()
+	}
+	if c.payload != nil {
+		if settled, err := d.checkPayload(); settled {
+			return err
+		}
+	}
+	return d.call(withMessage(ctx, msg), h)
+}
+
+// observeRelease reports a delivery released without being handled, for
+// kind (ErrGivenBack, or the configuration error of a consumer that cannot
+// handle anything), to the observer, if any: DispositionPending and ErrSettlement when
+// the release failed (serr).
+func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr error) {
+	if c.observer == nil {
+		return
+	}
+	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
+		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+	if !errors.Is(kind, ErrGivenBack) {
+		ev.Err = kind // the configuration error: what an operator must fix
+	}
+	if serr != nil {
+		ev.Disposition, ev.Kind, ev.Err = DispositionPending, ErrSettlement, serr
+	}
+	c.observeSettled(ev)
+}
+
+// giveBack releases a delivery that was taken but never started. The
+// observer hears of it either way, as ErrGivenBack or ErrSettlement.
+func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
+	if msg == nil {
+		return
+	}
+	err := r.ReleaseMessage(ctx, msg)
+	if err != nil {
+		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: DispositionPending, Err: err}
+		c.report(ctx, e, nil, msg)
+		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
+	}
+	c.observeRelease(r, msg, ErrGivenBack, err)
+}

@@ -1,0 +1,145 @@
+package artemis
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+func TestHeaderCarrier(t *testing.T) {
+	h := HeaderCarrier{}
+	if h.Get("missing") != "" {
+		t.Errorf("Get of a missing key is not empty")
+	}
+	if keys := h.Keys(); keys == nil || len(keys) != 0 {
+		t.Errorf("Keys of an empty carrier = %#v", keys)
+	}
+	h.Set("tracestate", "b")
+	h.Set("traceparent", "a")
+	h.Set("Baggage", "c")
+	h.Set("traceparent", "a2")
+	if got := h.Get("traceparent"); got != "a2" {
+		t.Errorf("Get after a second Set = %q", got)
+	}
+	if got := strings.Join(h.Keys(), ","); got != "Baggage,traceparent,tracestate" {
+		t.Errorf("Keys = %s, want sorted", got)
+	}
+	// The carrier goes straight into WithHeaders.
+	msg := mustMessage(t, contractPHP(t), WithHeaders(h))
+	if msg.ApplicationProperties["traceparent"] != "a2" || msg.ApplicationProperties["Baggage"] != "c" {
+		t.Errorf("carrier headers not projected: %v", msg.ApplicationProperties)
+	}
+}
+
+func TestHeadersFromContext(t *testing.T) {
+	if h := HeadersFromContext(context.Background()); h == nil || len(h) != 0 {
+		t.Errorf("outside a handler: %#v, want an empty carrier", h)
+	}
+	if m := MessageFromContext(context.Background()); m != nil {
+		t.Errorf("MessageFromContext outside a handler = %v", m)
+	}
+	h := HeadersFromContext(context.WithValue(context.Background(), messageKey{}, (*amqp.Message)(nil)))
+	if h == nil || len(h) != 0 {
+		t.Errorf("with a nil message: %#v", h)
+	}
+	msg := &amqp.Message{ApplicationProperties: map[string]any{"traceparent": "tp", "n": int64(3), "blank": ""}}
+	ctx := withMessage(context.Background(), msg)
+	if got, want := HeadersFromContext(ctx), (HeaderCarrier{"traceparent": "tp", "n": "3"}); !reflect.DeepEqual(got, want) {
+		t.Errorf("HeadersFromContext = %v, want %v", got, want)
+	}
+	if MessageFromContext(ctx) != msg {
+		t.Errorf("MessageFromContext did not return the message")
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	u := amqp.UUID{0x7b, 0x3f, 0x9c, 0x2a, 0xe4, 0x1d, 0x4f, 0x88, 0x9b, 0x2a, 0x1c, 0x0d, 0x5e, 0x6f, 0x7a, 0x8b}
+	msg := &amqp.Message{ApplicationProperties: map[string]any{
+		"string":    "v",
+		"padded":    " v ",
+		"bool_t":    true,
+		"bool_f":    false,
+		"int64":     int64(-9007199254740993),
+		"int32":     int32(-2147483648),
+		"int16":     int16(-300),
+		"int8":      int8(-8),
+		"int":       12,
+		"uint64":    uint64(math.MaxUint64),
+		"uint32":    uint32(4294967295),
+		"uint16":    uint16(65535),
+		"uint8":     uint8(255),
+		"float64":   1.5,
+		"float64_i": float64(3),
+		"float64_b": 1e21,
+		"float32":   float32(0.1),
+		"time":      time.UnixMilli(1749132727000).In(time.FixedZone("X", 3600)),
+		"bytes":     []byte("raw"),
+		"uuid":      u,
+		"symbol":    amqp.Symbol("sym"),
+		"nil":       nil,
+		"null":      amqp.Null{},
+		"empty":     "",
+		"blank":     " \t",
+		"blank_b":   []byte("  "),
+		"":          "blank key",
+		"  ":        "blank key",
+		// The contract's, the broker's and JMS's own: never headers.
+		PropSchemaVersion:            "1",
+		PropAttempts:                 "2",
+		PropDuplicateID:              "dup",
+		"_AMQ_GROUP_ID":              "g",
+		"_AMQ_ROUTING_TYPE":          int8(1),
+		"JMSXGroupID":                "g",
+		"JMSXDeliveryCount":          int32(3),
+		"JMS_AMQP_MA_x-opt-jms-type": "urn:babel:x:y",
+		"bq-replay-bypass":           "true",
+	}}
+	want := HeaderCarrier{
+		"string":    "v",
+		"padded":    " v ",
+		"bool_t":    "true",
+		"bool_f":    "false",
+		"int64":     "-9007199254740993",
+		"int32":     "-2147483648",
+		"int16":     "-300",
+		"int8":      "-8",
+		"int":       "12",
+		"uint64":    "18446744073709551615",
+		"uint32":    "4294967295",
+		"uint16":    "65535",
+		"uint8":     "255",
+		"float64":   "1.5",
+		"float64_i": "3",
+		"float64_b": "1e+21",
+		"float32":   "0.1",
+		"time":      "1749132727000",
+		"bytes":     "raw",
+		"uuid":      "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+		"symbol":    "sym",
+	}
+	got := Headers(msg)
+	if !reflect.DeepEqual(got, want) {
+		for _, k := range append(got.Keys(), want.Keys()...) {
+			if got[k] != want[k] {
+				t.Errorf("%q: got %q, want %q", k, got[k], want[k])
+			}
+		}
+		t.Errorf("Headers = %v\nwant %v", got, want)
+	}
+
+	if h := Headers(&amqp.Message{}); h == nil || len(h) != 0 {
+		t.Errorf("Headers without application properties = %#v, want an empty carrier", h)
+	}
+	// The projection's own properties are not headers: only the caller's
+	// read back, and forwarding them adds nothing of the contract's.
+	back := Headers(mustMessage(t, contractPHP(t), WithHeaders(map[string]string{"traceparent": "tp"}), WithDuplicateDetection()))
+	wantBack := HeaderCarrier{"traceparent": "tp"}
+	if !reflect.DeepEqual(back, wantBack) {
+		t.Errorf("Headers of a projection = %v, want %v", back, wantBack)
+	}
+}

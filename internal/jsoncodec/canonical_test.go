@@ -1,0 +1,82 @@
+package jsoncodec
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestAppendString(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+		back string // what the JSON reads back as, when not in
+	}{
+		{in: "", want: `""`},
+		{in: "urn:babel:orders:created", want: `"urn:babel:orders:created"`},
+		{in: `say "hi" \ bye`, want: `"say \"hi\" \\ bye"`},
+		{in: "\n\r\t\b\f", want: `"\n\r\t\b\f"`},
+		{in: "\x00\x01\x0b\x1f\x7f", want: "\"\\u0000\\u0001\\u000b\\u001f\x7f\""},
+		{in: "<b>&</b> a/b", want: `"<b>&</b> a/b"`},
+		{in: "a\u2028b\u2029c", want: "\"a\u2028b\u2029c\""},
+		{in: "café ☕ 日本 😀", want: `"café ☕ 日本 😀"`},
+		{in: "a\xffb", want: "\"a\ufffdb\"", back: "a\ufffdb"},
+		{in: "\xc3", want: "\"\ufffd\"", back: "\ufffd"},
+		{in: "x\xed\xa0\x80", want: "\"x\ufffd\ufffd\ufffd\"", back: "x\ufffd\ufffd\ufffd"},
+	}
+	for _, tt := range tests {
+		got := string(AppendString([]byte("prefix:"), tt.in))
+		if got != "prefix:"+tt.want {
+			t.Errorf("AppendString(%q) = %s, want %s", tt.in, got, tt.want)
+			continue
+		}
+		var back string
+		if err := json.Unmarshal([]byte(tt.want), &back); err != nil {
+			t.Errorf("%s is not a JSON string: %v", tt.want, err)
+		}
+		want := tt.in
+		if tt.back != "" {
+			want = tt.back
+		}
+		if back != want {
+			t.Errorf("%s reads back as %q, want %q", tt.want, back, want)
+		}
+	}
+}
+
+// The escapes case pins each canonical choice on its own.
+func TestReencodeStringChoices(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`"caf\u00e9"`, `"café"`},
+		{`"caf\u00E9"`, `"café"`},
+		{`"a\/b"`, `"a/b"`},
+		{`"\u003c\u003e\u0026"`, `"<>&"`},
+		{`"\u0022\""`, `"\"\""`},
+		{`"\u005c\\"`, `"\\\\"`},
+		{`"\u0008\u0009\u000a\u000c\u000d"`, `"\b\t\n\f\r"`},
+		{`"\u0000\u001F\u000B"`, `"\u0000\u001f\u000b"`},
+		{`"\u007f"`, "\"\x7f\""},
+		{`"\ud83d\ude00"`, `"😀"`},
+		{`"\ud800"`, `"` + "\ufffd" + `"`},
+		{`"\udc00\ud83d"`, `"` + "\ufffd\ufffd" + `"`},
+		{`"\ud83d\u0041"`, `"` + "\ufffdA" + `"`},
+		{`"\u2028\u2029"`, "\"\u2028\u2029\""},
+		{`"plain"`, `"plain"`},
+	} {
+		got := string(AppendCanonical(nil, tc.in))
+		if got != tc.want {
+			t.Errorf("canonical %s = %s, want %s", tc.in, got, tc.want)
+		}
+		// encoding/json reads the same text from both.
+		var a, b string
+		if err := json.Unmarshal([]byte(tc.in), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(got), &b); err != nil || a != b {
+			t.Errorf("%s and %s differ to encoding/json: %q %q %v", tc.in, got, a, b, err)
+		}
+		// The canonical string is what AppendString writes for that text.
+		if w := string(AppendString(nil, a)); w != got {
+			t.Errorf("AppendString(%q) = %s, the re-encode %s", a, w, got)
+		}
+	}
+}

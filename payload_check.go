@@ -1,0 +1,37 @@
+// The consume side's payload check (WithPayloadValidator): run before the
+// handler; a message whose data fails its schema is dead-lettered at once.
+
+package artemis
+
+import (
+	"fmt"
+	"runtime/debug"
+)
+
+// checkPayload is the consume side's check, run before the handler. It
+// returns true when the delivery was settled here (invalid data, or a
+// panic in the validator) with that settlement's result.
+func (d *delivery) checkPayload() (settled bool, err error) {
+	d.begin()
+	defer func() {
+		if p := recover(); p != nil {
+			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
+		}
+	}()
+	cause := checkPayload(d.c.payload, d.urn, d.env.Data)
+	if cause == nil {
+		return false, nil
+	}
+	return true, d.invalidPayload(cause)
+}
+
+// invalidPayload settles a message whose data failed its schema: a copy
+// with reason failed on the DLQ at once, or dropped (no DLQ sender, or
+// UnknownURNDelete). Either way it is reported.
+func (d *delivery) invalidPayload(cause error) error {
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(ErrInvalidPayload, cause, DispositionDropped, d.accept)
+	}
+	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
+	return d.deadLetter(ErrInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
+}

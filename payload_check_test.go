@@ -1,0 +1,142 @@
+package artemis
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConsumeInvalidPayloadIsDeadLetteredAtOnce(t *testing.T) {
+	rec := newRecorder()
+	dlq := &fakelink.Sender{}
+	v := &orderIDValidator{}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError),
+		WithDeadLetterSender(dlq), WithPayloadValidator(v), WithMaxTries(5))
+	got := handleOne(t, c, rec, dlq, invalidOrderMessage(t, 0))
+
+	assert.Equal(t, fakelink.Accepted, got.disp, "the source is accepted once the copy is confirmed")
+	require.Len(t, got.dlq, 1, "dead-lettered on the first delivery: no retry")
+	env := dlqEnvelope(t, got.dlq[0])
+	assert.JSONEq(t, `{"order_id":0}`, string(env.Data), "the record keeps the data as it came")
+	dl := env.DeadLetter
+	assert.Equal(t, ReasonFailed, dl.Reason)
+	require.NotNil(t, dl.Error)
+	assert.Equal(t, "babelqueue: invalid payload for urn:babel:orders:created: /order_id: must be >= 1", *dl.Error)
+	require.NotNil(t, dl.Exception)
+	assert.Equal(t, "*artemis.PayloadError", *dl.Exception)
+	assert.Equal(t, 0, dl.Attempts)
+	assert.Equal(t, "orders", dl.OriginalQueue)
+
+	de := requireReport(t, got, ErrInvalidPayload, DispositionDeadLettered)
+	var pe *PayloadError
+	require.ErrorAs(t, de, &pe)
+	assert.Equal(t, []PayloadViolation{{Pointer: "/order_id", Message: "must be >= 1"}}, pe.Violations)
+	assert.ErrorIs(t, got.ret, ErrInvalidPayload)
+	assert.NotErrorIs(t, got.ret, ErrHandlerFailed)
+	assert.Equal(t, int64(1), v.calls.Load())
+}
+
+func TestConsumeInvalidPayloadWithoutDeadLetterIsDroppedAndReported(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dlq      *fakelink.Sender
+		strategy UnknownURNStrategy
+	}{
+		{"no DLQ sender", nil, UnknownURNFail},
+		{"delete with a DLQ sender", &fakelink.Sender{}, UnknownURNDelete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder()
+			opts := []ConsumerOption{WithOnError(rec.onError), WithPayloadValidator(&orderIDValidator{}), WithUnknownURN(tc.strategy)}
+			if tc.dlq != nil {
+				opts = append(opts, WithDeadLetterSender(tc.dlq))
+			}
+			c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, opts...)
+			got := handleOne(t, c, rec, tc.dlq, invalidOrderMessage(t, 0))
+			assert.Equal(t, fakelink.Accepted, got.disp)
+			if tc.dlq != nil {
+				assert.Zero(t, tc.dlq.Count(), "nothing written to the DLQ")
+			}
+			de := requireReport(t, got, ErrInvalidPayload, DispositionDropped)
+			assert.Contains(t, de.Error(), "/order_id: must be >= 1", "the report says what was wrong")
+		})
+	}
+}
+
+func TestConsumeInvalidPayloadFailedDeadLetterWriteIsReleased(t *testing.T) {
+	rec := newRecorder()
+	dlq := &fakelink.Sender{Outcome: fakelink.Reject}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError),
+		WithDeadLetterSender(dlq), WithPayloadValidator(&orderIDValidator{}), WithDeadLetterRetryDelay(0))
+	got := handleOne(t, c, rec, dlq, invalidOrderMessage(t, 0))
+	assert.Equal(t, fakelink.Released, got.disp, "never accepted without a confirmed copy")
+	de := requireReport(t, got, ErrDeadLetterFailed, DispositionReleased)
+	assert.ErrorIs(t, de, ErrInvalidPayload, "the cause is still reachable")
+}
+
+func TestConsumeValidPayloadAndUncheckedURNsReachTheHandler(t *testing.T) {
+	v := &orderIDValidator{}
+	var handled atomic.Int64
+	count := func(context.Context, *Envelope, *amqp.Message) error { handled.Add(1); return nil }
+	rec := newRecorder()
+	c := mustConsumer(t, Handlers{urnCreated: count, "urn:babel:orders:cancelled": count},
+		WithOnError(rec.onError), WithPayloadValidator(v))
+
+	got := handleOne(t, c, rec, nil, orderMessage(t, 0)) // {"order_id":1042}
+	assert.Equal(t, fakelink.Accepted, got.disp)
+
+	env, err := NewEnvelope("urn:babel:orders:cancelled", map[string]any{"order_id": 0})
+	require.NoError(t, err)
+	msg, err := NewMessage(env)
+	require.NoError(t, err)
+	got = handleOne(t, c, rec, nil, msg)
+	assert.Equal(t, fakelink.Accepted, got.disp, "a URN without a schema is not checked")
+	assert.Equal(t, int64(2), handled.Load())
+	assert.Empty(t, rec.all())
+	assert.Equal(t, int64(2), v.calls.Load())
+
+	// A URN without a handler goes to the unknown-URN strategy unchecked.
+	env, err = NewEnvelope("urn:babel:nobody", map[string]any{})
+	require.NoError(t, err)
+	msg, err = NewMessage(env)
+	require.NoError(t, err)
+	got = handleOne(t, c, rec, nil, msg)
+	assert.Equal(t, fakelink.Failed, got.disp)
+	_ = requireReport(t, got, ErrUnknownURN, DispositionAbandoned)
+	assert.Equal(t, int64(2), v.calls.Load(), "no check without a handler")
+}
+
+func TestConsumePanickingValidatorIsAFailedAttempt(t *testing.T) {
+	rec := newRecorder()
+	dlq := &fakelink.Sender{}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError),
+		WithDeadLetterSender(dlq), WithPayloadValidator(panickingValidator{}))
+	got := handleOne(t, c, rec, dlq, orderMessage(t, 0))
+	assert.Equal(t, fakelink.Failed, got.disp, "retried: the data may be fine")
+	de := requireReport(t, got, ErrHandlerFailed, DispositionAbandoned)
+	var pe *PanicError
+	require.ErrorAs(t, de, &pe)
+	assert.Contains(t, de.Error(), "payload validator panicked: validator bug")
+	assert.Empty(t, got.dlq)
+
+	got = handleOne(t, c, newRecorder(), dlq, orderMessage(t, DefaultMaxTries-1))
+	assert.Equal(t, fakelink.Accepted, got.disp)
+	require.Len(t, got.dlq, 1, "at the limit it is dead-lettered as a failure")
+	assert.Equal(t, ReasonFailed, dlqEnvelope(t, got.dlq[0]).DeadLetter.Reason)
+}
+
+func TestInvalidPayloadObservedAndNamed(t *testing.T) {
+	assert.Equal(t, "invalid_payload", SettleEvent{Kind: ErrInvalidPayload}.KindName())
+	obs := &kindObserver{}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithObserver(obs),
+		WithOnError(newRecorder().onError), WithPayloadValidator(&orderIDValidator{}))
+	handleOne(t, c, newRecorder(), nil, invalidOrderMessage(t, 0))
+	require.Len(t, obs.events, 1)
+	assert.Equal(t, "invalid_payload", obs.events[0].KindName())
+	assert.Equal(t, DispositionDropped, obs.events[0].Disposition)
+}

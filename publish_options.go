@@ -1,0 +1,199 @@
+// The publish options: PublishOption, the configuration it sets, and the
+// checks and clocks that configuration answers for. The projection, the
+// publishers and the Client's publisher all read it.
+
+package artemis
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// PublishOption configures one publish: Publisher.Publish and
+// PublishEnvelope, ClientPublisher's, and the projection NewMessage. Given
+// to NewPublisher or Client.Publisher, an option applies to every publish,
+// before the per-call ones.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	traceID     string
+	delay       time.Duration
+	headers     map[string]string
+	dupID       bool
+	ttl         time.Duration
+	priority    int
+	prioritySet bool
+	groupID     string
+	onOutcome   func(id string, err error)
+	now         func() time.Time
+	// observer hears the publish (WithPublishObserver).
+	observer Observer
+	payload  PayloadValidator // checks data (WithPublishPayloadValidator)
+}
+
+// WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
+// It is how a service continues the trace of the message it is handling.
+// It applies to Publish, which builds the envelope; PublishEnvelope and
+// NewMessage, whose envelope already has a trace id, refuse a different one
+// with ErrInvalidConfig rather than ignore it.
+func WithTraceID(id string) PublishOption {
+	return func(c *publishConfig) { c.traceID = id }
+}
+
+// WithDelay schedules the message for delivery d from now, through Artemis's
+// x-opt-delivery-time annotation. A delay <= 0 delivers at once.
+func WithDelay(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.delay = d }
+}
+
+// WithHeaders adds out-of-band headers (W3C traceparent, tracestate, ...) as
+// string application properties. Blank keys and values are dropped; a header
+// named like a contract property (bq_...) loses to the contract's value. A
+// HeaderCarrier is a map[string]string, so it can be passed as it is.
+func WithHeaders(h map[string]string) PublishOption {
+	return func(c *publishConfig) {
+		if len(h) == 0 {
+			return
+		}
+		if c.headers == nil {
+			c.headers = make(map[string]string, len(h))
+		}
+		for k, v := range h {
+			c.headers[k] = v
+		}
+	}
+}
+
+// WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
+// to meta.id, so a publish retried after an ambiguous failure is stored once.
+func WithDuplicateDetection() PublishOption {
+	return func(c *publishConfig) { c.dupID = true }
+}
+
+// WithTTL gives the message a time to live: the header ttl, in
+// milliseconds (a d below a millisecond is rounded up to one), and the
+// absolute expiry time, meta.created_at + d (the moment of the publish when
+// the envelope has no created_at). Artemis sets the message's expiry from
+// them (JMSExpiration) and drops or moves an expired message to its expiry
+// address instead of delivering it; the absolute time is the one that
+// survives a cluster moving the message to another member (the header ttl
+// starts again there), so it expires on time. It is computed from the
+// publisher's clock. d = 0 means no
+// expiry; a negative d, or one over the header's 2^32-1 ms (49.7 days), is
+// refused with ErrInvalidConfig when publishing. Dead-letter copies never
+// carry it.
+func WithTTL(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.ttl = d }
+}
+
+// WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority); the
+// default is 4, as in JMS. Artemis delivers higher priorities first among
+// the messages waiting in a queue. A priority outside 0-9 is refused with
+// ErrInvalidConfig when publishing.
+func WithPriority(p int) PublishOption {
+	return func(c *publishConfig) { c.priority, c.prioritySet = p, true }
+}
+
+// WithGroupID puts the message in a message group: properties.group-id,
+// which JMS peers see as JMSXGroupID. Artemis hands all messages of one
+// group to one consumer at a time, in order. An empty key means no group.
+func WithGroupID(key string) PublishOption {
+	return func(c *publishConfig) { c.groupID = key }
+}
+
+// WithOnOutcome calls f once with the outcome of each publish: nil when the
+// broker accepted it, else the error Publish or Receipt.Wait returns
+// (matching ErrNotAccepted for a rejected, released or modified transfer).
+// For PublishWithReceipt it is called when the outcome arrives, whether or
+// not the receipt is waited on, from the goroutine that resolves the
+// Publisher's receipts (in the order they were written): it must not block
+// for long, or it holds up the receipts behind it. For Publish and
+// PublishEnvelope, for a publish refused or not written, and for a Sender
+// that answers synchronously, it is called on the calling goroutine before
+// the call returns. A panic in f is recovered and logged to slog.Default()
+// at error level; it changes neither the publish nor any receipt.
+// Given to NewPublisher, it sees every publish: a place to count outcomes or
+// log the failures of receipts nobody waits on.
+func WithOnOutcome(f func(id string, err error)) PublishOption {
+	return func(c *publishConfig) { c.onOutcome = f }
+}
+
+// WithPublishPayloadValidator checks the data of every publish against the
+// schema v holds for its URN before anything is sent: invalid data is
+// refused with a *PayloadError (matching ErrInvalidPayload) naming each
+// violation, and the broker never sees it. It applies to Publish,
+// PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
+// or Client.Publisher it checks every publish. A nil v checks nothing.
+func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
+	return func(c *publishConfig) { c.payload = v }
+}
+
+// WithPublishObserver sets the Observer called for every publish. Given to
+// NewPublisher or Client.Publisher, it hears every publish of that
+// publisher; a per-call one replaces it for that call.
+func WithPublishObserver(o Observer) PublishOption {
+	return func(c *publishConfig) { c.observer = o }
+}
+
+// maxTTL is the largest header ttl: a uint32 of milliseconds.
+const maxTTL = time.Duration(math.MaxUint32) * time.Millisecond
+
+// checkOptions refuses option values that cannot go on the wire.
+func (c *publishConfig) checkOptions() error {
+	if c.ttl < 0 || c.ttl > maxTTL {
+		return fmt.Errorf("%w: WithTTL(%s): the time to live must be between 0 and %s", ErrInvalidConfig, c.ttl, maxTTL)
+	}
+	if c.prioritySet && (c.priority < 0 || c.priority > 9) {
+		return fmt.Errorf("%w: WithPriority(%d): the priority must be between 0 and 9", ErrInvalidConfig, c.priority)
+	}
+	return nil
+}
+
+// ttlHeader is the header ttl of cfg's time to live, rounded up to a
+// millisecond (0: none).
+func (c *publishConfig) ttlHeader() time.Duration {
+	if c.ttl <= 0 {
+		return 0
+	}
+	return (c.ttl + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// deliveryTime is the x-opt-delivery-time of a delayed publish (Unix ms).
+func (c *publishConfig) deliveryTime() int64 {
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	return now().Add(c.delay).UnixMilli()
+}
+
+// clock is the publish's clock: time.Now unless a test set one.
+func (c *publishConfig) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// observePublish reports one publish that started at start (zero: it never
+// got to the projection) to the observer, if any.
+func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, err error) {
+	if c.observer == nil {
+		return
+	}
+	ev := PublishEvent{Queue: queue, URN: urn, MessageID: id, Outcome: publishOutcome(err), Err: err}
+	if !start.IsZero() {
+		ev.Duration = c.clock().Sub(start)
+	}
+	defer recoverHook(nil, "publish observer panicked")
+	c.observer.Published(ev)
+}
+
+// checkPayload is the publish side's check (nil without a validator).
+func (c *publishConfig) checkPayload(env *Envelope) error {
+	if c.payload == nil {
+		return nil
+	}
+	return checkPayload(c.payload, env.Job, env.Data)
+}
