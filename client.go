@@ -246,7 +246,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		return nil, fmt.Errorf("%w: no broker URL", ErrInvalidConfig)
 	}
 	for _, raw := range urls {
-		b, err := parseBroker(raw, &o)
+		b, err := parseBroker(raw, o.Username, o.Password)
 		if err != nil {
 			return nil, c.red.error(err)
 		}

@@ -99,38 +99,6 @@ func TestDialErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
-func TestDialCredentials(t *testing.T) {
-	cases := []struct {
-		name      string
-		url       string
-		opts      *ClientOptions
-		plain     bool
-		user      string
-		pass      string
-		wantAddr  string
-		wantShown string
-	}{
-		{"userinfo", "amqp://u1:p1@h:5672", nil, true, "u1", "p1", "amqp://h:5672", "amqp://u1:xxxxx@h:5672"},
-		{"options win over userinfo", "amqp://u1:p1@h:5672", &ClientOptions{Username: "u2", Password: "p2"}, true, "u2", "p2", "amqp://h:5672", "amqp://u1:xxxxx@h:5672"},
-		{"options only", "amqp://h", &ClientOptions{Username: "u2", Password: "p2"}, true, "u2", "p2", "amqp://h", "amqp://h"},
-		{"none", "amqp://h:5672", nil, false, "", "", "amqp://h:5672", "amqp://h:5672"},
-		{"user without password", "amqp://u1@h:5672/", nil, true, "u1", "", "amqp://h:5672/", "amqp://u1@h:5672/"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, []string{tc.url}, tc.opts, nil)
-			require.NoError(t, h.dial())
-			b := h.fb.dials[0]
-			assert.Equal(t, tc.plain, b.plain)
-			assert.Equal(t, tc.user, b.user)
-			assert.Equal(t, tc.pass, b.pass)
-			assert.Equal(t, tc.wantAddr, b.addr)
-			assert.Equal(t, tc.wantShown, b.shown)
-			assert.Nil(t, b.opts.SASLType, "SASL is set by the dialer from the credentials, not inherited")
-		})
-	}
-}
-
 func TestDialPassesTLSAndBaseOptions(t *testing.T) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	base := &amqp.ConnOptions{ContainerID: "orders-svc", IdleTimeout: 10 * time.Second}
