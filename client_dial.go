@@ -1,6 +1,6 @@
-// Dialling: the broker URL list, the one re-dial that concurrent callers
-// share, its backoff pauses, and publishers and consumers waiting through an
-// outage.
+// Dialling: the one re-dial over the broker URL list that concurrent
+// callers share, its backoff pauses, and publishers and consumers waiting
+// through an outage.
 
 package artemis
 
@@ -10,23 +10,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// dialCall is one round over the URL list that callers wait for.
-type dialCall struct {
-	done    chan struct{}
-	cancel  context.CancelFunc
-	err     error // set before done is closed
-	waiters int   // guarded by Client.mu
-	patient int   // guarded by Client.mu: waiters that wait through a failure
-	aborted bool  // guarded by Client.mu: cancelled, no one waited any more
-}
-
-// dialPause is the backoff wait before the next dial round.
-type dialPause struct {
-	done      chan struct{}
-	event     ConnectionEvent // EventBackoff, reported once
-	announced bool            // guarded by Client.mu
-}
 
 // connection returns the open connection, dialing once over the URL list
 // when there is none or it died (Dial, and callers that fail fast).
