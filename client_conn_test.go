@@ -15,30 +15,6 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
-func TestClientSetsAnIdleTimeout(t *testing.T) {
-	cases := []struct {
-		name string
-		opts *ClientOptions
-		want time.Duration
-	}{
-		{"default", nil, DefaultIdleTimeout},
-		{"no idle timeout given", &ClientOptions{ConnOptions: &amqp.ConnOptions{ContainerID: "svc"}}, DefaultIdleTimeout},
-		{"the caller's", &ClientOptions{ConnOptions: &amqp.ConnOptions{IdleTimeout: 4 * time.Second}}, 4 * time.Second},
-		{"turned off", &ClientOptions{ConnOptions: &amqp.ConnOptions{IdleTimeout: -1}}, -1},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, tc.opts, nil)
-			require.NoError(t, h.dial())
-			for _, b := range h.c.brokers {
-				assert.Equal(t, tc.want, b.opts.IdleTimeout)
-			}
-			assert.Equal(t, tc.want, h.fb.dials[0].opts.IdleTimeout, "the dialer is given it")
-		})
-	}
-	assert.Less(t, DefaultIdleTimeout, 20*time.Second, "a half-open connection is noticed well within 20 s")
-}
-
 // hangingCloses wraps the Client's dial seam so every link's Close waits
 // for its context, as a detach over a half-open network does.
 type hangingCloses struct {

@@ -108,11 +108,6 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	return err
 }
 
-// closeGrace bounds each detach Consume makes once its context has ended
-// (the receiver's and the dead-letter sender's, side by side), so a
-// half-open network cannot hold Consume past it.
-const closeGrace = 2 * time.Second
-
 type consumeLoop struct {
 	c      *Client
 	queue  string

@@ -4,7 +4,6 @@
 package artemis
 
 import (
-	"sync"
 	"time"
 )
 
@@ -32,15 +31,6 @@ type ClientStatus struct {
 	// connected member's, LastError the first member's that has one, and
 	// Since the latest change of any member.
 	Members []ClientStatus
-}
-
-// health is what Status reports, kept up to date by every emitted event.
-type health struct {
-	mu        sync.Mutex
-	connected bool
-	url       string
-	lastErr   error
-	since     time.Time
 }
 
 // track records an event that changes the connection's health. ev is
