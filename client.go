@@ -1,7 +1,14 @@
+// The Client's entries, where a user's call comes in: Dial and DialCluster
+// build a Client; Publisher, Consume, Status and Close each choose the
+// cluster's way (client_cluster.go) or one broker's (the files below it).
+
 package artemis
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strings"
 )
 
 // Dial connects to the first of urls that answers, trying them in turn (an
@@ -26,6 +33,220 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 	return c, nil
 }
 
+// DialCluster connects to the members of an Artemis cluster and returns a
+// Client over all of them. Each element of nodes is one member's URL list,
+// as Dial takes it: its live URL, then its backups, tried in turn. An AMQP
+// client learns no topology from Artemis, so every member must be listed.
+// opts (nil for the defaults) apply to every member.
+//
+// Every member is dialled at once; DialCluster returns when each has
+// answered or failed, and fails (matching ErrConnect) only when none could
+// be connected to. A member that is down is dialled again whenever it is
+// needed, on its own, while the others go on.
+//
+// The Client has the methods of Dial's, and:
+//
+//   - Publisher: a message that carries a group-id (WithGroupID) or a
+//     duplicate id (WithDuplicateDetection) always goes to the member its
+//     key hashes to (the group-id, else the duplicate id), so per-group
+//     order and duplicate detection, both kept per member by Artemis, hold;
+//     the retry after an ambiguous outcome goes to the same member. When
+//     that member is down the publish waits for it within its context
+//     (FailFast: fails at once), unless ClientOptions.ClusterFailover sends
+//     it to the next member with weaker guarantees. Other messages go round
+//     robin over the members that are connected, skipping one that cannot
+//     be connected to.
+//   - Consume: runs the Consumer on every member at once (a receiver per
+//     member, each with the Consumer's concurrency and credit), so no
+//     message waits on a member without a consumer. Per-group order holds
+//     as on one broker, because a group's messages are all on one member
+//     (Artemis never redistributes a message with a group-id). The loops
+//     share a memory of failed attempts by meta.id, so a message that
+//     redistribution moves to another member (Artemis restarts its
+//     delivery-count there) goes on counting: it gets at most maxTries
+//     handler calls from this Client wherever it moves (while fewer than
+//     65,536 failing messages wait for a retry at once). A member
+//     that is lost is re-dialled and re-attached on its own. It returns
+//     when ctx ends (nil), the Client is closed (ErrClosed), or a member's
+//     loop fails for good (its error; the others are then stopped).
+//   - Status: Members reports each member.
+//   - Close: closes every member.
+func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*Client, error) {
+	c, err := newCluster(nodes, opts, dialAMQP)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.dialMembers(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Publisher attaches a sender to queue with the "queue" capability (an
+// anycast queue on Artemis) and returns a publisher over it. opts apply to
+// every publish, before per-call options; pass WithDuplicateDetection to
+// make ambiguous failures retryable (below). The attach happens now, so an
+// unreachable broker or a refused address is reported here.
+//
+// When is a failed publish retried? Publish returns meta.id only once the
+// broker accepted the transfer. When the link is known to be gone before
+// the transfer is written (the connection died while idle), the publisher
+// re-dials and sends on the new link: nothing was sent, so nothing can be
+// doubled. When the link or connection fails after the transfer may have
+// been written, or ctx ends while waiting for the broker's outcome, the
+// outcome is unknown: the broker may have stored the message. Sending it
+// again is duplicate-free only with Artemis duplicate detection, so:
+//
+//   - without WithDuplicateDetection the error is returned, matching
+//     ErrOutcomeUnknown, and nothing is retried: the caller decides;
+//   - with it, the message (same meta.id, same _AMQ_DUPL_ID) is sent once
+//     more on a re-dialed link, and Artemis drops it if the first copy was
+//     stored. A second unknown outcome is returned as ErrOutcomeUnknown.
+//     An ended ctx is never retried.
+//
+// When no broker answers, the error matches ErrConnect: nothing was sent,
+// and publishing again is safe. A caller retrying an unknown outcome on its
+// own must resend the same envelope (PublishEnvelope with
+// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
+// meta.id each call. A rejected, released or modified outcome is the
+// broker's answer, returned as an *OutcomeError and never retried.
+//
+// PublishWithReceipt pipelines over the current link (go-amqp's
+// SendWithReceipt), and the same rules hold for each receipt: a receipt
+// outstanding when the link or connection drops resolves to an error
+// matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
+// is sent once more on a re-dialed link and the receipt resolves with that
+// outcome. Those resends run one by one on the Publisher's resolving
+// goroutine, each bounded by twice the Client's DialTimeout. A receipt
+// whose outcome has not come within twice the DialTimeout of its write is
+// handled the same way (ErrOutcomeUnknown, or one resend with
+// WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts
+// as a Publish ended by its ctx does: a broker that keeps the connection
+// alive but stops settling is re-dialled, and no receipt stays pending
+// for ever.
+func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
+	if c.done == nil {
+		return nil, errNotBuilt
+	}
+	if strings.TrimSpace(queue) == "" {
+		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	if c.members != nil {
+		s, err := c.clusterSender(ctx, queue)
+		if err != nil {
+			return nil, err
+		}
+		return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), cluster: s}, nil
+	}
+	s := c.newSender(queue)
+	if _, err := s.link(ctx, !c.failFast); err != nil {
+		return nil, err
+	}
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), sender: s}, nil
+}
+
+// publishOptions puts the Client's Observer (ClientOptions.Observer) before
+// opts, so a publisher's own WithPublishObserver replaces it.
+func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
+	if c.observer != nil {
+		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
+	}
+	return opts
+}
+
+// ClientPublisher is a Publisher whose link the Client keeps attached: after
+// the link or the connection is lost, the next publish re-dials and
+// re-attaches, without the caller rebuilding anything. Publish and
+// PublishEnvelope come from the embedded Publisher.
+type ClientPublisher struct {
+	*Publisher
+	sender  *clientSender
+	cluster *clusterSender // DialCluster's publisher: sender is nil
+}
+
+// Close detaches the publisher's link. Later publishes fail with ErrClosed.
+// The Client's connection stays open.
+func (p *ClientPublisher) Close(ctx context.Context) error {
+	if p.cluster != nil {
+		return p.cluster.close(ctx)
+	}
+	if p.sender == nil {
+		return errNotBuilt
+	}
+	return p.sender.close(ctx)
+}
+
+// Consume runs cons on queue under supervision until ctx ends, then
+// returns nil (ErrClosed when the Client is closed first). It attaches a
+// receiver to queue with the "queue" capability, asking the broker to send
+// unsettled (cons settles every delivery itself), and, unless cons has its
+// own dead-letter sender, a sender with the "queue" capability to
+// <name>.dlq (name: cons's WithQueue, else queue) that cons dead-letters
+// through; then it runs cons.Listen. When the link or the connection drops
+// it reports the loss (ClientOptions.OnEvent and Logger), waits a capped
+// exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
+// connection is gone, re-attaches and resumes Listen, for as long as ctx
+// lasts. The wait grows with each failed attempt and starts over once an
+// attachment has settled a delivery (or stayed up for Backoff.Max). A
+// wait after the connection was lost ends as soon as the Client has a new
+// one (re-dialled for a publisher, say), and is skipped when it already
+// has.
+//
+// cons is not modified: Consume listens with a copy that has the
+// dead-letter sender and, when WithQueue was not given, queue as its queue
+// name. An invalid cons or opts is returned at once, matching
+// ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
+// before Consume returns; then the receiver and the dead-letter sender are
+// detached side by side, each given at most 2 s, so an unresponsive
+// network does not hold Consume longer. A failed link's detach is bounded
+// by ctx and the dial timeout.
+func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+	if c.done == nil {
+		return errNotBuilt
+	}
+	if cons == nil {
+		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
+	}
+	if cons.err != nil {
+		return cons.err
+	}
+	if strings.TrimSpace(queue) == "" {
+		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	var o ConsumeOptions
+	if opts != nil {
+		o = *opts
+	}
+	credit := o.Credit
+	switch {
+	case credit < 0:
+		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
+	case credit == 0:
+		credit = defaultCredit(cons.concurrency)
+	}
+	credit = min(credit, math.MaxInt32)
+	if c.members != nil {
+		return c.consumeCluster(ctx, queue, cons, o, int32(credit))
+	}
+	return c.consume(ctx, queue, cons, o, int32(credit))
+}
+
+// Status reports whether the Client is connected right now, to which URL,
+// since when, and its last connection error. It never blocks on the
+// network and is safe to call from any goroutine, as often as a probe
+// likes. A connection that died but whose loss was not noticed yet counts
+// as not connected.
+func (c *Client) Status() ClientStatus {
+	if c == nil {
+		return ClientStatus{LastError: errNotBuilt}
+	}
+	if c.members != nil {
+		return c.clusterStatus()
+	}
+	return c.status()
+}
+
 // Close closes the connection and every link on it, and cuts short a dial
 // in flight or a backoff wait between dials: Consume loops return
 // ErrClosed, and publishes fail with ErrClosed (those that were waiting
@@ -36,27 +257,11 @@ func (c *Client) Close() error {
 	if c == nil || c.done == nil {
 		return nil // a nil or zero Client: nothing was opened
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	close(c.done)
-	c.abort()
-	cn := c.cur
-	c.cur = nil
-	c.mu.Unlock()
 	if c.members != nil {
+		if _, first := c.shut(); !first {
+			return nil
+		}
 		return c.closeMembers()
 	}
-	if cn == nil {
-		return nil
-	}
-	if cn.dead() {
-		// Its error was reported when it died; Close would only repeat it.
-		_ = cn.conn.Close()
-		return nil
-	}
-	return c.red.error(cn.conn.Close())
+	return c.close()
 }

@@ -281,3 +281,34 @@ type health struct {
 	lastErr   error
 	since     time.Time
 }
+
+// shut marks the Client closed, ends its context (cutting short a dial or a
+// backoff wait) and takes its connection; first is false when it was
+// closed already.
+func (c *Client) shut() (cn *connection, first bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, false
+	}
+	c.closed = true
+	close(c.done)
+	c.abort()
+	cn = c.cur
+	c.cur = nil
+	return cn, true
+}
+
+// close is Close for a Client on one broker (a cluster's member).
+func (c *Client) close() error {
+	cn, first := c.shut()
+	if !first || cn == nil {
+		return nil
+	}
+	if cn.dead() {
+		// Its error was reported when it died; Close would only repeat it.
+		_ = cn.conn.Close()
+		return nil
+	}
+	return c.red.error(cn.conn.Close())
+}
