@@ -1,195 +1,15 @@
+// The Client's entries, where a user's call comes in: Dial and DialCluster
+// build a Client; Publisher, Consume, Status and Close each choose the
+// cluster's way (client_cluster.go) or one broker's (the files below it).
+
 package artemis
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/Azure/go-amqp"
+	"math"
+	"strings"
 )
-
-// DefaultDialTimeout bounds one connection attempt to one broker URL (TCP,
-// TLS, SASL, AMQP open and begin) and one link attach.
-const DefaultDialTimeout = 15 * time.Second
-
-// DefaultIdleTimeout is the go-amqp idle timeout the Client sets unless
-// ConnOptions says otherwise: a connection on which nothing arrives for this
-// long is failed and re-dialed, so a half-open network (no FIN, no RST) is
-// noticed within it. go-amqp advertises half of it to the broker, and
-// Artemis sends an empty frame at half of what was advertised, so an idle
-// but healthy connection carries a heartbeat every 2.5 s.
-const DefaultIdleTimeout = 10 * time.Second
-
-// DefaultOutcomeTimeouts is the number of outcome timeouts in a row that
-// declare a connection dead (ClientOptions.OutcomeTimeouts).
-const DefaultOutcomeTimeouts = 3
-
-// MinOutcomeWait is how long a transfer must have waited for its outcome
-// for its timeout to count toward ClientOptions.OutcomeTimeouts.
-const MinOutcomeWait = time.Second
-
-// ClientOptions configures a Client. The zero value (or nil) is usable:
-// credentials from the URLs' userinfo, no events, no logging.
-type ClientOptions struct {
-	// Username and Password are SASL PLAIN credentials for every URL, taken
-	// field by field: a field set here replaces that field of each URL's
-	// userinfo (amqp://user:pass@host:5672), and only that one, so
-	// Username "svc" with amqp://u:p@host dials as svc with password p.
-	// An empty field leaves the URL's. When neither the options nor a URL
-	// give a user or a password, the SASLType of ConnOptions applies
-	// (go-amqp's default: no SASL).
-	//
-	// A URL's userinfo must be percent-encoded: a password with "@", "/",
-	// "?", "#" or "%" written raw makes the URL read part of it as the host
-	// or the path (amqp://u:P@ss/w@host is host "ss"), and Dial refuses
-	// such a URL (an "@" after its userinfo) with ErrInvalidConfig rather
-	// than dial it. Write P@ss/w as P%40ss%2Fw, or pass it in Password.
-	// Every error, event and log line masks the password, and the whole
-	// userinfo of a URL that is refused or does not parse.
-	// Default: the URLs' own.
-	Username string
-	// Password is the SASL PLAIN password, taken as Username is (above).
-	// Default: the URLs' own.
-	Password string
-
-	// TLSConfig is used for amqps:// URLs (direct TLS, what an Artemis
-	// acceptor with sslEnabled=true speaks). go-amqp clones it per
-	// connection and sets ServerName to the URL's host when it is empty.
-	// Default: ConnOptions.TLSConfig, else go-amqp's (the system roots).
-	TLSConfig *tls.Config
-
-	// ConnOptions are the base go-amqp connection options (idle timeout,
-	// container id, frame size ...). SASLType and TLSConfig are replaced by
-	// the fields above when those are set; leave HostName empty when there
-	// is more than one URL. An IdleTimeout of 0 becomes DefaultIdleTimeout
-	// (go-amqp's own default is a minute); a negative one turns the idle
-	// check off, as in go-amqp. Default: go-amqp's, with an IdleTimeout of
-	// DefaultIdleTimeout (10s).
-	ConnOptions *amqp.ConnOptions
-
-	// DialTimeout bounds each connection attempt to one URL and each link
-	// attach. Default: DefaultDialTimeout (15s).
-	DialTimeout time.Duration
-
-	// Backoff paces the Client's re-dials and Consume's re-attach attempts.
-	// After a loss the Client re-dials at once;
-	// after each failed round over the URL list it waits the next backoff
-	// step before dialing again. One re-dial runs at a time per Client,
-	// shared by every publisher and consume loop, so an outage costs one
-	// round of dials (and one round of log lines) per step, however many
-	// goroutines are publishing. Default: DefaultBackoff().
-	Backoff *Backoff
-
-	// FailFast makes a publish (and a consume loop's dead-letter write) that
-	// finds no connection fail at once with ErrConnect, without waiting for
-	// the re-dial: during a backoff step it returns the last round's error
-	// without dialing. Without it a publish waits for the connection to
-	// come back, within the call's context: the publish returns ErrConnect
-	// (nothing sent) only when its context ends, or the Client is closed,
-	// first. Default: false.
-	FailFast bool
-
-	// OutcomeTimeouts is how many transfers in a row on one connection may
-	// end by their context while waiting for the broker's outcome, with no
-	// outcome received in between, before the Client declares the
-	// connection dead, drops it and re-dials (the next URL first). Only
-	// transfers that waited at least MinOutcomeWait count: a context too
-	// short for any broker says nothing about the connection. It catches a
-	// half-open connection that still carries heartbeats; a negative value
-	// turns the check off. Default: DefaultOutcomeTimeouts (3).
-	OutcomeTimeouts int
-
-	// OnEvent, when set, hears every connection and link event: each loss
-	// and each recovery. It is called synchronously from the goroutine that
-	// saw the event, possibly from several at once and possibly while a
-	// publish or a re-dial waits on it, so it must be safe for concurrent
-	// use, must not block and must not call back into the Client or its
-	// publishers (hand the event to a channel or a goroutine for that). A
-	// panic in it is recovered. The event's URL and Err never carry a
-	// password. Default: none.
-	OnEvent func(ConnectionEvent)
-
-	// Logger receives the same events: losses and failures at warn,
-	// recoveries at info, backoff waits at debug, each with a short fixed
-	// message ("connection lost") and the event, url, address and error as
-	// attributes. No password is ever logged. When Logger is nil and
-	// OnEvent is nil too, the warn lines (losses and failures) go to
-	// slog.Default(), so an outage is never silent; with OnEvent set and
-	// no Logger, nothing is logged. A panic in OnEvent is logged at error,
-	// to slog.Default() when Logger is nil. To log nothing at all, set
-	// slog.New(slog.DiscardHandler). Default: nil (as above).
-	Logger *slog.Logger
-
-	// ClusterFailover (DialCluster only) lets a message that belongs to one
-	// member (it has a group-id, or a duplicate id from
-	// WithDuplicateDetection) go to the next member when its own cannot be
-	// connected to, instead of waiting for it. The guarantees that pinning
-	// gives are then weaker: per-group order holds only among the messages
-	// that went to the same member, and a duplicate sent to two members is
-	// stored twice. Without it the publish waits for the member within its
-	// context (ClientOptions.FailFast: fails at once). Default: false.
-	ClusterFailover bool
-
-	// Observer, when set, hears every publish of the Client's publishers
-	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
-	// per-call WithPublishObserver replaces it. The consumers given to
-	// Consume take theirs with WithObserver. Default: none.
-	Observer Observer
-}
-
-// Client owns one AMQP connection and session to Artemis, re-dialing them
-// when they are lost, and hands out publishers (Client.Publisher) and a
-// supervised consume loop (Client.Consume) that survive the loss. It is
-// optional: Publisher and Consumer work on any go-amqp link you manage.
-// A Client is safe for concurrent use.
-type Client struct {
-	brokers         []broker
-	dialTimeout     time.Duration
-	backoff         Backoff
-	failFast        bool
-	outcomeTimeouts int
-	onEvent         func(ConnectionEvent)
-	logger          *slog.Logger
-	red             redactor
-
-	observer Observer // every Client.Publisher's, unless it has its own
-
-	// DialCluster: one Client per member, each dialling its own URL list;
-	// this Client dials nothing itself (client_cluster.go).
-	members  []*Client
-	rr       atomic.Uint64 // round-robin position of unkeyed publishes
-	failover bool          // ClientOptions.ClusterFailover
-	health   health        // what Status reports
-
-	// seams: the real values come from Dial, tests put fakes here.
-	dial           dialFunc
-	random         func() float64
-	after          func(time.Duration) <-chan time.Time
-	now            func() time.Time
-	joined         func()        // hears of a caller waiting for another's dial
-	minOutcomeWait time.Duration // MinOutcomeWait; tests shorten it
-	closeGrace     time.Duration // bounds Consume's detaches after its ctx ended
-
-	done  chan struct{}   // closed by Close
-	ctx   context.Context // ended by Close: every dial runs under it
-	abort context.CancelFunc
-
-	mu        sync.Mutex
-	closed    bool
-	cur       *connection
-	last      *connection // the newest connection opened, dead or alive
-	next      int         // index of the broker URL to try first
-	connected bool        // a connection was opened before: the next one is a reconnect
-	dialing   *dialCall
-	failures  int        // dial rounds failed in a row
-	pause     *dialPause // the backoff wait before the next dial round, if any
-	lastErr   error      // why the last dial round failed
-}
 
 // Dial connects to the first of urls that answers, trying them in turn (an
 // Artemis live/backup pair, for instance), and returns a Client that owns
@@ -213,72 +33,218 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 	return c, nil
 }
 
-func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, error) {
-	var o ClientOptions
+// DialCluster connects to the members of an Artemis cluster and returns a
+// Client over all of them. Each element of nodes is one member's URL list,
+// as Dial takes it: its live URL, then its backups, tried in turn. An AMQP
+// client learns no topology from Artemis, so every member must be listed.
+// opts (nil for the defaults) apply to every member.
+//
+// Every member is dialled at once; DialCluster returns when each has
+// answered or failed, and fails (matching ErrConnect) only when none could
+// be connected to. A member that is down is dialled again whenever it is
+// needed, on its own, while the others go on.
+//
+// The Client has the methods of Dial's, and:
+//
+//   - Publisher: a message that carries a group-id (WithGroupID) or a
+//     duplicate id (WithDuplicateDetection) always goes to the member its
+//     key hashes to (the group-id, else the duplicate id), so per-group
+//     order and duplicate detection, both kept per member by Artemis, hold;
+//     the retry after an ambiguous outcome goes to the same member. When
+//     that member is down the publish waits for it within its context
+//     (FailFast: fails at once), unless ClientOptions.ClusterFailover sends
+//     it to the next member with weaker guarantees. Other messages go round
+//     robin over the members that are connected, skipping one that cannot
+//     be connected to.
+//   - Consume: runs the Consumer on every member at once (a receiver per
+//     member, each with the Consumer's concurrency and credit), so no
+//     message waits on a member without a consumer. Per-group order holds
+//     as on one broker, because a group's messages are all on one member
+//     (Artemis never redistributes a message with a group-id). The loops
+//     share a memory of failed attempts by meta.id, so a message that
+//     redistribution moves to another member (Artemis restarts its
+//     delivery-count there) goes on counting: it gets at most maxTries
+//     handler calls from this Client wherever it moves (while fewer than
+//     65,536 failing messages wait for a retry at once). A member
+//     that is lost is re-dialled and re-attached on its own. It returns
+//     when ctx ends (nil), the Client is closed (ErrClosed), or a member's
+//     loop fails for good (its error; the others are then stopped).
+//   - Status: Members reports each member.
+//   - Close: closes every member.
+func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*Client, error) {
+	c, err := newCluster(nodes, opts, dialAMQP)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.dialMembers(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Publisher attaches a sender to queue with the "queue" capability (an
+// anycast queue on Artemis) and returns a publisher over it. opts apply to
+// every publish, before per-call options; pass WithDuplicateDetection to
+// make ambiguous failures retryable (below). The attach happens now, so an
+// unreachable broker or a refused address is reported here.
+//
+// When is a failed publish retried? Publish returns meta.id only once the
+// broker accepted the transfer. When the link is known to be gone before
+// the transfer is written (the connection died while idle), the publisher
+// re-dials and sends on the new link: nothing was sent, so nothing can be
+// doubled. When the link or connection fails after the transfer may have
+// been written, or ctx ends while waiting for the broker's outcome, the
+// outcome is unknown: the broker may have stored the message. Sending it
+// again is duplicate-free only with Artemis duplicate detection, so:
+//
+//   - without WithDuplicateDetection the error is returned, matching
+//     ErrOutcomeUnknown, and nothing is retried: the caller decides;
+//   - with it, the message (same meta.id, same _AMQ_DUPL_ID) is sent once
+//     more on a re-dialed link, and Artemis drops it if the first copy was
+//     stored. A second unknown outcome is returned as ErrOutcomeUnknown.
+//     An ended ctx is never retried.
+//
+// When no broker answers, the error matches ErrConnect: nothing was sent,
+// and publishing again is safe. A caller retrying an unknown outcome on its
+// own must resend the same envelope (PublishEnvelope with
+// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
+// meta.id each call. A rejected, released or modified outcome is the
+// broker's answer, returned as an *OutcomeError and never retried.
+//
+// PublishWithReceipt pipelines over the current link (go-amqp's
+// SendWithReceipt), and the same rules hold for each receipt: a receipt
+// outstanding when the link or connection drops resolves to an error
+// matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
+// is sent once more on a re-dialed link and the receipt resolves with that
+// outcome. Those resends run one by one on the Publisher's resolving
+// goroutine, each bounded by twice the Client's DialTimeout. A receipt
+// whose outcome has not come within twice the DialTimeout of its write is
+// handled the same way (ErrOutcomeUnknown, or one resend with
+// WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts
+// as a Publish ended by its ctx does: a broker that keeps the connection
+// alive but stops settling is re-dialled, and no receipt stays pending
+// for ever.
+func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
+	if c.done == nil {
+		return nil, errNotBuilt
+	}
+	if strings.TrimSpace(queue) == "" {
+		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	if c.members != nil {
+		s, err := c.clusterSender(ctx, queue)
+		if err != nil {
+			return nil, err
+		}
+		return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), cluster: s}, nil
+	}
+	s := c.newSender(queue)
+	if _, err := s.link(ctx, !c.failFast); err != nil {
+		return nil, err
+	}
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), sender: s}, nil
+}
+
+// publishOptions puts the Client's Observer (ClientOptions.Observer) before
+// opts, so a publisher's own WithPublishObserver replaces it.
+func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
+	if c.observer != nil {
+		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
+	}
+	return opts
+}
+
+// ClientPublisher is a Publisher whose link the Client keeps attached: after
+// the link or the connection is lost, the next publish re-dials and
+// re-attaches, without the caller rebuilding anything. Publish and
+// PublishEnvelope come from the embedded Publisher.
+type ClientPublisher struct {
+	*Publisher
+	sender  *clientSender
+	cluster *clusterSender // DialCluster's publisher: sender is nil
+}
+
+// Close detaches the publisher's link. Later publishes fail with ErrClosed.
+// The Client's connection stays open.
+func (p *ClientPublisher) Close(ctx context.Context) error {
+	if p.cluster != nil {
+		return p.cluster.close(ctx)
+	}
+	if p.sender == nil {
+		return errNotBuilt
+	}
+	return p.sender.close(ctx)
+}
+
+// Consume runs cons on queue under supervision until ctx ends, then
+// returns nil (ErrClosed when the Client is closed first). It attaches a
+// receiver to queue with the "queue" capability, asking the broker to send
+// unsettled (cons settles every delivery itself), and, unless cons has its
+// own dead-letter sender, a sender with the "queue" capability to
+// <name>.dlq (name: cons's WithQueue, else queue) that cons dead-letters
+// through; then it runs cons.Listen. When the link or the connection drops
+// it reports the loss (ClientOptions.OnEvent and Logger), waits a capped
+// exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
+// connection is gone, re-attaches and resumes Listen, for as long as ctx
+// lasts. The wait grows with each failed attempt and starts over once an
+// attachment has settled a delivery (or stayed up for Backoff.Max). A
+// wait after the connection was lost ends as soon as the Client has a new
+// one (re-dialled for a publisher, say), and is skipped when it already
+// has.
+//
+// cons is not modified: Consume listens with a copy that has the
+// dead-letter sender and, when WithQueue was not given, queue as its queue
+// name. An invalid cons or opts is returned at once, matching
+// ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
+// before Consume returns; then the receiver and the dead-letter sender are
+// detached side by side, each given at most 2 s, so an unresponsive
+// network does not hold Consume longer. A failed link's detach is bounded
+// by ctx and the dial timeout.
+func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+	if c.done == nil {
+		return errNotBuilt
+	}
+	if cons == nil {
+		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
+	}
+	if cons.err != nil {
+		return cons.err
+	}
+	if strings.TrimSpace(queue) == "" {
+		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	var o ConsumeOptions
 	if opts != nil {
 		o = *opts
 	}
-	c := &Client{
-		dialTimeout:     o.DialTimeout,
-		backoff:         DefaultBackoff(),
-		failFast:        o.FailFast,
-		outcomeTimeouts: o.OutcomeTimeouts,
-		onEvent:         o.OnEvent,
-		logger:          o.Logger,
-		dial:            dial,
-		random:          rand.Float64,
-		after:           time.After,
-		now:             time.Now,
-		done:            make(chan struct{}),
-		closeGrace:      closeGrace,
-		minOutcomeWait:  MinOutcomeWait,
+	credit := o.Credit
+	switch {
+	case credit < 0:
+		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
+	case credit == 0:
+		credit = defaultCredit(cons.concurrency)
 	}
-	c.ctx, c.abort = context.WithCancel(context.Background())
-	if c.outcomeTimeouts == 0 {
-		c.outcomeTimeouts = DefaultOutcomeTimeouts
+	credit = min(credit, math.MaxInt32)
+	if c.members != nil {
+		return c.consumeCluster(ctx, queue, cons, o, int32(credit))
 	}
-	c.observer = o.Observer
-	c.red.add(o.Password)
-	for _, raw := range urls {
-		c.red.addURLPassword(raw)
+	return c.consume(ctx, queue, cons, o, int32(credit))
+}
+
+// Status reports whether the Client is connected right now, to which URL,
+// since when, and its last connection error. It never blocks on the
+// network and is safe to call from any goroutine, as often as a probe
+// likes. A connection that died but whose loss was not noticed yet counts
+// as not connected.
+func (c *Client) Status() ClientStatus {
+	if c == nil {
+		return ClientStatus{LastError: errNotBuilt}
 	}
-	if len(urls) == 0 {
-		return nil, fmt.Errorf("%w: no broker URL", ErrInvalidConfig)
+	if c.members != nil {
+		return c.clusterStatus()
 	}
-	for _, raw := range urls {
-		b, err := parseBroker(raw, &o)
-		if err != nil {
-			return nil, c.red.error(err)
-		}
-		b.shown = c.red.string(b.shown)
-		c.brokers = append(c.brokers, b)
-	}
-	if c.dialTimeout == 0 {
-		c.dialTimeout = DefaultDialTimeout
-	}
-	if c.dialTimeout < 0 {
-		return nil, fmt.Errorf("%w: dial timeout is %v, want > 0", ErrInvalidConfig, c.dialTimeout)
-	}
-	if o.Backoff != nil {
-		if err := o.Backoff.Validate(); err != nil {
-			return nil, err
-		}
-		c.backoff = *o.Backoff
-	}
-	base := amqp.ConnOptions{}
-	if o.ConnOptions != nil {
-		base = *o.ConnOptions
-	}
-	if o.TLSConfig != nil {
-		base.TLSConfig = o.TLSConfig
-	}
-	if base.IdleTimeout == 0 {
-		base.IdleTimeout = DefaultIdleTimeout
-	}
-	for i := range c.brokers {
-		c.brokers[i].opts = base
-	}
-	return c, nil
+	return c.status()
 }
 
 // Close closes the connection and every link on it, and cuts short a dial
@@ -291,33 +257,11 @@ func (c *Client) Close() error {
 	if c == nil || c.done == nil {
 		return nil // a nil or zero Client: nothing was opened
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	close(c.done)
-	c.abort()
-	cn := c.cur
-	c.cur = nil
-	c.mu.Unlock()
 	if c.members != nil {
+		if _, first := c.shut(); !first {
+			return nil
+		}
 		return c.closeMembers()
 	}
-	if cn == nil {
-		return nil
-	}
-	if cn.dead() {
-		// Its error was reported when it died; Close would only repeat it.
-		_ = cn.conn.Close()
-		return nil
-	}
-	return c.red.error(cn.conn.Close())
-}
-
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
+	return c.close()
 }

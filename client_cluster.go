@@ -15,56 +15,6 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// DialCluster connects to the members of an Artemis cluster and returns a
-// Client over all of them. Each element of nodes is one member's URL list,
-// as Dial takes it: its live URL, then its backups, tried in turn. An AMQP
-// client learns no topology from Artemis, so every member must be listed.
-// opts (nil for the defaults) apply to every member.
-//
-// Every member is dialled at once; DialCluster returns when each has
-// answered or failed, and fails (matching ErrConnect) only when none could
-// be connected to. A member that is down is dialled again whenever it is
-// needed, on its own, while the others go on.
-//
-// The Client has the methods of Dial's, and:
-//
-//   - Publisher: a message that carries a group-id (WithGroupID) or a
-//     duplicate id (WithDuplicateDetection) always goes to the member its
-//     key hashes to (the group-id, else the duplicate id), so per-group
-//     order and duplicate detection, both kept per member by Artemis, hold;
-//     the retry after an ambiguous outcome goes to the same member. When
-//     that member is down the publish waits for it within its context
-//     (FailFast: fails at once), unless ClientOptions.ClusterFailover sends
-//     it to the next member with weaker guarantees. Other messages go round
-//     robin over the members that are connected, skipping one that cannot
-//     be connected to.
-//   - Consume: runs the Consumer on every member at once (a receiver per
-//     member, each with the Consumer's concurrency and credit), so no
-//     message waits on a member without a consumer. Per-group order holds
-//     as on one broker, because a group's messages are all on one member
-//     (Artemis never redistributes a message with a group-id). The loops
-//     share a memory of failed attempts by meta.id, so a message that
-//     redistribution moves to another member (Artemis restarts its
-//     delivery-count there) goes on counting: it gets at most maxTries
-//     handler calls from this Client wherever it moves (while fewer than
-//     65,536 failing messages wait for a retry at once). A member
-//     that is lost is re-dialled and re-attached on its own. It returns
-//     when ctx ends (nil), the Client is closed (ErrClosed), or a member's
-//     loop fails for good (its error; the others are then stopped).
-//   - Status: Members reports each member.
-//   - Close: closes every member.
-func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*Client, error) {
-	c, err := newCluster(nodes, opts, dialAMQP)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.dialMembers(ctx); err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
 // newCluster builds DialCluster's Client, its members dialling with dial,
 // without dialling yet.
 func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, error) {
@@ -90,7 +40,9 @@ func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, 
 	for _, urls := range nodes {
 		m, err := newClient(urls, opts, dial)
 		if err != nil {
-			_ = c.Close()
+			// Close, as for a cluster Client: the members built so far too.
+			c.shut()
+			_ = c.closeMembers()
 			return nil, err
 		}
 		c.members = append(c.members, m)
@@ -125,7 +77,7 @@ func (c *Client) dialMembers(ctx context.Context) error {
 func (c *Client) closeMembers() error {
 	var errs []error
 	for i, m := range c.members {
-		if err := m.Close(); err != nil {
+		if err := m.close(); err != nil {
 			errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
 		}
 	}
@@ -167,11 +119,11 @@ type clusterSender struct {
 	members []*clientSender
 }
 
-// clusterPublisher attaches a sender to queue on every member. It succeeds
-// when at least one member attached: one that cannot be connected to now
-// attaches on its first publish. A refusal (an address the user may not
-// send to, say) is returned.
-func (c *Client) clusterPublisher(ctx context.Context, queue string, opts []PublishOption) (*ClientPublisher, error) {
+// clusterSender attaches a sender to queue on every member, for a cluster
+// Client's Publisher. It succeeds when at least one member attached: one
+// that cannot be connected to now attaches on its first publish. A refusal
+// (an address the user may not send to, say) is returned.
+func (c *Client) clusterSender(ctx context.Context, queue string) (*clusterSender, error) {
 	s := &clusterSender{c: c, addr: queue}
 	for _, m := range c.members {
 		s.members = append(s.members, m.newSender(queue))
@@ -180,10 +132,7 @@ func (c *Client) clusterPublisher(ctx context.Context, queue string, opts []Publ
 		_ = s.close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if c.observer != nil {
-		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
-	}
-	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), cluster: s}, nil
+	return s, nil
 }
 
 // attachAll attaches every member's sender side by side, without waiting
@@ -340,9 +289,9 @@ var (
 	_ pendingSender = (*clusterSender)(nil)
 )
 
-// consumeCluster runs Consume on every member side by side. cons and opts
-// were validated by Consume.
-func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+// consumeCluster runs Consume on every member side by side. cons and o
+// were validated, and credit settled, by Consume.
+func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consumer, o ConsumeOptions, credit int32) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One memory of failed attempts for every member's loop: a message that
@@ -351,7 +300,7 @@ func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consume
 	shared.memory = newAttemptMemory(attemptMemoryCap)
 	errs := make(chan error, len(c.members))
 	for _, m := range c.members {
-		go func() { errs <- m.Consume(mctx, queue, &shared, opts) }()
+		go func() { errs <- m.consume(mctx, queue, &shared, o, credit) }()
 	}
 	var first error
 	for range c.members {
@@ -373,7 +322,7 @@ func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consume
 func (c *Client) clusterStatus() ClientStatus {
 	var s ClientStatus
 	for _, m := range c.members {
-		ms := m.Status()
+		ms := m.status()
 		s.Members = append(s.Members, ms)
 		if ms.Connected && !s.Connected {
 			s.Connected, s.URL = true, ms.URL

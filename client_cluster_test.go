@@ -2,9 +2,7 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -333,51 +331,6 @@ func TestClusterConsumeRefusesABadConsumerAtOnce(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 	err = h.c.Consume(context.Background(), "orders", nil, nil)
 	assert.ErrorIs(t, err, ErrInvalidConfig)
-}
-
-func TestDialFollowsAConnectionRedirect(t *testing.T) {
-	redirect := func(host string, port any) error {
-		return &amqp.ConnError{RemoteErr: &amqp.Error{
-			Condition:   conditionRedirect,
-			Description: "Connection router redirected this connection",
-			Info:        map[string]any{"network-host": host, "port": port},
-		}}
-	}
-	h := newHarness(t, []string{"amqp://babel:" + secret + "@router:5672"}, nil, func(fb *fakeBroker) {
-		fb.dialErr = func(_ int, b *broker) error {
-			if strings.Contains(b.addr, "router") {
-				return redirect("10.0.0.9", int32(61617))
-			}
-			return nil
-		}
-	})
-	require.NoError(t, h.dial())
-	assert.Equal(t, []string{"amqp://router:5672", "amqp://10.0.0.9:61617"}, h.fb.dialed())
-	st := h.c.Status()
-	assert.Equal(t, "amqp://babel:xxxxx@10.0.0.9:61617", st.URL)
-	assert.Equal(t, "babel", h.fb.dials[1].user, "the same credentials")
-	assert.Equal(t, secret, h.fb.dials[1].pass)
-
-	// A router that redirects for ever is given up after a few hops.
-	loop := newHarness(t, []string{"amqp://router:5672"}, nil, func(fb *fakeBroker) {
-		fb.dialErr = func(int, *broker) error { return redirect("router", uint16(5672)) }
-	})
-	err := loop.dial()
-	assert.ErrorIs(t, err, ErrConnect)
-	assert.Contains(t, err.Error(), "redirects")
-	assert.Len(t, loop.fb.dialed(), maxRedirects+1)
-}
-
-func TestRedirectOfReadsOnlyARedirect(t *testing.T) {
-	_, ok := redirectOf(&amqp.ConnError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondConnectionForced}})
-	assert.False(t, ok)
-	_, ok = redirectOf(errors.New("plain"))
-	assert.False(t, ok)
-	_, ok = redirectOf(&amqp.Error{Condition: conditionRedirect, Info: map[string]any{"network-host": "h"}})
-	assert.False(t, ok, "no port")
-	got, ok := redirectOf(fmt.Errorf("begin session: %w", &amqp.Error{Condition: conditionRedirect, Info: map[string]any{"hostname": "h", "port": int64(1)}}))
-	assert.True(t, ok)
-	assert.Equal(t, "h:1", got)
 }
 
 func TestClusterPublisherReportsARefusalAndWaitsWhenEveryMemberIsDown(t *testing.T) {

@@ -3,8 +3,6 @@ package artemis
 import (
 	"context"
 	"fmt"
-	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,59 +34,9 @@ type ConsumeOptions struct {
 	NoDeadLetter bool
 }
 
-// Consume runs cons on queue under supervision until ctx ends, then
-// returns nil (ErrClosed when the Client is closed first). It attaches a
-// receiver to queue with the "queue" capability, asking the broker to send
-// unsettled (cons settles every delivery itself), and, unless cons has its
-// own dead-letter sender, a sender with the "queue" capability to
-// <name>.dlq (name: cons's WithQueue, else queue) that cons dead-letters
-// through; then it runs cons.Listen. When the link or the connection drops
-// it reports the loss (ClientOptions.OnEvent and Logger), waits a capped
-// exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
-// connection is gone, re-attaches and resumes Listen, for as long as ctx
-// lasts. The wait grows with each failed attempt and starts over once an
-// attachment has settled a delivery (or stayed up for Backoff.Max). A
-// wait after the connection was lost ends as soon as the Client has a new
-// one (re-dialled for a publisher, say), and is skipped when it already
-// has.
-//
-// cons is not modified: Consume listens with a copy that has the
-// dead-letter sender and, when WithQueue was not given, queue as its queue
-// name. An invalid cons or opts is returned at once, matching
-// ErrInvalidConfig. On ctx's end, handlers in flight finish and settle
-// before Consume returns; then the receiver and the dead-letter sender are
-// detached side by side, each given at most 2 s, so an unresponsive
-// network does not hold Consume longer. A failed link's detach is bounded
-// by ctx and the dial timeout.
-func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
-	if c.done == nil {
-		return errNotBuilt
-	}
-	if cons == nil {
-		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
-	}
-	if cons.err != nil {
-		return cons.err
-	}
-	if strings.TrimSpace(queue) == "" {
-		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
-	}
-	var o ConsumeOptions
-	if opts != nil {
-		o = *opts
-	}
-	credit := o.Credit
-	switch {
-	case credit < 0:
-		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
-	case credit == 0:
-		credit = defaultCredit(cons.concurrency)
-	}
-	credit = min(credit, math.MaxInt32)
-	if c.members != nil {
-		return c.consumeCluster(ctx, queue, cons, opts)
-	}
-
+// consume is Consume on one broker, cons and o validated and credit
+// settled.
+func (c *Client) consume(ctx context.Context, queue string, cons *Consumer, o ConsumeOptions, credit int32) error {
 	// The Consumer is immutable; give this loop its own copy wired to the
 	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a
 	// faithful one.)
@@ -102,16 +50,11 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 		run.dlq = dlq
 	}
 
-	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: int32(credit)}
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: credit}
 	err := l.run(ctx)
 	l.detach(ctx)
 	return err
 }
-
-// closeGrace bounds each detach Consume makes once its context has ended
-// (the receiver's and the dead-letter sender's, side by side), so a
-// half-open network cannot hold Consume past it.
-const closeGrace = 2 * time.Second
 
 type consumeLoop struct {
 	c      *Client

@@ -1,6 +1,6 @@
-// Dialling: the broker URL list, the one re-dial that concurrent callers
-// share, its backoff pauses, and publishers and consumers waiting through an
-// outage.
+// Dialling: the one re-dial over the broker URL list that concurrent
+// callers share, its backoff pauses, and publishers and consumers waiting
+// through an outage.
 
 package artemis
 
@@ -8,81 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"time"
-
-	"github.com/Azure/go-amqp"
-
-	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
 )
-
-// broker is one URL as the Client dials and shows it.
-type broker struct {
-	addr  string // the URL without userinfo
-	shown string // the URL with its password redacted
-	user  string
-	pass  string
-	plain bool // use SASL PLAIN with user and pass
-	opts  amqp.ConnOptions
-}
-
-// dialCall is one round over the URL list that callers wait for.
-type dialCall struct {
-	done    chan struct{}
-	cancel  context.CancelFunc
-	err     error // set before done is closed
-	waiters int   // guarded by Client.mu
-	patient int   // guarded by Client.mu: waiters that wait through a failure
-	aborted bool  // guarded by Client.mu: cancelled, no one waited any more
-}
-
-// dialPause is the backoff wait before the next dial round.
-type dialPause struct {
-	done      chan struct{}
-	event     ConnectionEvent // EventBackoff, reported once
-	announced bool            // guarded by Client.mu
-}
-
-func parseBroker(raw string, o *ClientOptions) (broker, error) {
-	shown := redactURL(raw)
-	u, err := url.Parse(raw)
-	if err != nil {
-		// url.Parse's error quotes the URL, password included: never wrap it.
-		return broker{}, fmt.Errorf("%w: broker URL %q does not parse (is its userinfo percent-encoded? see ClientOptions.Username)", ErrInvalidConfig, shown)
-	}
-	if redact.Ambiguous(raw) {
-		// Dialled, it would go to a host made of part of the password.
-		return broker{}, fmt.Errorf("%w: broker URL %q has an @ that does not end its userinfo: percent-encode @ / ? # %% in its userinfo (as %%40 %%2F %%3F %%23 %%25)", ErrInvalidConfig, shown)
-	}
-	switch u.Scheme {
-	case "amqp", "amqps", "amqp+ssl":
-	default:
-		return broker{}, fmt.Errorf("%w: broker URL %q: scheme %q, want amqp or amqps", ErrInvalidConfig, shown, u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return broker{}, fmt.Errorf("%w: broker URL %q has no host", ErrInvalidConfig, shown)
-	}
-	b := broker{shown: shown}
-	// Field by field: an option that is set replaces that field of the
-	// URL's userinfo, and only that one.
-	if u.User != nil {
-		b.user = u.User.Username()
-		b.pass, _ = u.User.Password()
-		b.plain = true
-	}
-	if o.Username != "" {
-		b.user, b.plain = o.Username, true
-	}
-	if o.Password != "" {
-		b.pass, b.plain = o.Password, true
-	}
-	bare := *u
-	bare.User = nil
-	b.addr = bare.String()
-	return b, nil
-}
 
 // connection returns the open connection, dialing once over the URL list
 // when there is none or it died (Dial, and callers that fail fast).
@@ -357,69 +284,6 @@ func (c *Client) open(ctx context.Context, b *broker) (amqpConn, amqpSession, er
 		return nil, nil, fmt.Errorf("begin session: %w", err)
 	}
 	return conn, sess, nil
-}
-
-// maxRedirects is how many amqp:connection:redirect answers one connection
-// attempt follows.
-const maxRedirects = 3
-
-// conditionRedirect is the AMQP error condition of a connection router's
-// answer (an Artemis acceptor with router=...).
-const conditionRedirect amqp.ErrCond = "amqp:connection:redirect"
-
-// redirectOf returns the host:port that a redirect error names (its info
-// network-host, else hostname, and port).
-func redirectOf(err error) (string, bool) {
-	if err == nil {
-		return "", false
-	}
-	var remote *amqp.Error
-	var ce *amqp.ConnError
-	switch {
-	case errors.As(err, &ce) && ce.RemoteErr != nil:
-		remote = ce.RemoteErr
-	case errors.As(err, &remote):
-	default:
-		return "", false
-	}
-	if remote.Condition != conditionRedirect {
-		return "", false
-	}
-	host, _ := remote.Info["network-host"].(string)
-	if host == "" {
-		host, _ = remote.Info["hostname"].(string)
-	}
-	var port int64
-	switch p := remote.Info["port"].(type) {
-	case int32:
-		port = int64(p)
-	case int64:
-		port = p
-	case uint16:
-		port = int64(p)
-	case uint32:
-		port = int64(p)
-	case int:
-		port = int64(p)
-	}
-	if host == "" || port <= 0 || port > 65535 {
-		return "", false
-	}
-	return net.JoinHostPort(host, strconv.FormatInt(port, 10)), true
-}
-
-// redirected is b with its host and port replaced by hostPort.
-func (b *broker) redirected(hostPort string) (broker, error) {
-	nb := *b
-	for _, s := range []*string{&nb.addr, &nb.shown} {
-		u, err := url.Parse(*s)
-		if err != nil {
-			return broker{}, fmt.Errorf("%w: broker URL does not parse", ErrInvalidConfig)
-		}
-		u.Host = hostPort
-		*s = u.String()
-	}
-	return nb, nil
 }
 
 // sleep waits d, or until wake is closed (nil: never), and reports false

@@ -1,11 +1,10 @@
-// Connection events: their kinds, emitting them to OnEvent and logging them.
+// Connection events: their kinds, their names and log messages (reported by
+// client_report.go).
 
 package artemis
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"time"
 )
 
@@ -89,76 +88,6 @@ type ConnectionEvent struct {
 	Delay time.Duration
 	// Err is the cause of a loss or failure, passwords scrubbed.
 	Err error
-}
-
-// emit reports an event to the callback and the logger, scrubbed, and
-// keeps the health Status reports.
-func (c *Client) emit(ev ConnectionEvent) {
-	ev.URL = c.red.string(ev.URL)
-	ev.Err = c.red.error(ev.Err)
-	c.track(ev)
-	c.log(ev)
-	if c.onEvent == nil {
-		return
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			l := c.logger
-			if l == nil {
-				l = slog.Default()
-			}
-			l.LogAttrs(context.Background(), slog.LevelError, "connection event callback panicked",
-				slog.String("event", ev.Kind.String()), slog.String("panic", c.red.string(fmt.Sprint(p))))
-		}
-	}()
-	c.onEvent(ev)
-}
-
-// logTo returns the logger a line at level goes to, or nil: the Logger
-// option; else, without an OnEvent callback either, slog.Default() for
-// warn and above; else (the callback is the report) none.
-func (c *Client) logTo(ctx context.Context, level slog.Level) *slog.Logger {
-	l := c.logger
-	if l == nil {
-		if c.onEvent != nil || level < slog.LevelWarn {
-			return nil
-		}
-		l = slog.Default()
-	}
-	if !l.Enabled(ctx, level) {
-		return nil
-	}
-	return l
-}
-
-func (c *Client) log(ev ConnectionEvent) {
-	level := slog.LevelInfo
-	switch ev.Kind {
-	case EventDisconnected, EventDialFailed, EventConsumerLost, EventPublishRetried:
-		level = slog.LevelWarn
-	case EventBackoff:
-		level = slog.LevelDebug
-	}
-	ctx := context.Background()
-	l := c.logTo(ctx, level)
-	if l == nil {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 6)
-	attrs = append(attrs, slog.String("event", ev.Kind.String()))
-	if ev.URL != "" {
-		attrs = append(attrs, slog.String("url", ev.URL))
-	}
-	if ev.Address != "" {
-		attrs = append(attrs, slog.String("address", ev.Address))
-	}
-	if ev.Kind == EventBackoff {
-		attrs = append(attrs, slog.Int("attempt", ev.Attempt), slog.Duration("delay", ev.Delay))
-	}
-	if ev.Err != nil {
-		attrs = append(attrs, slog.String("error", ev.Err.Error()))
-	}
-	l.LogAttrs(ctx, level, ev.Kind.message(), attrs...)
 }
 
 // message is the fixed log message of an event kind.

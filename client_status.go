@@ -4,7 +4,6 @@
 package artemis
 
 import (
-	"sync"
 	"time"
 )
 
@@ -32,15 +31,6 @@ type ClientStatus struct {
 	// connected member's, LastError the first member's that has one, and
 	// Since the latest change of any member.
 	Members []ClientStatus
-}
-
-// health is what Status reports, kept up to date by every emitted event.
-type health struct {
-	mu        sync.Mutex
-	connected bool
-	url       string
-	lastErr   error
-	since     time.Time
 }
 
 // track records an event that changes the connection's health. ev is
@@ -74,18 +64,8 @@ func (c *Client) track(ev ConnectionEvent) {
 	}
 }
 
-// Status reports whether the Client is connected right now, to which URL,
-// since when, and its last connection error. It never blocks on the
-// network and is safe to call from any goroutine, as often as a probe
-// likes. A connection that died but whose loss was not noticed yet counts
-// as not connected.
-func (c *Client) Status() ClientStatus {
-	if c == nil {
-		return ClientStatus{LastError: errNotBuilt}
-	}
-	if c.members != nil {
-		return c.clusterStatus()
-	}
+// status is Status for a Client on one broker (a cluster's member).
+func (c *Client) status() ClientStatus {
 	c.mu.Lock()
 	cn, closed := c.cur, c.closed
 	c.mu.Unlock()

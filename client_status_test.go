@@ -93,25 +93,3 @@ func TestStatusIsSafeForConcurrentProbes(t *testing.T) {
 	<-done
 	assert.True(t, h.c.Status().Connected)
 }
-
-func TestClientObserverHearsItsPublishers(t *testing.T) {
-	obs, own := &observed{}, &observed{}
-	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{Observer: obs}, nil)
-	require.NoError(t, h.dial())
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
-	require.NoError(t, err)
-	require.Len(t, obs.publishes(), 1)
-	ev := obs.publishes()[0]
-	assert.Equal(t, PublishEvent{Queue: "orders", URN: urnCreated, MessageID: id, Outcome: PublishAccepted, Duration: ev.Duration}, ev)
-
-	// A publisher's own observer replaces the Client's.
-	p2, err := h.c.Publisher(context.Background(), "invoices", WithPublishObserver(own))
-	require.NoError(t, err)
-	_, err = p2.Publish(context.Background(), urnCreated, orderData)
-	require.NoError(t, err)
-	assert.Len(t, obs.publishes(), 1)
-	require.Len(t, own.publishes(), 1)
-	assert.Equal(t, "invoices", own.publishes()[0].Queue)
-}

@@ -2,7 +2,6 @@ package artemis
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"testing"
@@ -99,88 +98,6 @@ func TestDialErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
-func TestDialCredentials(t *testing.T) {
-	cases := []struct {
-		name      string
-		url       string
-		opts      *ClientOptions
-		plain     bool
-		user      string
-		pass      string
-		wantAddr  string
-		wantShown string
-	}{
-		{"userinfo", "amqp://u1:p1@h:5672", nil, true, "u1", "p1", "amqp://h:5672", "amqp://u1:xxxxx@h:5672"},
-		{"options win over userinfo", "amqp://u1:p1@h:5672", &ClientOptions{Username: "u2", Password: "p2"}, true, "u2", "p2", "amqp://h:5672", "amqp://u1:xxxxx@h:5672"},
-		{"options only", "amqp://h", &ClientOptions{Username: "u2", Password: "p2"}, true, "u2", "p2", "amqp://h", "amqp://h"},
-		{"none", "amqp://h:5672", nil, false, "", "", "amqp://h:5672", "amqp://h:5672"},
-		{"user without password", "amqp://u1@h:5672/", nil, true, "u1", "", "amqp://h:5672/", "amqp://u1@h:5672/"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, []string{tc.url}, tc.opts, nil)
-			require.NoError(t, h.dial())
-			b := h.fb.dials[0]
-			assert.Equal(t, tc.plain, b.plain)
-			assert.Equal(t, tc.user, b.user)
-			assert.Equal(t, tc.pass, b.pass)
-			assert.Equal(t, tc.wantAddr, b.addr)
-			assert.Equal(t, tc.wantShown, b.shown)
-			assert.Nil(t, b.opts.SASLType, "SASL is set by the dialer from the credentials, not inherited")
-		})
-	}
-}
-
-func TestDialPassesTLSAndBaseOptions(t *testing.T) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	base := &amqp.ConnOptions{ContainerID: "orders-svc", IdleTimeout: 10 * time.Second}
-	h := newHarness(t, []string{"amqps://u:p@a.example", "amqps://b.example:5671"},
-		&ClientOptions{TLSConfig: cfg, ConnOptions: base}, func(fb *fakeBroker) {
-			fb.dialErr = func(n int, _ *broker) error {
-				if n == 1 {
-					return refused
-				}
-				return nil
-			}
-		})
-	require.NoError(t, h.dial())
-	require.Len(t, h.fb.dials, 2)
-	for _, b := range h.fb.dials {
-		assert.Same(t, cfg, b.opts.TLSConfig)
-		assert.Equal(t, "orders-svc", b.opts.ContainerID)
-		assert.Equal(t, 10*time.Second, b.opts.IdleTimeout)
-	}
-	assert.Equal(t, "amqps://a.example", h.fb.dials[0].addr)
-}
-
-func TestDialRejectsBadConfiguration(t *testing.T) {
-	bad := &Backoff{Initial: time.Second, Max: time.Millisecond, Multiplier: 2}
-	cases := []struct {
-		name string
-		urls []string
-		opts *ClientOptions
-	}{
-		{"no URL", nil, nil},
-		{"not a URL", []string{"amqp://babel:" + secret + "@host:99x"}, nil},
-		{"control character", []string{"amqp://babel:" + secret + "@host\x7f:5672"}, nil},
-		{"wrong scheme", []string{"http://babel:" + secret + "@host:5672"}, nil},
-		{"no host", []string{"amqp://babel:" + secret + "@:5672"}, nil},
-		{"no scheme", []string{"host:5672"}, nil},
-		{"negative dial timeout", []string{"amqp://host"}, &ClientOptions{DialTimeout: -time.Second}},
-		{"bad backoff", []string{"amqp://host"}, &ClientOptions{Backoff: bad}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Dial(context.Background(), tc.urls, tc.opts)
-			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrInvalidConfig)
-			for _, text := range allTexts(err) {
-				assert.NotContains(t, text, secret)
-			}
-		})
-	}
-}
-
 func TestDialHonoursTheCallersContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := newHarness(t, []string{"amqp://a:5672", "amqp://b:5672"}, nil, func(fb *fakeBroker) {
@@ -260,4 +177,26 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 2*time.Second)
 	assert.Len(t, h.fb.dialed(), 2, "one shared re-dial, cut short")
+}
+
+func TestClientObserverHearsItsPublishers(t *testing.T) {
+	obs, own := &observed{}, &observed{}
+	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{Observer: obs}, nil)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	require.Len(t, obs.publishes(), 1)
+	ev := obs.publishes()[0]
+	assert.Equal(t, PublishEvent{Queue: "orders", URN: urnCreated, MessageID: id, Outcome: PublishAccepted, Duration: ev.Duration}, ev)
+
+	// A publisher's own observer replaces the Client's.
+	p2, err := h.c.Publisher(context.Background(), "invoices", WithPublishObserver(own))
+	require.NoError(t, err)
+	_, err = p2.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, err)
+	assert.Len(t, obs.publishes(), 1)
+	require.Len(t, own.publishes(), 1)
+	assert.Equal(t, "invoices", own.publishes()[0].Queue)
 }

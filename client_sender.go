@@ -1,98 +1,17 @@
+// The reconnecting sender: the OutcomeSender under a ClientPublisher and
+// Consume's dead-letter writes, re-attached after a loss, and the rules for
+// a publish whose outcome is unknown (see Client.Publisher).
+
 package artemis
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
 )
-
-// ClientPublisher is a Publisher whose link the Client keeps attached: after
-// the link or the connection is lost, the next publish re-dials and
-// re-attaches, without the caller rebuilding anything. Publish and
-// PublishEnvelope come from the embedded Publisher.
-type ClientPublisher struct {
-	*Publisher
-	sender  *clientSender
-	cluster *clusterSender // DialCluster's publisher: sender is nil
-}
-
-// Publisher attaches a sender to queue with the "queue" capability (an
-// anycast queue on Artemis) and returns a publisher over it. opts apply to
-// every publish, before per-call options; pass WithDuplicateDetection to
-// make ambiguous failures retryable (below). The attach happens now, so an
-// unreachable broker or a refused address is reported here.
-//
-// When is a failed publish retried? Publish returns meta.id only once the
-// broker accepted the transfer. When the link is known to be gone before
-// the transfer is written (the connection died while idle), the publisher
-// re-dials and sends on the new link: nothing was sent, so nothing can be
-// doubled. When the link or connection fails after the transfer may have
-// been written, or ctx ends while waiting for the broker's outcome, the
-// outcome is unknown: the broker may have stored the message. Sending it
-// again is duplicate-free only with Artemis duplicate detection, so:
-//
-//   - without WithDuplicateDetection the error is returned, matching
-//     ErrOutcomeUnknown, and nothing is retried: the caller decides;
-//   - with it, the message (same meta.id, same _AMQ_DUPL_ID) is sent once
-//     more on a re-dialed link, and Artemis drops it if the first copy was
-//     stored. A second unknown outcome is returned as ErrOutcomeUnknown.
-//     An ended ctx is never retried.
-//
-// When no broker answers, the error matches ErrConnect: nothing was sent,
-// and publishing again is safe. A caller retrying an unknown outcome on its
-// own must resend the same envelope (PublishEnvelope with
-// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
-// meta.id each call. A rejected, released or modified outcome is the
-// broker's answer, returned as an *OutcomeError and never retried.
-//
-// PublishWithReceipt pipelines over the current link (go-amqp's
-// SendWithReceipt), and the same rules hold for each receipt: a receipt
-// outstanding when the link or connection drops resolves to an error
-// matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
-// is sent once more on a re-dialed link and the receipt resolves with that
-// outcome. Those resends run one by one on the Publisher's resolving
-// goroutine, each bounded by twice the Client's DialTimeout. A receipt
-// whose outcome has not come within twice the DialTimeout of its write is
-// handled the same way (ErrOutcomeUnknown, or one resend with
-// WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts
-// as a Publish ended by its ctx does: a broker that keeps the connection
-// alive but stops settling is re-dialled, and no receipt stays pending
-// for ever.
-func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
-	if c.done == nil {
-		return nil, errNotBuilt
-	}
-	if strings.TrimSpace(queue) == "" {
-		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
-	}
-	if c.members != nil {
-		return c.clusterPublisher(ctx, queue, opts)
-	}
-	s := c.newSender(queue)
-	if _, err := s.link(ctx, !c.failFast); err != nil {
-		return nil, err
-	}
-	if c.observer != nil {
-		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
-	}
-	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), sender: s}, nil
-}
-
-// Close detaches the publisher's link. Later publishes fail with ErrClosed.
-// The Client's connection stays open.
-func (p *ClientPublisher) Close(ctx context.Context) error {
-	if p.cluster != nil {
-		return p.cluster.close(ctx)
-	}
-	if p.sender == nil {
-		return errNotBuilt
-	}
-	return p.sender.close(ctx)
-}
 
 // clientSender is an OutcomeSender that forwards to the current link to its
 // address, re-attaching when the link or the connection was lost. The
