@@ -445,7 +445,7 @@ type benchObserver struct {
 
 func (o *benchObserver) Settled(ev SettleEvent) {
 	o.byDisposition[ev.Disposition].Add(1)
-	if ev.Kind != nil {
+	if ev.Kind != KindNone {
 		o.failed.Add(1)
 	}
 	o.latency.Add(int64(ev.Latency))

@@ -713,6 +713,6 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	require.Len(t, evs, 1)
 	assert.Equal(t, "orders.eu", evs[0].Queue, "the receiver's address, through the Client's wrapper")
 	assert.Equal(t, DispositionAbandoned, evs[0].Disposition)
-	assert.ErrorIs(t, evs[0].Kind, ErrHandlerFailed)
+	assert.Equal(t, KindHandlerFailed, evs[0].Kind)
 	assert.Contains(t, logs.String(), `msg="handler failed, retrying" queue=orders.eu`)
 }

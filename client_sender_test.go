@@ -124,10 +124,10 @@ func TestPublisherDoesNotRetryAnUnknownOutcomeWithoutDuplicateDetection(t *testi
 func TestPublisherRetriesOnceWithDuplicateDetection(t *testing.T) {
 	cases := map[string]struct {
 		publisherOpts []PublishOption
-		callOpts      []PublishOption
+		callOpts      []BuildOption
 	}{
 		"publisher option": {publisherOpts: []PublishOption{WithDuplicateDetection()}},
-		"per-call option":  {callOpts: []PublishOption{WithDuplicateDetection()}},
+		"per-call option":  {callOpts: []BuildOption{WithDuplicateDetection()}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -47,7 +47,8 @@ func TestInvalidConfig(t *testing.T) {
 			if evs := obs.settlements(); assert.Len(t, evs, 1, "the release is observed") {
 				assert.Equal(t, DispositionReleased, evs[0].Disposition)
 				assert.ErrorIs(t, evs[0].Err, ErrInvalidConfig)
-				assert.Equal(t, "invalid_config", evs[0].KindName())
+				assert.Equal(t, KindInvalidConfig, evs[0].Kind)
+				assert.Equal(t, "invalid_config", evs[0].Kind.String())
 			}
 		})
 	}

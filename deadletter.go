@@ -216,7 +216,7 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 // accepted the copy. A failed write is reported, the source is held for the
 // retry delay and then plainly released, so it is never lost and does not
 // count toward Artemis's max-delivery-attempts.
-func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
+func (d *delivery) deadLetter(kind DeliveryKind, cause error, dlqMsg *amqp.Message) error {
 	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
 	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
 	cancel()
@@ -231,7 +231,7 @@ func (d *delivery) deadLetter(kind, cause error, dlqMsg *amqp.Message) error {
 		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
 	}
 	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
-	return d.finish(ErrDeadLetterFailed, dlqErr, DispositionReleased, func() error {
+	return d.finish(KindDeadLetterFailed, dlqErr, DispositionReleased, func() error {
 		d.wait(d.c.retryDelay)
 		return d.release()
 	})

@@ -229,8 +229,8 @@ var exceptionCases = []struct {
 	{"panic with a wrapped own error", &PanicError{Value: fmt.Errorf("x: %w", &gatewayError{"payment gateway timeout"})}, "panic: *artemis.gatewayError"},
 	{"panic from the runtime", &PanicError{Value: boundsPanic()}, "panic: runtime.boundsError"},
 	{"panic wrapped by fmt.Errorf", fmt.Errorf("handler: %w", &PanicError{Value: "boom"}), "panic: string"},
-	{"DeliveryError is looked through", &DeliveryError{Kind: ErrHandlerFailed, Err: fmt.Errorf("x: %w", &gatewayError{"payment gateway timeout"})}, "*artemis.gatewayError"},
-	{"DeliveryError over errors.New", &DeliveryError{Kind: ErrHandlerFailed, Err: errors.New("x")}, "error"},
+	{"DeliveryError is looked through", &DeliveryError{Kind: KindHandlerFailed, Err: fmt.Errorf("x: %w", &gatewayError{"payment gateway timeout"})}, "*artemis.gatewayError"},
+	{"DeliveryError over errors.New", &DeliveryError{Kind: KindHandlerFailed, Err: errors.New("x")}, "error"},
 	{"OutcomeError is a broker outcome of its own", fmt.Errorf("publish: %w", &OutcomeError{State: &amqp.StateRejected{Error: &amqp.Error{Condition: "amqp:not-found"}}}), "*artemis.OutcomeError"},
 	{"amqp errors keep their type", fmt.Errorf("publish: %w", &amqp.LinkError{}), "*amqp.LinkError"},
 }

@@ -94,8 +94,11 @@ type rawField struct {
 	value string // the JSON value
 }
 
-// EnvelopeOption configures NewEnvelope.
+// EnvelopeOption configures an envelope being built: by NewEnvelope, or
+// by Publish and PublishWithReceipt, which take it as a BuildOption.
 type EnvelopeOption func(*envelopeConfig)
+
+func (EnvelopeOption) buildOption() {}
 
 type envelopeConfig struct {
 	traceID string
@@ -103,13 +106,16 @@ type envelopeConfig struct {
 	now     time.Time
 }
 
-// EnvelopeTraceID makes NewEnvelope reuse a trace id (trimmed) instead of
-// minting one. A blank id still mints a fresh one.
+// EnvelopeTraceID makes the envelope reuse a trace id (trimmed) instead of
+// minting one: it is how a service continues the trace of the message it
+// is handling, given to NewEnvelope or to Publish. A blank id still mints a
+// fresh one.
 func EnvelopeTraceID(id string) EnvelopeOption {
 	return func(c *envelopeConfig) { c.traceID = id }
 }
 
-// EnvelopeQueue sets meta.queue, the logical queue name.
+// EnvelopeQueue sets meta.queue, the logical queue name. Publish sets it to
+// the Publisher's queue; given to Publish, EnvelopeQueue replaces that.
 func EnvelopeQueue(queue string) EnvelopeOption {
 	return func(c *envelopeConfig) { c.queue = queue }
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // Sentinel errors. Every error the consumer reports is a *DeliveryError whose
-// Is method matches exactly one of the first five, so a callback can tell the
-// cases apart with errors.Is.
+// Is method matches exactly one of them (the one of its Kind), so a callback
+// can tell the cases apart with errors.Is, or with a switch on Kind.
 var (
 	// ErrUnknownURN: no handler is registered for the message's URN.
 	ErrUnknownURN = errors.New("babelqueue: no handler for the URN")
@@ -43,12 +43,18 @@ var (
 // dead-lettered at it.
 var ErrHandlerExited = errors.New("babelqueue: handler exited its goroutine without returning")
 
-// ErrGivenBack is the Kind of a SettleEvent for a delivery the Consumer took
-// from the link but never started, and gave back to the broker with a plain
-// release (its delivery count untouched) because Listen was stopping: its
+// ErrGivenBack is the sentinel of KindGivenBack, the Kind of a SettleEvent
+// for a delivery the Consumer took from the link but never started, and
+// gave back to the broker with a plain release (its delivery count untouched) because Listen was stopping: its
 // context ended, or the link was lost. It is not reported to WithOnError
 // (nothing failed; the broker delivers the message again), only observed.
 var ErrGivenBack = errors.New("babelqueue: delivery given back unstarted")
+
+// ErrInvalidPayload is matched by a *PayloadError: the data object of a
+// message does not satisfy the schema registered for its URN. A publish
+// refused for it sent nothing; a consumer reports it as a *DeliveryError of
+// KindInvalidPayload.
+var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
 
 // ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
 // NewEnvelope return for input that is not a valid envelope.
@@ -110,14 +116,89 @@ func (d Disposition) String() string {
 	return "pending"
 }
 
-// DeliveryError is the error the consumer reports for one delivery. Kind is
-// one of the sentinel errors above; Err is the cause (the handler's error,
-// the decode error, the dead-letter write error), reachable with errors.As.
+// DeliveryKind says what happened to a delivery that was not simply
+// handled: the Kind of a DeliveryError and of a SettleEvent. The zero value,
+// KindNone, is a delivery its handler handled (a SettleEvent of a success).
+// Each other kind stands for one sentinel error (Err), which a DeliveryError
+// of that kind matches with errors.Is; compare kinds with == and switch on
+// them, and use String for a metric label or a log field.
+type DeliveryKind uint8
+
+// The delivery kinds.
+const (
+	// KindNone: the handler succeeded; no error.
+	KindNone DeliveryKind = iota
+	// KindHandlerFailed: the handler returned an error or panicked (ErrHandlerFailed).
+	KindHandlerFailed
+	// KindUnknownURN: no handler is registered for the URN (ErrUnknownURN).
+	KindUnknownURN
+	// KindPoison: the body is not a valid envelope (ErrPoison).
+	KindPoison
+	// KindVersionGated: bq_schema_version is not "1" (ErrVersionGated).
+	KindVersionGated
+	// KindDeadLetterFailed: a dead-letter write was not confirmed (ErrDeadLetterFailed).
+	KindDeadLetterFailed
+	// KindSettlement: the disposition could not be sent (ErrSettlement).
+	KindSettlement
+	// KindInvalidPayload: the data failed the consumer's payload check (ErrInvalidPayload).
+	KindInvalidPayload
+	// KindGivenBack: a delivery taken but never started, released on
+	// Listen's way out (ErrGivenBack). Observed only, never reported.
+	KindGivenBack
+	// KindInvalidConfig: a Consumer that cannot handle anything released
+	// the delivery (ErrInvalidConfig). Observed only; the error is
+	// returned by Handle itself.
+	KindInvalidConfig
+)
+
+// deliveryKinds are the kinds' labels and sentinels, indexed by kind.
+var deliveryKinds = [...]struct {
+	name string
+	err  error
+}{
+	KindNone:             {"", nil},
+	KindHandlerFailed:    {"handler_failed", ErrHandlerFailed},
+	KindUnknownURN:       {"unknown_urn", ErrUnknownURN},
+	KindPoison:           {"poison", ErrPoison},
+	KindVersionGated:     {"version_gated", ErrVersionGated},
+	KindDeadLetterFailed: {"dead_letter_failed", ErrDeadLetterFailed},
+	KindSettlement:       {"settlement_failed", ErrSettlement},
+	KindInvalidPayload:   {"invalid_payload", ErrInvalidPayload},
+	KindGivenBack:        {"given_back", ErrGivenBack},
+	KindInvalidConfig:    {"invalid_config", ErrInvalidConfig},
+}
+
+// String is the kind's label for a metric attribute or a log field: ""
+// for KindNone, else "handler_failed", "unknown_urn", "poison",
+// "version_gated", "dead_letter_failed", "settlement_failed",
+// "invalid_payload", "given_back" or "invalid_config"; a value outside the
+// constants is "DeliveryKind(N)".
+func (k DeliveryKind) String() string {
+	if int(k) < len(deliveryKinds) {
+		return deliveryKinds[k].name
+	}
+	return "DeliveryKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Err is the sentinel error of the kind (ErrPoison for KindPoison, ...),
+// nil for KindNone and for a value outside the constants.
+func (k DeliveryKind) Err() error {
+	if int(k) < len(deliveryKinds) {
+		return deliveryKinds[k].err
+	}
+	return nil
+}
+
+// DeliveryError is the error the consumer reports for one delivery. Kind
+// says what happened, and the error matches that kind's sentinel error
+// (errors.Is(err, ErrPoison) for KindPoison); Err is the cause (the
+// handler's error, the decode error, the dead-letter write error),
+// reachable with errors.As.
 type DeliveryError struct {
-	// Kind is the sentinel the error matches: ErrUnknownURN, ErrPoison,
-	// ErrVersionGated, ErrHandlerFailed, ErrDeadLetterFailed, ErrSettlement
-	// or ErrInvalidPayload.
-	Kind error
+	// Kind says what happened: KindUnknownURN, KindPoison,
+	// KindVersionGated, KindHandlerFailed, KindDeadLetterFailed,
+	// KindSettlement or KindInvalidPayload.
+	Kind DeliveryKind
 	// URN is the routing URN ("" when none was found).
 	URN string
 	// MessageID is meta.id when the body was decoded.
@@ -136,8 +217,8 @@ func (e *DeliveryError) Error() string {
 		return "<nil>"
 	}
 	var b strings.Builder
-	if e.Kind != nil {
-		b.WriteString(e.Kind.Error())
+	if k := e.Kind.Err(); k != nil {
+		b.WriteString(k.Error())
 	} else {
 		b.WriteString("babelqueue: delivery error")
 	}
@@ -161,8 +242,11 @@ func (e *DeliveryError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is the error's Kind.
-func (e *DeliveryError) Is(target error) bool { return target == e.Kind }
+// Is reports whether target is the sentinel error of the error's Kind.
+func (e *DeliveryError) Is(target error) bool {
+	k := e.Kind.Err()
+	return k != nil && target == k
+}
 
 // Unwrap returns the cause.
 func (e *DeliveryError) Unwrap() error { return e.Err }

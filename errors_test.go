@@ -35,24 +35,24 @@ func TestDeliveryError(t *testing.T) {
 	}{
 		{
 			name: "routed and decoded",
-			err:  &DeliveryError{Kind: ErrHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: DispositionAbandoned, Err: cause},
+			err:  &DeliveryError{Kind: KindHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: DispositionAbandoned, Err: cause},
 			want: ErrHandlerFailed.Error() + " (urn urn:a, id id-1, attempts 2): abandoned: payment gateway timeout",
 		},
 		{
 			name: "routed, no meta.id",
-			err:  &DeliveryError{Kind: ErrUnknownURN, URN: "urn:b", Disposition: DispositionReleased},
+			err:  &DeliveryError{Kind: KindUnknownURN, URN: "urn:b", Disposition: DispositionReleased},
 			want: ErrUnknownURN.Error() + " (urn urn:b, attempts 0): released",
 		},
 		{
 			name: "no urn",
-			err:  &DeliveryError{Kind: ErrPoison, Disposition: DispositionDeadLettered, Err: cause},
+			err:  &DeliveryError{Kind: KindPoison, Disposition: DispositionDeadLettered, Err: cause},
 			want: ErrPoison.Error() + ": dead_lettered: payment gateway timeout",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, tt.err.Error())
-			assert.ErrorIs(t, tt.err, tt.err.Kind)
+			assert.ErrorIs(t, tt.err, tt.err.Kind.Err())
 			assert.NotErrorIs(t, tt.err, ErrSettlement, "only its own kind matches")
 			assert.Equal(t, tt.err.Err, errors.Unwrap(tt.err)) //nolint:errorlint // the direct cause is what is tested
 			if tt.err.Err != nil {

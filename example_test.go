@@ -185,7 +185,7 @@ type counters struct {
 }
 
 func (c *counters) Settled(ev artemis.SettleEvent) {
-	if ev.Kind == nil {
+	if ev.Kind == artemis.KindNone {
 		c.accepted.Add(1)
 		return
 	}

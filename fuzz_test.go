@@ -482,7 +482,7 @@ func FuzzHandle(f *testing.F) {
 			if !errors.As(rp.err, &de) {
 				t.Fatalf("reported error is not a *DeliveryError: %v", rp.err)
 			}
-			kinds = append(kinds, de.Kind)
+			kinds = append(kinds, de.Kind.Err())
 		}
 		// Nothing lost: a source is accepted only after a confirmed copy,
 		// and a failed copy means a plain release.

@@ -48,7 +48,7 @@ func isASCIIBlank(s string) bool {
 func (d *delivery) gated(cause error) error {
 	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrVersionGated, cause, DispositionDropped, d.accept)
+		return d.finish(KindVersionGated, cause, DispositionDropped, d.accept)
 	}
-	return d.deadLetter(ErrVersionGated, cause, forwardCopy(d.msg, d.queue()))
+	return d.deadLetter(KindVersionGated, cause, forwardCopy(d.msg, d.queue()))
 }

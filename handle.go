@@ -24,9 +24,9 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 		err := c.err
 		rerr := r.ReleaseMessage(context.WithoutCancel(ctx), msg)
 		if rerr != nil {
-			err = errors.Join(err, &DeliveryError{Kind: ErrSettlement, Err: rerr})
+			err = errors.Join(err, &DeliveryError{Kind: KindSettlement, Err: rerr})
 		}
-		c.observeRelease(r, msg, c.err, rerr)
+		c.observeRelease(r, msg, KindInvalidConfig, rerr)
 		return err
 	}
 	return c.handle(ctx, ctx.Done(), r, msg, nil)
@@ -74,35 +74,35 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 }
 
 // observeRelease reports a delivery released without being handled, for
-// kind (ErrGivenBack, or the configuration error of a consumer that cannot
-// handle anything), to the observer, if any: DispositionPending and ErrSettlement when
-// the release failed (serr).
-func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind, serr error) {
+// kind (KindGivenBack, or KindInvalidConfig for a consumer that cannot
+// handle anything), to the observer, if any: DispositionPending and
+// KindSettlement when the release failed (serr).
+func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind DeliveryKind, serr error) {
 	if c.observer == nil {
 		return
 	}
 	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
 		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
-	if !errors.Is(kind, ErrGivenBack) {
-		ev.Err = kind // the configuration error: what an operator must fix
+	if kind == KindInvalidConfig {
+		ev.Err = c.err // the configuration error: what an operator must fix
 	}
 	if serr != nil {
-		ev.Disposition, ev.Kind, ev.Err = DispositionPending, ErrSettlement, serr
+		ev.Disposition, ev.Kind, ev.Err = DispositionPending, KindSettlement, serr
 	}
 	c.observeSettled(ev)
 }
 
 // giveBack releases a delivery that was taken but never started. The
-// observer hears of it either way, as ErrGivenBack or ErrSettlement.
+// observer hears of it either way, as KindGivenBack or KindSettlement.
 func (c *Consumer) giveBack(ctx context.Context, r Receiver, msg *amqp.Message) {
 	if msg == nil {
 		return
 	}
 	err := r.ReleaseMessage(ctx, msg)
 	if err != nil {
-		e := &DeliveryError{Kind: ErrSettlement, URN: routingURN(msg), Disposition: DispositionPending, Err: err}
+		e := &DeliveryError{Kind: KindSettlement, URN: routingURN(msg), Disposition: DispositionPending, Err: err}
 		c.report(ctx, e, nil, msg)
 		c.logError(ctx, slog.LevelError, e, c.queueName(r), nil)
 	}
-	c.observeRelease(r, msg, ErrGivenBack, err)
+	c.observeRelease(r, msg, KindGivenBack, err)
 }

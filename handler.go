@@ -38,7 +38,7 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 		d.handler = d.c.now().Sub(d.start)
 	}
 	if herr == nil {
-		return d.finish(nil, nil, DispositionAccepted, d.accept)
+		return d.finish(KindNone, nil, DispositionAccepted, d.accept)
 	}
 	return d.handlerFailed(herr)
 }
@@ -49,11 +49,11 @@ func (d *delivery) handlerFailed(cause error) error {
 	// Written as attempts < maxTries-1, not attempts+1 < maxTries: a body
 	// attempts of math.MaxInt would overflow and be retried forever.
 	if d.attempts < d.c.maxTries-1 {
-		return d.finish(ErrHandlerFailed, cause, DispositionAbandoned, d.abandon)
+		return d.finish(KindHandlerFailed, cause, DispositionAbandoned, d.abandon)
 	}
 	if d.c.dlq == nil {
-		return d.finish(ErrHandlerFailed, cause, DispositionDropped, d.accept)
+		return d.finish(KindHandlerFailed, cause, DispositionDropped, d.accept)
 	}
 	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
-	return d.deadLetter(ErrHandlerFailed, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
+	return d.deadLetter(KindHandlerFailed, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 }

@@ -744,9 +744,9 @@ func TestListenRetryHoldEndsWhenASettlementLosesTheLink(t *testing.T) {
 		seen[fmt.Sprintf("%s %v", seqOf(rep.msg), de.Kind)]++
 	}
 	assert.Equal(t, map[string]int{
-		"0 " + ErrDeadLetterFailed.Error(): 1,
-		"0 " + ErrSettlement.Error():       1,
-		"1 " + ErrSettlement.Error():       1,
+		"0 " + KindDeadLetterFailed.String(): 1,
+		"0 " + KindSettlement.String():       1,
+		"1 " + KindSettlement.String():       1,
 	}, seen)
 }
 

@@ -47,8 +47,7 @@ const defaultPriority = 4
 // in x-opt-jms-type, the trace id as correlation-id, meta.id as message-id,
 // meta.created_at as creation-time, content-type application/json, the four
 // bq_ application properties, and a durable header. Options add headers and
-// scheduled delivery; WithTraceID is refused (ErrInvalidConfig) unless it
-// repeats the envelope's own trace id, which NewMessage never changes.
+// scheduled delivery; the envelope keeps its trace id.
 func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 	var cfg publishConfig
 	for _, o := range opts {
@@ -89,15 +88,10 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 }
 
 // checkPublishable rejects an envelope that cannot be projected, and an
-// option that cannot take effect on it: a built envelope already has its
-// trace id, so WithTraceID may only repeat it.
+// option that cannot take effect on it.
 func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if err := cfg.checkOptions(); err != nil {
 		return err
-	}
-	if id := strings.TrimSpace(cfg.traceID); id != "" && id != env.TraceID {
-		return fmt.Errorf("%w: WithTraceID(%q) on an envelope whose trace id is %q: a built envelope keeps its trace id (set it with EnvelopeTraceID)",
-			ErrInvalidConfig, truncate(id), truncate(env.TraceID))
 	}
 	if strings.TrimSpace(env.Job) == "" {
 		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)

@@ -45,14 +45,16 @@ type SettleEvent struct {
 	// Disposition is what was sent to the broker; DispositionPending when the
 	// settlement itself failed.
 	Disposition Disposition
-	// Kind is nil when the handler succeeded, else the sentinel saying what
-	// happened: ErrHandlerFailed, ErrUnknownURN (also under the release and
-	// delete strategies, which report nothing), ErrPoison, ErrVersionGated,
-	// ErrDeadLetterFailed, ErrGivenBack for a delivery Listen took but
-	// never started and released on its way out (shutdown, link loss), or
-	// ErrSettlement when the disposition could not be sent (Disposition is
-	// then DispositionPending).
-	Kind error
+	// Kind is KindNone when the handler succeeded, else what happened:
+	// KindHandlerFailed, KindUnknownURN (also under the release and delete
+	// strategies, which report nothing), KindPoison, KindVersionGated,
+	// KindDeadLetterFailed, KindInvalidPayload, KindGivenBack for a
+	// delivery Listen took but never started and released on its way out
+	// (shutdown, link loss), KindInvalidConfig for a delivery released by a
+	// Consumer that cannot handle anything, or KindSettlement when the
+	// disposition could not be sent (Disposition is then
+	// DispositionPending). Kind.String() is its metric label.
+	Kind DeliveryKind
 	// Err is the cause: the handler's error, the decode error, the
 	// dead-letter write error, the settlement error; nil on success.
 	Err error
@@ -145,36 +147,4 @@ func recoverHook(l *slog.Logger, msg string) {
 		l = slog.Default()
 	}
 	l.LogAttrs(context.Background(), slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
-}
-
-// KindName names Kind for a metric attribute or a log field: "" when the
-// handler succeeded, else "handler_failed", "unknown_urn", "poison",
-// "version_gated", "dead_letter_failed", "settlement_failed",
-// "invalid_payload", "given_back" or "invalid_config".
-func (e SettleEvent) KindName() string {
-	if e.Kind == nil {
-		return ""
-	}
-	for _, n := range settleKindNames {
-		if errors.Is(e.Kind, n.kind) {
-			return n.name
-		}
-	}
-	return "error"
-}
-
-// settleKindNames are KindName's answers, in the order it tries them.
-var settleKindNames = []struct {
-	kind error
-	name string
-}{
-	{ErrHandlerFailed, "handler_failed"},
-	{ErrUnknownURN, "unknown_urn"},
-	{ErrPoison, "poison"},
-	{ErrVersionGated, "version_gated"},
-	{ErrDeadLetterFailed, "dead_letter_failed"},
-	{ErrSettlement, "settlement_failed"},
-	{ErrInvalidPayload, "invalid_payload"},
-	{ErrGivenBack, "given_back"},
-	{ErrInvalidConfig, "invalid_config"},
 }

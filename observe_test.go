@@ -90,7 +90,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 		settle   error // what the receiver's settlement returns
 
 		disp     Disposition
-		kind     error
+		kind     DeliveryKind
 		cause    error // errors.Is of Err; nil: Err is nil
 		decoded  bool  // MessageID is meta.id
 		ran      bool  // the handler ran: Handler is handlerTime
@@ -99,43 +99,43 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 		{name: "accepted", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			disp: DispositionAccepted, decoded: true, ran: true},
 		{name: "handler failed, retried", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
-			disp: DispositionAbandoned, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp: DispositionAbandoned, kind: KindHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "handler failed at the limit, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			dlq: fakelink.Accept, delivery: 2,
-			disp: DispositionDeadLettered, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp: DispositionDeadLettered, kind: KindHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "handler failed at the limit, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			delivery: 2,
-			disp:     DispositionDropped, kind: ErrHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
+			disp:     DispositionDropped, kind: KindHandlerFailed, cause: boom, decoded: true, ran: true, reported: true},
 		{name: "dead-letter write rejected: released", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			dlq: fakelink.Reject, delivery: 2, opts: []ConsumerOption{WithDeadLetterRetryDelay(0)},
-			disp: DispositionReleased, kind: ErrDeadLetterFailed, cause: ErrNotAccepted, decoded: true, ran: true, reported: true},
+			disp: DispositionReleased, kind: KindDeadLetterFailed, cause: ErrNotAccepted, decoded: true, ran: true, reported: true},
 		{name: "unknown URN, fail", opts: []ConsumerOption{WithUnknownURN(UnknownURNFail)},
-			disp: DispositionAbandoned, kind: ErrUnknownURN, reported: true, cause: errAny},
+			disp: DispositionAbandoned, kind: KindUnknownURN, reported: true, cause: errAny},
 		{name: "unknown URN, release: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNRelease)},
-			disp: DispositionAbandoned, kind: ErrUnknownURN},
+			disp: DispositionAbandoned, kind: KindUnknownURN},
 		{name: "unknown URN, delete: not reported, still observed", opts: []ConsumerOption{WithUnknownURN(UnknownURNDelete)},
-			disp: DispositionDropped, kind: ErrUnknownURN},
+			disp: DispositionDropped, kind: KindUnknownURN},
 		{name: "unknown URN, dead_letter", opts: []ConsumerOption{WithUnknownURN(UnknownURNDeadLetter)}, dlq: fakelink.Accept,
-			disp: DispositionDeadLettered, kind: ErrUnknownURN, decoded: true, reported: true, cause: errAny},
+			disp: DispositionDeadLettered, kind: KindUnknownURN, decoded: true, reported: true, cause: errAny},
 		{name: "poison, dead-lettered", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			dlq: fakelink.Accept, msg: func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
-			disp: DispositionDeadLettered, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+			disp: DispositionDeadLettered, kind: KindPoison, cause: ErrInvalidEnvelope, reported: true},
 		{name: "poison, no DLQ: dropped", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			msg:  func(*testing.T, uint32) *amqp.Message { return rawMessage("not json") },
-			disp: DispositionDropped, kind: ErrPoison, cause: ErrInvalidEnvelope, reported: true},
+			disp: DispositionDropped, kind: KindPoison, cause: ErrInvalidEnvelope, reported: true},
 		{name: "schema version gated", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			dlq: fakelink.Accept, msg: func(t *testing.T, dc uint32) *amqp.Message {
 				m := orderMessage(t, dc)
 				m.ApplicationProperties[PropSchemaVersion] = "2"
 				return m
 			},
-			disp: DispositionDeadLettered, kind: ErrVersionGated, reported: true, cause: errAny},
+			disp: DispositionDeadLettered, kind: KindVersionGated, reported: true, cause: errAny},
 		{name: "settlement failed", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, nil) },
 			settle: fakelink.ErrLinkClosed,
-			disp:   DispositionPending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+			disp:   DispositionPending, kind: KindSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
 		{name: "handler failed and its settlement too", handler: func(clk *stepClock) HandlerFunc { return taking(clk, handlerTime, boom) },
 			settle: fakelink.ErrLinkClosed,
-			disp:   DispositionPending, kind: ErrSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
+			disp:   DispositionPending, kind: KindSettlement, cause: fakelink.ErrLinkClosed, decoded: true, ran: true, reported: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 			ev := evs[0]
 			assert.Equal(t, "orders-q", ev.Queue)
 			assert.Equal(t, tc.disp, ev.Disposition)
-			assert.Equal(t, tc.kind, ev.Kind, "Kind is the sentinel itself")
+			assert.Equal(t, tc.kind, ev.Kind)
 			switch {
 			case tc.cause == nil:
 				assert.NoError(t, ev.Err)
@@ -181,7 +181,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 				assert.ErrorIs(t, ev.Err, tc.cause)
 			}
 			assert.Equal(t, int(tc.delivery), ev.Attempts)
-			if tc.msg == nil || errors.Is(tc.kind, ErrVersionGated) {
+			if tc.msg == nil || tc.kind == KindVersionGated {
 				assert.Equal(t, urnCreated, ev.URN)
 			}
 			if tc.decoded {
@@ -194,7 +194,7 @@ func TestObserverHearsEverySettlement(t *testing.T) {
 				want = handlerTime
 			}
 			assert.Equal(t, want, ev.Handler, "handler time")
-			if tc.dlq != nil && (!errors.Is(tc.kind, ErrUnknownURN) || tc.disp == DispositionDeadLettered) && !errors.Is(tc.kind, ErrSettlement) {
+			if tc.dlq != nil && (tc.kind != KindUnknownURN || tc.disp == DispositionDeadLettered) && tc.kind != KindSettlement {
 				want += dlqTime
 			}
 			assert.Equal(t, want, ev.Latency, "latency: the handler and the dead-letter write")
@@ -364,15 +364,37 @@ func TestPublishOutcomeNames(t *testing.T) {
 	assert.Equal(t, "PublishOutcome(0)", PublishOutcome(0).String())
 }
 
-func TestSettleEventKindName(t *testing.T) {
-	for kind, want := range map[error]string{
-		ErrHandlerFailed: "handler_failed", ErrUnknownURN: "unknown_urn", ErrPoison: "poison",
-		ErrVersionGated: "version_gated", ErrDeadLetterFailed: "dead_letter_failed", ErrSettlement: "settlement_failed",
-		errors.New("other"): "error",
-	} {
-		assert.Equal(t, want, SettleEvent{Kind: kind}.KindName())
+// TestDeliveryKinds: each kind has its label and its sentinel, a
+// DeliveryError of a kind matches its sentinel and no other, and the zero
+// kind (a success) has neither.
+func TestDeliveryKinds(t *testing.T) {
+	want := map[DeliveryKind]struct {
+		name string
+		err  error
+	}{
+		KindHandlerFailed: {"handler_failed", ErrHandlerFailed}, KindUnknownURN: {"unknown_urn", ErrUnknownURN},
+		KindPoison: {"poison", ErrPoison}, KindVersionGated: {"version_gated", ErrVersionGated},
+		KindDeadLetterFailed: {"dead_letter_failed", ErrDeadLetterFailed}, KindSettlement: {"settlement_failed", ErrSettlement},
+		KindInvalidPayload: {"invalid_payload", ErrInvalidPayload}, KindGivenBack: {"given_back", ErrGivenBack},
+		KindInvalidConfig: {"invalid_config", ErrInvalidConfig},
 	}
-	assert.Empty(t, SettleEvent{}.KindName())
+	for kind, w := range want {
+		assert.Equal(t, w.name, kind.String())
+		assert.Truef(t, kind.Err() == w.err, "%s: Err is its sentinel", w.name) //nolint:errorlint // the sentinel itself
+		de := &DeliveryError{Kind: kind, Err: errors.New("cause")}
+		assert.ErrorIs(t, de, w.err)
+		for other, o := range want {
+			if other != kind {
+				assert.NotErrorIsf(t, de, o.err, "%s matches only its own sentinel", w.name)
+			}
+		}
+	}
+	assert.Empty(t, KindNone.String())
+	assert.NoError(t, KindNone.Err())
+	assert.Equal(t, "DeliveryKind(200)", DeliveryKind(200).String())
+	assert.NoError(t, DeliveryKind(200).Err())
+	assert.NotErrorIs(t, &DeliveryError{}, ErrPoison, "a zero DeliveryError matches no sentinel")
+	assert.Empty(t, SettleEvent{}.Kind.String(), "a success has no label")
 }
 
 // TestObserverAllocatesNothing: an event costs no allocation, on either
@@ -465,14 +487,14 @@ func TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss(t *testing.T) {
 				var givenBack int
 				for _, ev := range obs.settlements() {
 					switch {
-					case errors.Is(ev.Kind, ErrGivenBack):
+					case ev.Kind == KindGivenBack:
 						givenBack++
 						heard["released"]++
 						assert.Equal(t, DispositionReleased, ev.Disposition)
-						assert.Equal(t, "given_back", ev.KindName())
+						assert.Equal(t, "given_back", ev.Kind.String())
 						assert.Equal(t, "orders", ev.Queue)
 						assert.Equal(t, urnCreated, ev.URN)
-					case errors.Is(ev.Kind, ErrSettlement):
+					case ev.Kind == KindSettlement:
 						heard["refused"]++
 					case ev.Disposition == DispositionAccepted:
 						heard["accepted"]++

@@ -6,12 +6,6 @@ import (
 	"strings"
 )
 
-// ErrInvalidPayload is matched by a *PayloadError: the data object of a
-// message does not satisfy the schema registered for its URN. A publish
-// refused for it sent nothing; a consumer reports it as the Kind of a
-// *DeliveryError.
-var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
-
 // PayloadValidator checks the data object of a message against the schema
 // registered for its URN. It is the seam a JSON Schema validator plugs
 // into: the library itself carries none, so that its go.mod stays small;

@@ -30,8 +30,8 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 // UnknownURNDelete). Either way it is reported.
 func (d *delivery) invalidPayload(cause error) error {
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrInvalidPayload, cause, DispositionDropped, d.accept)
+		return d.finish(KindInvalidPayload, cause, DispositionDropped, d.accept)
 	}
 	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
-	return d.deadLetter(ErrInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
+	return d.deadLetter(KindInvalidPayload, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 }

@@ -131,12 +131,12 @@ func TestConsumePanickingValidatorIsAFailedAttempt(t *testing.T) {
 }
 
 func TestInvalidPayloadObservedAndNamed(t *testing.T) {
-	assert.Equal(t, "invalid_payload", SettleEvent{Kind: ErrInvalidPayload}.KindName())
+	assert.Equal(t, "invalid_payload", KindInvalidPayload.String())
 	obs := &kindObserver{}
 	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithObserver(obs),
 		WithOnError(newRecorder().onError), WithPayloadValidator(&orderIDValidator{}))
 	handleOne(t, c, newRecorder(), nil, invalidOrderMessage(t, 0))
 	require.Len(t, obs.events, 1)
-	assert.Equal(t, "invalid_payload", obs.events[0].KindName())
+	assert.Equal(t, KindInvalidPayload, obs.events[0].Kind)
 	assert.Equal(t, DispositionDropped, obs.events[0].Disposition)
 }

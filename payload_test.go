@@ -135,7 +135,7 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 			}
 			p := NewPublisher(s, "orders", tc.base...)
 
-			_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 0, "extra": true}, tc.call...)
+			_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 0, "extra": true}, buildOptions(tc.call)...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be >= 1")
 			assert.Contains(t, err.Error(), "/extra: is not allowed")
@@ -150,16 +150,16 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be an integer")
 
-			_, err = p.PublishWithReceipt(ctx, urnCreated, nil, tc.call...)
+			_, err = p.PublishWithReceipt(ctx, urnCreated, nil, buildOptions(tc.call)...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: is required")
 
 			assert.Equal(t, 0, fs.Count(), "nothing was sent")
 
 			// Valid data, and a URN without a schema, go out.
-			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1042}, tc.call...)
+			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1042}, buildOptions(tc.call)...)
 			require.NoError(t, err)
-			_, err = p.Publish(ctx, "urn:babel:orders:cancelled", map[string]any{"anything": 0}, tc.call...)
+			_, err = p.Publish(ctx, "urn:babel:orders:cancelled", map[string]any{"anything": 0}, buildOptions(tc.call)...)
 			require.NoError(t, err)
 			assert.Equal(t, 2, fs.Count())
 		})

@@ -82,9 +82,9 @@ func poisonMessage(src *amqp.Message, record []byte, queue string) *amqp.Message
 func (d *delivery) poison(body string, cause error) error {
 	d.begin()
 	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
-		return d.finish(ErrPoison, cause, DispositionDropped, d.accept)
+		return d.finish(KindPoison, cause, DispositionDropped, d.accept)
 	}
 	dl := newDeadLetter(ReasonPoison, cause, d.queue(), d.attempts, d.c.now())
 	dl.Exception = nil
-	return d.deadLetter(ErrPoison, cause, poisonMessage(d.msg, poisonRecord(body, dl), d.queue()))
+	return d.deadLetter(KindPoison, cause, poisonMessage(d.msg, poisonRecord(body, dl), d.queue()))
 }

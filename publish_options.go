@@ -10,14 +10,25 @@ import (
 	"time"
 )
 
-// PublishOption configures one publish: Publisher.Publish and
-// PublishEnvelope, ClientPublisher's, and the projection NewMessage. Given
-// to NewPublisher or Client.Publisher, an option applies to every publish,
+// PublishOption configures how a message is sent: every publish of a
+// Publisher or a ClientPublisher, and the projection NewMessage. Given to
+// NewPublisher or Client.Publisher, an option applies to every publish,
 // before the per-call ones.
 type PublishOption func(*publishConfig)
 
+// BuildOption is an option of a publish that builds its envelope, Publish
+// and PublishWithReceipt: a PublishOption, for how the message is sent, or
+// an EnvelopeOption, for the envelope it builds (EnvelopeTraceID continues
+// a trace). The trace id is part of the envelope, so it is set where an
+// envelope is built, and only there: PublishEnvelope,
+// PublishEnvelopeWithReceipt and NewMessage send an envelope that already
+// has one and take PublishOptions alone, so an EnvelopeOption given to
+// them does not compile.
+type BuildOption interface{ buildOption() }
+
+func (PublishOption) buildOption() {}
+
 type publishConfig struct {
-	traceID     string
 	delay       time.Duration
 	headers     map[string]string
 	dupID       bool
@@ -30,15 +41,6 @@ type publishConfig struct {
 	// observer hears the publish (WithPublishObserver).
 	observer Observer
 	payload  PayloadValidator // checks data (WithPublishPayloadValidator)
-}
-
-// WithTraceID reuses a trace id (trimmed) instead of minting a fresh one.
-// It is how a service continues the trace of the message it is handling.
-// It applies to Publish, which builds the envelope; PublishEnvelope and
-// NewMessage, whose envelope already has a trace id, refuse a different one
-// with ErrInvalidConfig rather than ignore it.
-func WithTraceID(id string) PublishOption {
-	return func(c *publishConfig) { c.traceID = id }
 }
 
 // WithDelay schedules the message for delivery d from now, through Artemis's

@@ -45,16 +45,19 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 // the transfer: a rejected, released or modified outcome is an error
 // matching ErrNotAccepted (when the Sender is an *amqp.Sender or an
 // OutcomeSender). data may be a struct, a map, a json.RawMessage or nil.
+// opts are PublishOptions and EnvelopeOptions (see BuildOption): pass
+// EnvelopeTraceID to continue a trace.
 //
 // Publish is PublishWithReceipt followed by Receipt.Wait, with the wait done
 // on the calling goroutine. To have many transfers in flight from one
 // goroutine, use PublishWithReceipt.
-func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...PublishOption) (string, error) {
+func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...BuildOption) (string, error) {
 	if p.unusable() {
 		return "", errNotBuilt
 	}
-	cfg := p.config(opts)
-	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
+	ecfg := envelopeConfig{queue: p.queue}
+	cfg := p.buildConfig(opts, &ecfg)
+	env, err := newEnvelope(urn, data, &ecfg)
 	if err != nil {
 		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
 		return "", err
@@ -64,8 +67,8 @@ func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...P
 
 // PublishEnvelope sends an envelope that is already built (for example one
 // being forwarded or redriven) with the section 2 projection, and returns
-// its meta.id once the broker accepted it. The envelope keeps its trace id:
-// WithTraceID with another id is refused with ErrInvalidConfig.
+// its meta.id once the broker accepted it. The envelope keeps its trace id
+// (set it when building the envelope, with EnvelopeTraceID).
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *Envelope, opts ...PublishOption) (string, error) {
 	if p.unusable() {
 		return "", errNotBuilt
@@ -85,20 +88,69 @@ func (p *Publisher) unusable() bool { return p == nil || p.sender == nil }
 // (or the shared zero configuration): a config handed to the options'
 // closures escapes to the heap, one allocation per publish that has them.
 func (p *Publisher) config(opts []PublishOption) *publishConfig {
-	base := p.base
-	if base == nil {
-		base = &noOptions // a Publisher built by hand, with a sender
-	}
 	if len(opts) == 0 {
-		return base
+		return p.baseConfig()
 	}
-	cfg := new(publishConfig)
+	cfg := p.copyConfig(new(publishConfig))
+	for _, o := range opts {
+		o(cfg)
+	}
+	return cfg
+}
+
+// buildConfig is config for a publish that builds its envelope: the
+// PublishOptions among opts go on top of the Publisher's configuration,
+// the EnvelopeOptions on top of ecfg. ecfg stays where the caller has it
+// (its stack): the options' closures write to copies of both, made in one
+// allocation when there are options, as config makes one.
+func (p *Publisher) buildConfig(opts []BuildOption, ecfg *envelopeConfig) *publishConfig {
+	if len(opts) == 0 {
+		return p.baseConfig()
+	}
+	var (
+		own = new(builtConfig)
+		cfg *publishConfig
+	)
+	own.envelope = *ecfg
+	for _, o := range opts {
+		switch o := o.(type) {
+		case PublishOption:
+			if cfg == nil {
+				cfg = p.copyConfig(&own.publish)
+			}
+			o(cfg)
+		case EnvelopeOption:
+			o(&own.envelope)
+		}
+	}
+	*ecfg = own.envelope
+	if cfg == nil {
+		return p.baseConfig()
+	}
+	return cfg
+}
+
+// builtConfig holds the copies buildConfig's options write to.
+type builtConfig struct {
+	publish  publishConfig
+	envelope envelopeConfig
+}
+
+// baseConfig is the Publisher's own configuration, never to be written.
+func (p *Publisher) baseConfig() *publishConfig {
+	if p.base == nil {
+		return &noOptions // a Publisher built by hand, with a sender
+	}
+	return p.base
+}
+
+// copyConfig copies the Publisher's configuration to cfg, for the per-call
+// options to write to, and returns cfg.
+func (p *Publisher) copyConfig(cfg *publishConfig) *publishConfig {
+	base := p.baseConfig()
 	*cfg = *base
 	if base.headers != nil {
 		cfg.headers = maps.Clone(base.headers) // WithHeaders adds to it
-	}
-	for _, o := range opts {
-		o(cfg)
 	}
 	return cfg
 }
@@ -272,12 +324,13 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 // A receipt never waited on is collected as garbage once resolved.
 //
 // Safe for concurrent use when the Sender is (*amqp.Sender is).
-func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...PublishOption) (*Receipt, error) {
+func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...BuildOption) (*Receipt, error) {
 	if p.unusable() {
 		return nil, errNotBuilt
 	}
-	cfg := p.config(opts)
-	env, err := newEnvelope(urn, data, &envelopeConfig{traceID: cfg.traceID, queue: p.queue})
+	ecfg := envelopeConfig{queue: p.queue}
+	cfg := p.buildConfig(opts, &ecfg)
+	env, err := newEnvelope(urn, data, &ecfg)
 	if err != nil {
 		cfg.observePublish(p.queue, urn, "", time.Time{}, err)
 		return nil, err

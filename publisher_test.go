@@ -76,7 +76,7 @@ func TestPublisherPublish(t *testing.T) {
 
 	t.Run("trace id reuse", func(t *testing.T) {
 		s := &fakelink.Sender{}
-		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, WithTraceID("  "+contractTraceID+"\t"))
+		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, EnvelopeTraceID("  "+contractTraceID+"\t"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestPublisherPublish(t *testing.T) {
 
 	t.Run("blank trace id mints one", func(t *testing.T) {
 		s := &fakelink.Sender{}
-		if _, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, WithTraceID("   ")); err != nil {
+		if _, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, EnvelopeTraceID("   ")); err != nil {
 			t.Fatal(err)
 		}
 		assertUUIDv4(t, "trace_id", sentEnvelope(t, s.Sent()[0]).TraceID)
@@ -384,36 +384,64 @@ func TestSendReusedAllocations(t *testing.T) {
 	assert.Greater(t, built, reused)
 }
 
-// A built envelope keeps its trace id: WithTraceID may repeat it (trimmed) but
-// is refused, not ignored, when it names another one.
-func TestWithTraceIDOnABuiltEnvelope(t *testing.T) {
+// The trace id belongs to the envelope: set with EnvelopeTraceID where an
+// envelope is built (NewEnvelope, Publish, PublishWithReceipt), kept by a
+// publish of a built one, whose options cannot even name it.
+func TestTraceIDBelongsToTheEnvelope(t *testing.T) {
 	env, err := NewEnvelope("urn:babel:orders:created", map[string]int{"order_id": 1}, EnvelopeTraceID("trace-1"))
 	require.NoError(t, err)
 
-	msg, err := NewMessage(env, WithTraceID("  trace-1 "))
+	msg, err := NewMessage(env, WithPriority(5))
 	require.NoError(t, err)
 	require.Equal(t, "trace-1", msg.Properties.CorrelationID)
 
-	_, err = NewMessage(env, WithTraceID("trace-2"))
-	require.ErrorIs(t, err, ErrInvalidConfig)
-	require.ErrorContains(t, err, `"trace-2"`)
-
 	s := &fakelink.Sender{Outcome: fakelink.Accept}
 	p := NewPublisher(s, "orders")
-	_, err = p.PublishEnvelope(context.Background(), env, WithTraceID("trace-2"))
-	require.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
-	require.Empty(t, s.Sent(), "a refused publish sends nothing")
-
-	id, err := p.PublishEnvelope(context.Background(), env, WithTraceID("trace-1"))
+	id, err := p.PublishEnvelope(context.Background(), env, WithPriority(5))
 	require.NoError(t, err)
 	require.Equal(t, env.Meta.ID, id)
 	require.Len(t, s.Sent(), 1)
 	require.Equal(t, "trace-1", s.Sent()[0].Properties.CorrelationID)
 
-	// Publish builds the envelope, so there the option takes effect.
-	_, err = p.Publish(context.Background(), "urn:babel:orders:created", nil, WithTraceID("trace-3"))
+	// Publish builds the envelope, so there the envelope's options take
+	// effect, mixed with the publish options in any order.
+	created := time.UnixMilli(1749132727000)
+	_, err = p.Publish(context.Background(), "urn:babel:orders:created", nil,
+		WithPriority(7), EnvelopeTraceID(" trace-3 "), EnvelopeCreatedAt(created))
 	require.NoError(t, err)
-	require.Equal(t, "trace-3", s.Sent()[1].Properties.CorrelationID)
+	sent := s.Sent()[1]
+	require.Equal(t, "trace-3", sent.Properties.CorrelationID)
+	require.Equal(t, uint8(7), sent.Header.Priority)
+	built := sentEnvelope(t, sent)
+	require.Equal(t, created.UnixMilli(), built.Meta.CreatedAt)
+	require.Equal(t, "orders", built.Meta.Queue, "meta.queue is the Publisher's queue")
+
+	r, err := p.PublishWithReceipt(context.Background(), "urn:babel:orders:created", nil,
+		EnvelopeQueue("orders.logical"), EnvelopeTraceID("trace-4"))
+	require.NoError(t, err)
+	require.NoError(t, r.Wait(context.Background()))
+	built = sentEnvelope(t, s.Sent()[2])
+	require.Equal(t, "trace-4", built.TraceID)
+	require.Equal(t, "orders.logical", built.Meta.Queue, "EnvelopeQueue replaces the Publisher's queue")
+
+	// The compiler keeps an EnvelopeOption away from a built envelope: the
+	// options of PublishEnvelope, PublishEnvelopeWithReceipt and NewMessage
+	// are PublishOptions, which an EnvelopeOption is not.
+	envOpt := reflect.TypeOf(EnvelopeTraceID(""))
+	buildOpt := reflect.TypeOf((*BuildOption)(nil)).Elem()
+	require.True(t, envOpt.Implements(buildOpt), "Publish takes it")
+	require.True(t, reflect.TypeOf(WithPriority(0)).Implements(buildOpt), "Publish takes every PublishOption")
+	for name, f := range map[string]any{
+		"PublishEnvelope":            p.PublishEnvelope,
+		"PublishEnvelopeWithReceipt": p.PublishEnvelopeWithReceipt,
+		"NewMessage":                 NewMessage,
+		"NewPublisher":               NewPublisher,
+	} {
+		ft := reflect.TypeOf(f)
+		last := ft.In(ft.NumIn() - 1).Elem()
+		require.Equal(t, reflect.TypeOf(PublishOption(nil)), last, name)
+		require.False(t, envOpt.AssignableTo(last), "%s cannot take an EnvelopeOption", name)
+	}
 }
 
 // The Publisher's options are applied once; a per-call WithHeaders adds to a

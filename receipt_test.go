@@ -352,13 +352,14 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 	p := NewPublisher(s, "orders")
 	cases := map[string]struct {
 		urn  string
-		opts []PublishOption
+		opts []BuildOption
 		want error
 	}{
 		"blank URN":       {urn: " ", want: ErrInvalidEnvelope},
-		"priority 10":     {urn: urnCreated, opts: []PublishOption{WithPriority(10)}, want: ErrInvalidConfig},
-		"negative TTL":    {urn: urnCreated, opts: []PublishOption{WithTTL(-time.Second)}, want: ErrInvalidConfig},
-		"foreign traceID": {urn: urnCreated, opts: []PublishOption{WithTraceID("t")}, want: nil},
+		"priority 10":     {urn: urnCreated, opts: []BuildOption{WithPriority(10)}, want: ErrInvalidConfig},
+		"negative TTL":    {urn: urnCreated, opts: []BuildOption{WithTTL(-time.Second)}, want: ErrInvalidConfig},
+		"foreign traceID": {urn: urnCreated, opts: []BuildOption{EnvelopeTraceID("t")}, want: nil},
+		"bad trace id":    {urn: urnCreated, opts: []BuildOption{EnvelopeTraceID("t\xfe")}, want: ErrInvalidEnvelope},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -375,14 +376,14 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 			assert.Equal(t, before, s.count(), "nothing written")
 		})
 	}
-	t.Run("envelope with another trace id", func(t *testing.T) {
+	t.Run("envelope keeps its trace id", func(t *testing.T) {
 		env, err := NewEnvelope(urnCreated, nil, EnvelopeTraceID("mine"))
 		require.NoError(t, err)
-		_, err = p.PublishEnvelopeWithReceipt(context.Background(), env, WithTraceID("other"))
-		require.ErrorIs(t, err, ErrInvalidConfig)
+		before := s.count()
 		r, err := p.PublishEnvelopeWithReceipt(context.Background(), env)
 		require.NoError(t, err)
 		assert.Equal(t, env.Meta.ID, r.ID())
+		assert.Equal(t, "mine", wireDecoded(t, s.written[before]).Properties.CorrelationID)
 		s.settle(r.ID(), &amqp.StateAccepted{}, nil)
 		require.NoError(t, r.Wait(context.Background()))
 	})
@@ -401,8 +402,8 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 func TestPublishWithReceiptSendsWhatPublishSends(t *testing.T) {
 	s := newPipeSender()
 	p := NewPublisher(s, "orders", WithPriority(8))
-	opts := []PublishOption{WithHeaders(map[string]string{"traceparent": "00-a-b-01"}), WithTTL(time.Minute),
-		WithGroupID("customer-7"), WithDuplicateDetection(), WithTraceID("trace-1"), WithDelay(time.Hour)}
+	opts := []BuildOption{WithHeaders(map[string]string{"traceparent": "00-a-b-01"}), WithTTL(time.Minute),
+		WithGroupID("customer-7"), WithDuplicateDetection(), EnvelopeTraceID("trace-1"), WithDelay(time.Hour)}
 	r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
 	require.NoError(t, err)
 	s.settle(r.ID(), &amqp.StateAccepted{}, nil)

@@ -33,22 +33,22 @@ func (d *delivery) unknownURN() error {
 	switch d.c.unknown {
 	case UnknownURNRelease:
 		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, DispositionAbandoned, d.abandon)
+		return d.finish(KindUnknownURN, nil, DispositionAbandoned, d.abandon)
 	case UnknownURNDelete:
 		d.quiet = true
-		return d.finish(ErrUnknownURN, nil, DispositionDropped, d.accept)
+		return d.finish(KindUnknownURN, nil, DispositionDropped, d.accept)
 	}
 	// Only the strategies that report need the cause.
 	cause := errors.New("no handler is registered for " + strconv.Quote(d.urn))
 	switch d.c.unknown {
 	case UnknownURNDeadLetter:
 		if d.c.dlq == nil {
-			return d.finish(ErrUnknownURN, cause, DispositionDropped, d.accept)
+			return d.finish(KindUnknownURN, cause, DispositionDropped, d.accept)
 		}
 		dl := newDeadLetter(ReasonUnknownURN, nil, d.queue(), d.attempts, d.c.now())
 		text := cause.Error()
 		dl.Error = &text
-		return d.deadLetter(ErrUnknownURN, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
+		return d.deadLetter(KindUnknownURN, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 	}
-	return d.finish(ErrUnknownURN, cause, DispositionAbandoned, d.abandon)
+	return d.finish(KindUnknownURN, cause, DispositionAbandoned, d.abandon)
 }

@@ -6,7 +6,6 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -69,16 +68,16 @@ func (d *delivery) wait(dur time.Duration) {
 
 func (d *delivery) queue() string { return d.c.queueName(d.r) }
 
-// finish settles with settle, then reports kind (when non-nil and the
+// finish settles with settle, then reports kind (when not KindNone and the
 // delivery is not quiet) with the disposition that was really sent, and a
 // failed settlement on its own; the observer hears the final fate. The
 // report for a dead-letter failure goes out before the hold, so the
 // callback hears of it at once.
-func (d *delivery) finish(kind, cause error, disp Disposition, settle func() error) error {
+func (d *delivery) finish(kind DeliveryKind, cause error, disp Disposition, settle func() error) error {
 	var reported *DeliveryError
-	if kind != nil && !d.quiet {
+	if kind != KindNone && !d.quiet {
 		reported = d.deliveryError(kind, cause, disp)
-		if errors.Is(kind, ErrDeadLetterFailed) {
+		if kind == KindDeadLetterFailed {
 			return d.reportThenSettle(kind, cause, disp, reported, settle)
 		}
 	}
@@ -88,7 +87,7 @@ func (d *delivery) finish(kind, cause error, disp Disposition, settle func() err
 // reportThenSettle reports before it settles. A callback or a logger that
 // exits the goroutine there (runtime.Goexit, as t.FailNow does) or panics
 // does not leave the delivery unsettled: it is settled on the way out.
-func (d *delivery) reportThenSettle(kind, cause error, disp Disposition, reported *DeliveryError, settle func() error) error {
+func (d *delivery) reportThenSettle(kind DeliveryKind, cause error, disp Disposition, reported *DeliveryError, settle func() error) error {
 	done := false
 	defer func() {
 		if !done {
@@ -104,14 +103,14 @@ func (d *delivery) reportThenSettle(kind, cause error, disp Disposition, reporte
 // settled is finish once settle returned serr: the reports (reported, when
 // not nil, only if it did not go out already), the observer and the
 // result.
-func (d *delivery) settled(kind, cause error, disp Disposition, reported *DeliveryError, reportedFirst bool, serr error) error {
+func (d *delivery) settled(kind DeliveryKind, cause error, disp Disposition, reported *DeliveryError, reportedFirst bool, serr error) error {
 	if serr != nil {
 		if d.lost != nil {
 			// First, so Listen starts nothing more on a dead link while
 			// this delivery is still being reported.
 			d.lost(serr)
 		}
-		settleErr := d.deliveryError(ErrSettlement, serr, DispositionPending)
+		settleErr := d.deliveryError(KindSettlement, serr, DispositionPending)
 		if reported != nil && !reportedFirst {
 			reported.Disposition = DispositionPending
 			d.c.report(d.ctx, reported, d.env, d.msg)
@@ -119,7 +118,7 @@ func (d *delivery) settled(kind, cause error, disp Disposition, reported *Delive
 		}
 		d.c.report(d.ctx, settleErr, d.env, d.msg)
 		d.log(slog.LevelError, settleErr)
-		d.observe(ErrSettlement, serr, DispositionPending)
+		d.observe(KindSettlement, serr, DispositionPending)
 		if reported != nil {
 			return fmt.Errorf("%w; %w", reported, settleErr)
 		}
@@ -141,13 +140,13 @@ func (d *delivery) settled(kind, cause error, disp Disposition, reported *Delive
 // level is the log level of a reported error: error for a loss (dropped)
 // or a failure to settle, warn for the rest (a retry, a dead-letter copy).
 func level(e *DeliveryError) slog.Level {
-	if e.Disposition == DispositionDropped || e.Disposition == DispositionPending || errors.Is(e.Kind, ErrSettlement) {
+	if e.Disposition == DispositionDropped || e.Disposition == DispositionPending || e.Kind == KindSettlement {
 		return slog.LevelError
 	}
 	return slog.LevelWarn
 }
 
-func (d *delivery) deliveryError(kind, cause error, disp Disposition) *DeliveryError {
+func (d *delivery) deliveryError(kind DeliveryKind, cause error, disp Disposition) *DeliveryError {
 	e := &DeliveryError{Kind: kind, URN: d.urn, Attempts: d.attempts, Disposition: disp, Err: cause}
 	if d.env != nil {
 		e.MessageID = d.env.Meta.ID
@@ -202,21 +201,21 @@ func (c *Consumer) logError(ctx context.Context, level slog.Level, err *Delivery
 }
 
 // logMessage is the fixed message of a reported error.
-func logMessage(kind error, disp Disposition) string {
-	if errors.Is(kind, ErrSettlement) {
+func logMessage(kind DeliveryKind, disp Disposition) string {
+	if kind == KindSettlement {
 		return "settlement failed"
 	}
 	var what string
-	switch {
-	case errors.Is(kind, ErrHandlerFailed):
+	switch kind {
+	case KindHandlerFailed:
 		what = "handler failed"
-	case errors.Is(kind, ErrUnknownURN):
+	case KindUnknownURN:
 		what = "no handler for the URN"
-	case errors.Is(kind, ErrPoison):
+	case KindPoison:
 		what = "poison message"
-	case errors.Is(kind, ErrVersionGated):
+	case KindVersionGated:
 		what = "unsupported schema version"
-	case errors.Is(kind, ErrDeadLetterFailed):
+	case KindDeadLetterFailed:
 		what = "dead-letter write failed"
 	default:
 		what = "delivery failed"
@@ -256,7 +255,7 @@ func (d *delivery) begin() {
 }
 
 // observe reports the delivery's settlement to the observer, if any.
-func (d *delivery) observe(kind, cause error, disp Disposition) {
+func (d *delivery) observe(kind DeliveryKind, cause error, disp Disposition) {
 	if d.c.observer == nil {
 		return
 	}
@@ -276,13 +275,13 @@ func (c *Consumer) observeSettled(ev SettleEvent) {
 
 // remember keeps the memory of d's consumer up to date once d was settled
 // with disp: a failed attempt is remembered, a final outcome forgets.
-func (d *delivery) remember(kind error, disp Disposition) {
+func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 	m := d.c.memory
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
 		return
 	}
 	switch {
-	case disp == DispositionAbandoned && errors.Is(kind, ErrHandlerFailed):
+	case disp == DispositionAbandoned && kind == KindHandlerFailed:
 		m.failed(d.env.Meta.ID, d.attempts+1)
 	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
 		m.forget(d.env.Meta.ID)

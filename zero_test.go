@@ -62,10 +62,11 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 			_, err := (&Publisher{sender: &fakelink.Sender{}}).Publish(ctx, urnCreated, nil, WithPriority(1))
 			return err
 		},
-		"Receipt.Done":         func() error { return err0((&Receipt{}).Done()) },
-		"Receipt.ID":           func() error { return err0((&Receipt{}).ID()) },
-		"Receipt.Wait":         func() error { return err0((&Receipt{}).Wait(ctx)) },
-		"SettleEvent.KindName": func() error { return err0(SettleEvent{}.KindName()) },
+		"Receipt.Done":        func() error { return err0((&Receipt{}).Done()) },
+		"Receipt.ID":          func() error { return err0((&Receipt{}).ID()) },
+		"Receipt.Wait":        func() error { return err0((&Receipt{}).Wait(ctx)) },
+		"DeliveryKind.String": func() error { return err0(DeliveryKind(0).String()) },
+		"DeliveryKind.Err":    func() error { return err0(DeliveryKind(0).Err()) },
 	}
 	// These are asked of something that cannot work: they must say so.
 	wantErr := map[string]bool{}

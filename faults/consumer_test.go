@@ -62,7 +62,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	)
 	uniqueHandled := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
 
-	reports := newFaultReports(artemis.ErrSettlement)
+	reports := newFaultReports(artemis.KindSettlement)
 	cons := testkit.MustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		end := l.Start(env.Meta.ID)
 		defer end(true)
@@ -146,7 +146,7 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 	assert.Empty(t, badData, "handled messages that were not the ones sent")
 	assert.LessOrEqual(t, duplicated, credit+concurrency, "duplicates stay within the in-flight window")
 	assert.GreaterOrEqual(t, duplicated, 1, "the handler parked across the kill could not settle, so it was redelivered")
-	assert.GreaterOrEqual(t, len(reports.ids(artemis.ErrSettlement)), 1, "the failed accepts were reported as ErrSettlement")
+	assert.GreaterOrEqual(t, len(reports.ids(artemis.KindSettlement)), 1, "the failed accepts were reported as ErrSettlement")
 	assert.Zero(t, left.total, "nothing left on the queue")
 	assert.Equal(t, 1, events.count(0, artemis.EventConsumerAttached), "attached once")
 	assert.GreaterOrEqual(t, events.count(mark, artemis.EventConsumerResumed), 1)

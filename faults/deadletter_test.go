@@ -60,7 +60,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 
 	var limitCalls, calls atomic.Int64
 
-	reports := newFaultReports(artemis.ErrHandlerFailed, artemis.ErrDeadLetterFailed, artemis.ErrSettlement)
+	reports := newFaultReports(artemis.KindHandlerFailed, artemis.KindDeadLetterFailed, artemis.KindSettlement)
 	var dlMu sync.Mutex
 	deadLettered := map[string]int{}
 	allDone := make(chan struct{})
@@ -101,9 +101,9 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 	mark, killedAt := k.mark, k.ended
 	// The parked handlers dead-letter into a dead broker: reported, held,
 	// released (the release fails too: the link is gone).
-	waitClosed(t, reports.first[artemis.ErrDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
+	waitClosed(t, reports.first[artemis.KindDeadLetterFailed], faultWait, func() string { return "an ErrDeadLetterFailed report" })
 	events.wait(t, mark, artemis.EventConsumerLost, q, faultWait)
-	failedDuringOutage := reports.ids(artemis.ErrDeadLetterFailed)
+	failedDuringOutage := reports.ids(artemis.KindDeadLetterFailed)
 	restartAt := time.Now()
 	fb.restart(t)
 	restarted := time.Now()

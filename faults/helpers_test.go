@@ -328,14 +328,14 @@ func faultDrain(t *testing.T, b *brokertest.Broker, addr string) faultDrained {
 type faultReports struct {
 	mu      sync.Mutex
 	byKind  map[string]int
-	byID    map[error]map[string]int // kind -> meta.id -> reports
+	byID    map[artemis.DeliveryKind]map[string]int // kind -> meta.id -> reports
 	samples map[string]string
-	first   map[error]chan struct{} // closed on the first report of a kind
+	first   map[artemis.DeliveryKind]chan struct{} // closed on the first report of a kind
 }
 
-func newFaultReports(kinds ...error) *faultReports {
-	r := &faultReports{byKind: map[string]int{}, byID: map[error]map[string]int{}, samples: map[string]string{},
-		first: map[error]chan struct{}{}}
+func newFaultReports(kinds ...artemis.DeliveryKind) *faultReports {
+	r := &faultReports{byKind: map[string]int{}, byID: map[artemis.DeliveryKind]map[string]int{}, samples: map[string]string{},
+		first: map[artemis.DeliveryKind]chan struct{}{}}
 	for _, k := range kinds {
 		r.first[k] = make(chan struct{})
 		r.byID[k] = map[string]int{}
@@ -347,7 +347,7 @@ func (r *faultReports) onError(_ context.Context, err error, _ *artemis.Envelope
 	var de *artemis.DeliveryError
 	name := "not a *DeliveryError"
 	if errors.As(err, &de) {
-		name = de.Kind.Error() + " / " + de.Disposition.String()
+		name = de.Kind.Err().Error() + " / " + de.Disposition.String()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -366,7 +366,7 @@ func (r *faultReports) onError(_ context.Context, err error, _ *artemis.Envelope
 	}
 }
 
-func (r *faultReports) ids(kind error) map[string]int {
+func (r *faultReports) ids(kind artemis.DeliveryKind) map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make(map[string]int, len(r.byID[kind]))

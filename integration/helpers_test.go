@@ -166,7 +166,7 @@ func newErrorLog() *errorLog { return &errorLog{ch: make(chan *artemis.DeliveryE
 func (e *errorLog) onError(_ context.Context, err error, _ *artemis.Envelope, _ *amqp.Message) {
 	var de *artemis.DeliveryError
 	if !errors.As(err, &de) {
-		de = &artemis.DeliveryError{Kind: errors.New("not a *DeliveryError"), Err: err}
+		de = &artemis.DeliveryError{Err: fmt.Errorf("not a *DeliveryError: %w", err)} // KindNone: matches no sentinel
 	}
 	e.ch <- de
 }

@@ -385,9 +385,9 @@ func pyPublish(t *testing.T, p *artemis.ClientPublisher, urn string, data []byte
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	defer cancel()
-	var opts []artemis.PublishOption
+	var opts []artemis.BuildOption
 	if trace != "" {
-		opts = append(opts, artemis.WithTraceID(trace))
+		opts = append(opts, artemis.EnvelopeTraceID(trace))
 	}
 	id, err := p.Publish(ctx, urn, json.RawMessage(data), opts...)
 	require.NoError(t, err)

@@ -89,7 +89,7 @@ func TestIntegrationPublishListenRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	id, err := pub.Publish(ctx, urn, json.RawMessage(roundTripData),
-		artemis.WithTraceID("  trace-abc-123  "), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
+		artemis.EnvelopeTraceID("  trace-abc-123  "), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
 	errs := newErrorLog()

@@ -118,7 +118,7 @@ func writeOrders(t testing.TB, db *testDB, queue string, n int, group func(i int
 	for i := range n {
 		tx, err := db.pool.Begin(ctx)
 		require.NoError(t, err)
-		var opts []WriteOption
+		var opts []BuildOption
 		g := ""
 		if group != nil {
 			g = group(i)

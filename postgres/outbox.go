@@ -13,14 +13,33 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 )
 
-// WriteOption configures one outbox write.
+// WriteOption configures one outbox write: Write and WriteEnvelope.
 type WriteOption func(*writeConfig)
+
+// BuildOption is an option of Write, which builds the envelope: a
+// WriteOption, or the options of that envelope given with WithEnvelope
+// (artemis.EnvelopeTraceID continues a trace). The trace id is part of the
+// envelope, so it is set where the envelope is built: WriteEnvelope stores
+// an envelope that already has one and takes WriteOptions alone, so
+// WithEnvelope given to it does not compile.
+type BuildOption interface{ buildOption() }
+
+func (WriteOption) buildOption() {}
+
+// envelopeOptions are the artemis.EnvelopeOptions of WithEnvelope.
+type envelopeOptions []artemis.EnvelopeOption
+
+func (envelopeOptions) buildOption() {}
+
+// WithEnvelope gives Write options for the envelope it builds, applied
+// after artemis.EnvelopeQueue(queue): artemis.EnvelopeTraceID(id) continues
+// a trace, artemis.EnvelopeCreatedAt sets meta.created_at.
+func WithEnvelope(opts ...artemis.EnvelopeOption) BuildOption { return envelopeOptions(opts) }
 
 type writeConfig struct {
 	groupID string
 	headers map[string]string
 	delay   time.Duration
-	traceID string
 }
 
 // WithGroupID puts the message in a message group (properties.group-id).
@@ -49,10 +68,6 @@ func WithHeaders(h map[string]string) WriteOption {
 // left (Artemis holds it until then).
 func WithDelay(d time.Duration) WriteOption { return func(c *writeConfig) { c.delay = d } }
 
-// WithTraceID continues a trace: the new envelope gets this trace id
-// instead of a fresh one (Write only: an envelope keeps its own).
-func WithTraceID(id string) WriteOption { return func(c *writeConfig) { c.traceID = id } }
-
 // ErrInvalid is matched by the errors of a write refused before anything
 // was stored: a blank queue, an invalid envelope.
 var ErrInvalid = errors.New("babelqueue/postgres: invalid outbox write")
@@ -61,36 +76,45 @@ var ErrInvalid = errors.New("babelqueue/postgres: invalid outbox write")
 // and stores it in the outbox within tx, the caller's transaction: the
 // message exists if and only if tx commits. It returns meta.id. data is what
 // artemis.NewEnvelope takes: a struct, a map, a json.RawMessage or nil.
-func Write(ctx context.Context, tx pgx.Tx, queue, urn string, data any, opts ...WriteOption) (string, error) {
-	var cfg writeConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	eopts := []artemis.EnvelopeOption{artemis.EnvelopeQueue(queue)}
-	if cfg.traceID != "" {
-		eopts = append(eopts, artemis.EnvelopeTraceID(cfg.traceID))
-	}
-	env, err := artemis.NewEnvelope(urn, data, eopts...)
+// opts are WriteOptions and WithEnvelope (see BuildOption).
+func Write(ctx context.Context, tx pgx.Tx, queue, urn string, data any, opts ...BuildOption) (string, error) {
+	env, cfg, err := buildWrite(queue, urn, data, opts)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		return "", err
 	}
-	if err := write(ctx, tx, queue, env, &cfg); err != nil {
+	if err := write(ctx, tx, queue, env, cfg); err != nil {
 		return "", err
 	}
 	return env.Meta.ID, nil
 }
 
+// buildWrite builds Write's envelope and its write configuration from opts.
+func buildWrite(queue, urn string, data any, opts []BuildOption) (*artemis.Envelope, *writeConfig, error) {
+	var cfg writeConfig
+	eopts := []artemis.EnvelopeOption{artemis.EnvelopeQueue(queue)}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case WriteOption:
+			o(&cfg)
+		case envelopeOptions:
+			eopts = append(eopts, o...)
+		}
+	}
+	env, err := artemis.NewEnvelope(urn, data, eopts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return env, &cfg, nil
+}
+
 // WriteEnvelope stores an envelope that is already built in the outbox
 // within tx, to be published to queue. Its meta.id must be new to the
-// outbox (a second write of one id fails: a unique violation). WithTraceID
-// is refused: the envelope keeps its own trace id.
+// outbox (a second write of one id fails: a unique violation). The
+// envelope keeps its own trace id.
 func WriteEnvelope(ctx context.Context, tx pgx.Tx, queue string, env *artemis.Envelope, opts ...WriteOption) error {
 	var cfg writeConfig
 	for _, o := range opts {
 		o(&cfg)
-	}
-	if cfg.traceID != "" && cfg.traceID != env.TraceID {
-		return fmt.Errorf("%w: WithTraceID on a built envelope (it keeps its trace id)", ErrInvalid)
 	}
 	return write(ctx, tx, queue, env, &cfg)
 }

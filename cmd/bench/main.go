@@ -604,7 +604,7 @@ func (r *runner) topUp(ctx context.Context, queue string, n int, grouped bool) e
 		data := r.data
 		for i := range k {
 			data.OrderID = 100000 + i%100000
-			var opts []artemis.PublishOption
+			var opts []artemis.BuildOption
 			if grouped {
 				opts = append(opts, artemis.WithGroupID(groupName(i%r.cfg.groups)))
 			}

@@ -14,7 +14,7 @@
 //   - messaging.process.duration (histogram, s): the handler's time;
 //   - babelqueue.settlements (counter) and babelqueue.settlement.duration
 //     (histogram, s) for every settlement, by babelqueue.disposition and
-//     error.type (SettleEvent.KindName: handler_failed, poison, ...).
+//     error.type (SettleEvent.Kind.String(): handler_failed, poison, ...).
 //
 // Every instrument carries messaging.system "activemq" and
 // messaging.destination.name (the queue), as OpenTelemetry's messaging
@@ -109,14 +109,14 @@ func (m *Metrics) Settled(ev artemis.SettleEvent) {
 	system, dest := semconv.MessagingSystemActiveMQ, semconv.MessagingDestinationName(ev.Queue)
 	if ev.Handler > 0 {
 		attrs := []attribute.KeyValue{system, dest, semconv.MessagingOperationName("process")}
-		if errors.Is(ev.Kind, artemis.ErrHandlerFailed) {
-			attrs = append(attrs, semconv.ErrorTypeKey.String(ev.KindName()))
+		if ev.Kind == artemis.KindHandlerFailed {
+			attrs = append(attrs, semconv.ErrorTypeKey.String(ev.Kind.String()))
 		}
 		m.processTime.Record(ctx, ev.Handler.Seconds(), metric.WithAttributes(attrs...))
 	}
 	attrs := []attribute.KeyValue{system, dest, attribute.String("babelqueue.disposition", ev.Disposition.String())}
-	if ev.Kind != nil {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(ev.KindName()))
+	if ev.Kind != artemis.KindNone {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(ev.Kind.String()))
 	}
 	set := metric.WithAttributes(attrs...)
 	m.settled.Add(ctx, 1, set)

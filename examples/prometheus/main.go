@@ -110,7 +110,7 @@ func (m *Metrics) Published(ev artemis.PublishEvent) {
 // Settled implements artemis.Observer.
 func (m *Metrics) Settled(ev artemis.SettleEvent) {
 	disp := ev.Disposition.String()
-	m.settled.WithLabelValues(ev.Queue, disp, ev.KindName()).Inc()
+	m.settled.WithLabelValues(ev.Queue, disp, ev.Kind.String()).Inc()
 	m.settleTime.WithLabelValues(ev.Queue, disp).Observe(ev.Latency.Seconds())
 	if ev.Handler > 0 {
 		m.handlerTime.WithLabelValues(ev.Queue).Observe(ev.Handler.Seconds())

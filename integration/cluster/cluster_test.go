@@ -42,7 +42,7 @@ func TestClusterPublishesSpreadAndAllAreConsumedOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
 	pubTime := time.Since(start)
 	require.Len(t, acked, n)
 
@@ -89,7 +89,7 @@ func TestClusterConsumesMessagesStoredOnOneMember(t *testing.T) {
 	one := dialNode(t, cl.Nodes[last].URL)
 	p, err := one.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 100, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 100, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
 	require.NoError(t, p.Close(context.Background()))
 
 	c := dialCluster(t, cl, nil)
@@ -120,9 +120,9 @@ func TestClusterKeepsTheOrderOfEachGroup(t *testing.T) {
 	c := dialCluster(t, cl, nil)
 	p, err := c.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) {
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) {
 		g := fmt.Sprintf("g%03d", i%groups)
-		return order{Group: g, Seq: i / groups}, []artemis.PublishOption{artemis.WithGroupID(g)}
+		return order{Group: g, Seq: i / groups}, []artemis.BuildOption{artemis.WithGroupID(g)}
 	})
 
 	per := counts(t, cl, q)
@@ -195,7 +195,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	// The consume stream's messages, spread over the members before the kill.
 	pc, err := c.Publisher(context.Background(), qc)
 	require.NoError(t, err)
-	ackedC := publishAll(t, pc, n, 500, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
+	ackedC := publishAll(t, pc, n, 500, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
 
 	tc := newTally(n)
 	stopC := consume(t, c, qc, func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {

@@ -166,7 +166,7 @@ func consume(t *testing.T, c *artemis.Client, queue string, h artemis.HandlerFun
 
 // publishAll publishes n messages on p with a window of receipts in
 // flight, and returns the acknowledged ids.
-func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.PublishOption)) map[string]bool {
+func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.BuildOption)) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
