@@ -1,11 +1,8 @@
 package brokertest
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,15 +144,5 @@ func (c *Cluster) Status(t testing.TB) string {
 // not a failure.
 func (c *Cluster) Run(t testing.TB, args ...string) string {
 	t.Helper()
-	script, err := filepath.Abs(c.script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := RunScript(t, script, []string{EnvClusterName + "=" + c.Name}, clusterScriptTimeout, args...)
-	var exit *exec.ExitError
-	stoppedNode := args[0] == "cluster-status" && errors.As(err, &exit) && exit.ExitCode() == 3
-	if err != nil && !stoppedNode {
-		t.Fatalf("scripts/artemis %s: %v", strings.Join(args, " "), err)
-	}
-	return out
+	return runNamed(t, c.script, EnvClusterName+"="+c.Name, clusterScriptTimeout, "cluster-status", args...)
 }

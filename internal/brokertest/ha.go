@@ -194,13 +194,22 @@ func (p *HAPair) Status(t testing.TB) string {
 // failure.
 func (p *HAPair) Run(t testing.TB, args ...string) string {
 	t.Helper()
-	script, err := filepath.Abs(p.script)
+	return runNamed(t, p.script, EnvHAName+"="+p.Name, haScriptTimeout, "ha-status", args...)
+}
+
+// runNamed runs script with env added (the variable that names the pair or
+// the cluster) and returns its stdout, failing the test when the script
+// fails; it logs stderr. The status command exiting 3 (a node is stopped)
+// is an answer, not a failure.
+func runNamed(t testing.TB, script, env string, timeout time.Duration, status string, args ...string) string {
+	t.Helper()
+	script, err := filepath.Abs(script)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := RunScript(t, script, []string{EnvHAName + "=" + p.Name}, haScriptTimeout, args...)
+	out, err := RunScript(t, script, []string{env}, timeout, args...)
 	var exit *exec.ExitError
-	stoppedNode := args[0] == "ha-status" && errors.As(err, &exit) && exit.ExitCode() == 3
+	stoppedNode := args[0] == status && errors.As(err, &exit) && exit.ExitCode() == 3
 	if err != nil && !stoppedNode {
 		t.Fatalf("scripts/artemis %s: %v", strings.Join(args, " "), err)
 	}
