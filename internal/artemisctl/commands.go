@@ -252,19 +252,32 @@ func (c *Ctl) produceText(inst *Instance, args []string, stdin io.Reader) error 
 	return nil
 }
 
+// printEnv prints the export lines env makes (a pair's or a cluster's).
+func (c *Ctl) printEnv(env func() (string, error)) error {
+	text, err := env()
+	if err != nil {
+		return err
+	}
+	c.printf("%s", text)
+	return nil
+}
+
+// printStatus prints a status text; ok false (a node is not running) is
+// exit status 3.
+func (c *Ctl) printStatus(text string, ok bool) error {
+	c.printf("%s", text)
+	if !ok {
+		return &ExitError{Code: 3}
+	}
+	return nil
+}
+
 func (c *Ctl) ha(sub, role, opt string) error {
 	p := c.Pair(c.getenv("ARTEMIS_HA_NAME"))
 	if role == "" {
 		role = "primary"
 	}
-	printEnv := func() error {
-		env, err := p.Env()
-		if err != nil {
-			return err
-		}
-		c.printf("%s", env)
-		return nil
-	}
+	printEnv := func() error { return c.printEnv(p.Env) }
 	switch sub {
 	case "start":
 		if err := p.Start(); err != nil {
@@ -274,12 +287,7 @@ func (c *Ctl) ha(sub, role, opt string) error {
 	case "env":
 		return printEnv()
 	case "status":
-		text, ok := p.Status()
-		c.printf("%s", text)
-		if !ok {
-			return &ExitError{Code: 3}
-		}
-		return nil
+		return c.printStatus(p.Status())
 	case "kill":
 		_, err := p.Kill(role, opt == "--no-wait")
 		return err
@@ -305,14 +313,7 @@ func (c *Ctl) ha(sub, role, opt string) error {
 
 func (c *Ctl) cluster(sub, arg string) error {
 	cl := c.Cluster(c.getenv("ARTEMIS_CLUSTER_NAME"))
-	printEnv := func() error {
-		env, err := cl.Env()
-		if err != nil {
-			return err
-		}
-		c.printf("%s", env)
-		return nil
-	}
+	printEnv := func() error { return c.printEnv(cl.Env) }
 	switch sub {
 	case "start":
 		// No argument: the created size (else 3); one that is not a
@@ -332,12 +333,7 @@ func (c *Ctl) cluster(sub, arg string) error {
 	case "env":
 		return printEnv()
 	case "status":
-		text, ok := cl.Status()
-		c.printf("%s", text)
-		if !ok {
-			return &ExitError{Code: 3}
-		}
-		return nil
+		return c.printStatus(cl.Status())
 	case "kill":
 		_, err := cl.Kill(arg)
 		return err
