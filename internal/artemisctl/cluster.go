@@ -259,20 +259,8 @@ func (cl *Cluster) Start(n int) error {
 		return err
 	}
 	nodes := cl.nodes(n)
-	errs := make([]error, n+1)
-	var wg sync.WaitGroup
-	for k := 1; k <= n; k++ {
-		wg.Add(1)
-		go func(k int) {
-			defer wg.Done()
-			errs[k] = nodes[k].StartNode()
-		}(k)
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return cl.c.die(cl.logName(), "a node did not start (see above)")
-		}
+	if anyFails(n, func(k int) error { return nodes[k].StartNode() }) {
+		return cl.c.die(cl.logName(), "a node did not start (see above)")
 	}
 	return cl.waitConnected(n)
 }
@@ -366,22 +354,31 @@ func (cl *Cluster) Restart(arg string) (running bool, err error) {
 func (cl *Cluster) Stop() error {
 	n := cl.Size()
 	nodes := cl.nodes(n)
+	if anyFails(n, func(k int) error { return nodes[k].Stop() }) {
+		return &ExitError{Code: 1, Msg: "a node did not stop"}
+	}
+	return nil
+}
+
+// anyFails runs fn for nodes 1 to n at once, waits for them all, and says
+// whether one of them failed.
+func anyFails(n int, fn func(k int) error) bool {
 	errs := make([]error, n+1)
 	var wg sync.WaitGroup
 	for k := 1; k <= n; k++ {
 		wg.Add(1)
 		go func(k int) {
 			defer wg.Done()
-			errs[k] = nodes[k].Stop()
+			errs[k] = fn(k)
 		}(k)
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return &ExitError{Code: 1, Msg: "a node did not stop"}
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 // Reset stops and deletes every node.
