@@ -23,6 +23,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
 const urn = "urn:babel:cluster:test"
@@ -141,27 +142,8 @@ func (t *tally) wait(tb testing.TB, timeout time.Duration) {
 // ends (or stop is called).
 func consume(t *testing.T, c *artemis.Client, queue string, h artemis.HandlerFunc, opts ...artemis.ConsumerOption) (stop func()) {
 	t.Helper()
-	cons, err := artemis.NewConsumer(artemis.Handlers{urn: h}, append([]artemis.ConsumerOption{artemis.WithLogger(quiet)}, opts...)...)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, queue, cons, nil) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Consume %s: %v", queue, err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Consume %s did not return within 30 s of its cancel", queue)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	cons := testkit.MustConsumer(t, artemis.Handlers{urn: h}, append([]artemis.ConsumerOption{artemis.WithLogger(quiet)}, opts...)...)
+	return testkit.ConsumeInBackground(t, c, queue, cons, nil, 30*time.Second)
 }
 
 // publishAll publishes n messages on p with a window of receipts in
