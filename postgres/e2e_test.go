@@ -20,9 +20,7 @@ import (
 // with an inbox, whose handler fails now and then after its write (the
 // delivery is retried): every order's effect happens exactly once.
 func TestOrdersEndToEndEveryEffectOnce(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	ctx := context.Background()
 	const orders, writers, customers = 10000, 8, 100
 	_, err := db.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL, message_id text NOT NULL);`+chargesTable)

@@ -105,6 +105,15 @@ func dial(t testing.TB, url string) *artemis.Client {
 	return c
 }
 
+// newBrokerDB is the set-up of a test of the database and the broker
+// together: a fresh schema, the broker's URL and a queue of the test's own.
+func newBrokerDB(t testing.TB) (db *testDB, amqpURL, queue string) {
+	t.Helper()
+	db = newDB(t)
+	_, amqpURL = need(t)
+	return db, amqpURL, queueName(t)
+}
+
 func queueName(t testing.TB) string {
 	return "bqpg." + strings.ToLower(strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())) + "." + token()
 }

@@ -17,9 +17,7 @@ import (
 // 24 copies of one envelope (one meta.id), delivered to 24 workers at
 // once, run the effect once.
 func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	ctx := context.Background()
 	_, err := db.pool.Exec(ctx, chargesTable)
 	require.NoError(t, err)
@@ -142,9 +140,7 @@ UNION ALL SELECT 'shipping', 'old-' || i, now() - interval '8 days' FROM generat
 // handler again, with its external effect bypassed; an ordinary duplicate
 // after it is still skipped.
 func TestInboxReplayRunsAgain(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	ctx := context.Background()
 	_, err := db.pool.Exec(ctx, "CREATE TABLE ledger (message_id text PRIMARY KEY, runs int NOT NULL)")
 	require.NoError(t, err)

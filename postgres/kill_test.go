@@ -129,9 +129,7 @@ func startChild(t *testing.T, part string, db *testDB, queue, want string) (stri
 // marked them: the rows are published again by the next relay, and the
 // broker stores each message once (duplicate detection).
 func TestRelayKilledBetweenPublishAndMarkStoresOnce(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	const n = 100
 	ids := writeOrders(t, db, queue, n, func(i int) string {
 		if i%2 == 0 {
@@ -172,9 +170,7 @@ func TestRelayKilledBetweenPublishAndMarkStoresOnce(t *testing.T) {
 // it accepted the delivery: the redelivery is accepted without running the
 // effect again.
 func TestInboxConsumerKilledBetweenCommitAndAcceptRunsOnce(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	_, err := db.pool.Exec(context.Background(), chargesTable)
 	require.NoError(t, err)
 	client := dial(t, amqpURL)

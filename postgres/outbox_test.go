@@ -51,10 +51,8 @@ func TestWriteBuildsTheEnvelopeWithItsOptions(t *testing.T) {
 // A rolled-back transaction leaves no message; a committed one exactly
 // one, whose body is the stored bytes.
 func TestOutboxRollbackNothingCommitOne(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	client := dial(t, amqpURL)
-	queue := queueName(t)
 	ctx := context.Background()
 
 	tx, err := db.pool.Begin(ctx)
@@ -91,9 +89,7 @@ func TestOutboxRollbackNothingCommitOne(t *testing.T) {
 // that order for a consumer; four relays on one table publish no row
 // twice.
 func TestOutboxFourRelaysPublishNothingTwice(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	const n, groups = 2000, 40
 	ids := writeOrders(t, db, queue, n, func(i int) string {
 		if i%4 == 3 {
@@ -160,9 +156,7 @@ func TestOutboxFourRelaysPublishNothingTwice(t *testing.T) {
 // A broker outage leaves the rows pending (none parked), and they drain
 // once the broker is back.
 func TestOutboxBrokerOutageRowsDrainAfter(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
-	queue := queueName(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	px := newProxy(t, hostPort(t, amqpURL))
 	client := dial(t, px.url(t, amqpURL))
 	obs := newCountingObserver()
@@ -218,10 +212,8 @@ func TestOutboxBrokerOutageRowsDrainAfter(t *testing.T) {
 // and parked after MaxAttempts, visible and never dropped; it holds back
 // its group, and the other rows go out.
 func TestOutboxParksARefusedRow(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	client := dial(t, amqpURL)
-	queue := queueName(t)
 	ids := writeOrders(t, db, queue, 6, func(i int) string {
 		if i < 3 {
 			return "g1"
@@ -276,10 +268,8 @@ func TestOutboxParksARefusedRow(t *testing.T) {
 
 // Published rows are deleted after the retention time, the others never.
 func TestOutboxRetentionPurge(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	client := dial(t, amqpURL)
-	queue := queueName(t)
 	writeOrders(t, db, queue, 1205, nil)
 	relay := NewRelay(db.pool, client, &RelayOptions{BatchSize: 500, Retention: time.Hour})
 	t.Cleanup(func() { _ = relay.Close(context.Background()) })
@@ -300,10 +290,8 @@ func TestOutboxRetentionPurge(t *testing.T) {
 // A delayed write is published at once and delivered by the broker once
 // the delay, counted from the write, is over.
 func TestOutboxDelay(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	client := dial(t, amqpURL)
-	queue := queueName(t)
 	ctx := context.Background()
 	const delay = 1500 * time.Millisecond
 	tx, err := db.pool.Begin(ctx)
@@ -346,10 +334,8 @@ func TestOutboxWriteRefusesInvalidInput(t *testing.T) {
 // The relay wakes on NOTIFY: with a long poll interval, a committed row
 // goes out at once.
 func TestRelayWakesOnNotify(t *testing.T) {
-	db := newDB(t)
-	_, amqpURL := need(t)
+	db, amqpURL, queue := newBrokerDB(t)
 	client := dial(t, amqpURL)
-	queue := queueName(t)
 	relay := NewRelay(db.pool, client, &RelayOptions{PollInterval: time.Hour})
 	listening := make(chan struct{})
 	var once sync.Once
