@@ -100,6 +100,20 @@ func browse(ctx context.Context, s *session, queue string, idle time.Duration, f
 	}
 }
 
+// browseQueue opens a session, checks that queue exists, and browses it
+// (see browse).
+func browseQueue(ctx context.Context, env *environment, queue string, idle time.Duration, fn func(*amqp.Message) (more bool, err error)) error {
+	ctx, s, err := env.conn.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := newQueues(s).require(ctx, queue); err != nil {
+		return err
+	}
+	return browse(ctx, s, queue, idle, fn)
+}
+
 // printRecord writes one record as a JSON line or a text line.
 func printRecord(w io.Writer, r *record, asJSON bool) error {
 	if !asJSON {
@@ -132,16 +146,8 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 		if f.since < 0 {
 			return usagef("-since %v: want > 0", f.since)
 		}
-		ctx, s, err := env.conn.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := newQueues(s).require(ctx, queue); err != nil {
-			return err
-		}
 		shown, seen := 0, 0
-		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			seen++
 			r := readRecord(msg)
 			if !f.match(r) {
@@ -174,16 +180,8 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 		if err := bf.check(); err != nil {
 			return err
 		}
-		ctx, s, err := env.conn.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := newQueues(s).require(ctx, queue); err != nil {
-			return err
-		}
 		n := 0
-		err = browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			n++
 			if err := printRecord(env.stdout, readRecord(msg).withDelivery(msg), bf.json); err != nil {
 				return false, err
