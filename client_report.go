@@ -36,17 +36,7 @@ func (c *Client) emit(ev ConnectionEvent) {
 // option; else, without an OnEvent callback either, slog.Default() for
 // warn and above; else (the callback is the report) none.
 func (c *Client) logTo(ctx context.Context, level slog.Level) *slog.Logger {
-	l := c.logger
-	if l == nil {
-		if c.onEvent != nil || level < slog.LevelWarn {
-			return nil
-		}
-		l = slog.Default()
-	}
-	if !l.Enabled(ctx, level) {
-		return nil
-	}
-	return l
+	return chooseLogger(ctx, c.logger, c.onEvent != nil, level)
 }
 
 func (c *Client) log(ev ConnectionEvent) {

@@ -172,9 +172,16 @@ func (d *delivery) log(level slog.Level, err *DeliveryError) {
 // lines), so nothing is dropped, dead-lettered or left unsettled without a
 // word; else (the callback is the report) nowhere.
 func (c *Consumer) logTo(ctx context.Context, level slog.Level) *slog.Logger {
-	l := c.logger
+	return chooseLogger(ctx, c.logger, c.onError != nil, level)
+}
+
+// chooseLogger is the rule of the Consumer's and the Client's logs: the
+// logger l a line at level goes to when l is set; else, without a callback
+// (hasCallback false), slog.Default() for warn and above; else none. nil
+// means the line is not logged (also when the logger has level disabled).
+func chooseLogger(ctx context.Context, l *slog.Logger, hasCallback bool, level slog.Level) *slog.Logger {
 	if l == nil {
-		if c.onError != nil || level < slog.LevelWarn {
+		if hasCallback || level < slog.LevelWarn {
 			return nil
 		}
 		l = slog.Default()
