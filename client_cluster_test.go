@@ -27,6 +27,17 @@ type clusterHarness struct {
 	down map[string]bool
 }
 
+// dialedClusterPublisher is a harness of n members, all dialed, and a
+// publisher on "orders".
+func dialedClusterPublisher(t *testing.T, n int, opts *ClientOptions) (*clusterHarness, *ClientPublisher) {
+	t.Helper()
+	h := newClusterHarness(t, n, opts, nil)
+	require.NoError(t, h.c.dialMembers(context.Background()))
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	return h, p
+}
+
 func newClusterHarness(t *testing.T, n int, opts *ClientOptions, prepare func(*fakeBroker)) *clusterHarness {
 	t.Helper()
 	h := &clusterHarness{t: t, fb: newFakeBroker(t), ev: newEvents(), down: map[string]bool{}}
@@ -131,10 +142,7 @@ func TestDialClusterSucceedsWithOneMemberUpAndFailsWithNone(t *testing.T) {
 }
 
 func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
-	h := newClusterHarness(t, 3, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 30 {
 		_, err := p.Publish(context.Background(), urnCreated, orderData)
 		require.NoError(t, err)
@@ -146,10 +154,7 @@ func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
 }
 
 func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
-	h := newClusterHarness(t, 3, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 12 {
 		_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("customer-7"))
 		require.NoError(t, err)
@@ -186,17 +191,14 @@ func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
 }
 
 func TestClusterKeyedPublishWaitsForItsMember(t *testing.T) {
-	h := newClusterHarness(t, 3, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 3, nil)
 	own := memberOf("g", 3)
 	h.setDown(own, true)
 	h.connOf(own).kill(&amqp.ConnError{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err = p.Publish(ctx, urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(ctx, urnCreated, orderData, WithGroupID("g"))
 	assert.ErrorIs(t, err, ErrConnect, "waited for its member until ctx ended")
 	for i := range 3 {
 		assert.Zero(t, h.keptBy(i, "orders"), "member %d: nothing went elsewhere", i+1)
@@ -209,24 +211,18 @@ func TestClusterKeyedPublishWaitsForItsMember(t *testing.T) {
 }
 
 func TestClusterFailoverSendsAKeyedPublishToTheNextMember(t *testing.T) {
-	h := newClusterHarness(t, 3, &ClientOptions{ClusterFailover: true}, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 3, &ClientOptions{ClusterFailover: true})
 	own := memberOf("g", 3)
 	h.setDown(own, true)
 	h.connOf(own).kill(&amqp.ConnError{})
 
-	_, err = p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy((own+1)%3, "orders"), "the next member took it")
 }
 
 func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
-	h := newClusterHarness(t, 3, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 3, nil)
 	h.setDown(1, true)
 	h.connOf(1).kill(&amqp.ConnError{})
 	require.Eventually(t, func() bool { return !h.c.Status().Members[1].Connected }, 5*time.Second, time.Millisecond)
@@ -241,10 +237,7 @@ func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
 }
 
 func TestClusterReceiptPipelinesOnTheKeyedMember(t *testing.T) {
-	h := newClusterHarness(t, 2, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders")
-	require.NoError(t, err)
+	h, p := dialedClusterPublisher(t, 2, nil)
 	r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID("g"))
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
