@@ -123,19 +123,12 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		m[k] = v
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errEnd
+		last, err := p.after('}', "an object value")
+		if err != nil {
+			return nil, err
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case '}':
-			p.i++
+		if last {
 			return m, nil
-		default:
-			return nil, p.errorf("invalid character %q after an object value", p.b[p.i])
 		}
 	}
 }
@@ -155,20 +148,34 @@ func (p *parser) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errEnd
+		last, err := p.after(']', "an array element")
+		if err != nil {
+			return nil, err
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
+		if last {
 			return a, nil
-		default:
-			return nil, p.errorf("invalid character %q after an array element", p.b[p.i])
 		}
 	}
+}
+
+// after reads what follows an object value or an array element (what): a
+// comma, and the blanks after it, when more follow (last false), or end
+// when it was the last.
+func (p *parser) after(end byte, what string) (last bool, err error) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, errEnd
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		p.space()
+		return false, nil
+	case end:
+		p.i++
+		return true, nil
+	}
+	return false, p.errorf("invalid character %q after %s", p.b[p.i], what)
 }
 
 // number checks the JSON number grammar and keeps the literal.
