@@ -27,6 +27,7 @@ func runMembers(ctx context.Context, name string, env *environment, args []strin
 		return usagef("-cluster needs one -url per member")
 	}
 	var failed []error
+	absent := 0 // members without the queue: not a failure while another has it
 	for i, u := range all {
 		env.conn.urls = urlList{u}
 		shown := "(unparsable URL)"
@@ -39,13 +40,39 @@ func runMembers(ctx context.Context, name string, env *environment, args []strin
 			if errors.As(err, &ue) {
 				return err // the same for every member
 			}
+			if onlyMissing(err) {
+				// A member that never got a message for the queue has none:
+				// Artemis creates a queue on a member on its first message.
+				fmt.Fprintf(env.stdout, "member %d: %s\n", i+1, env.conn.scrub(err.Error()))
+				absent++
+				failed = append(failed, fmt.Errorf("member %d: %w", i+1, err))
+				continue
+			}
 			fmt.Fprintf(env.stdout, "member %d: FAILED: %s\n", i+1, env.conn.scrub(err.Error()))
 			failed = append(failed, fmt.Errorf("member %d: %w", i+1, err))
 		}
 	}
 	env.conn.urls = all
+	if absent < len(all) && absent == len(failed) {
+		return nil // the queue is on the other members, and all went well there
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d members failed: %w", len(failed), len(all), errors.Join(failed...))
 	}
 	return nil
+}
+
+// onlyMissing reports whether every error joined in err says a queue is
+// missing (errQueueMissing), and nothing else failed.
+func onlyMissing(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !onlyMissing(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return errors.Is(err, errQueueMissing)
 }

@@ -48,6 +48,29 @@ func TestClusterReportsEveryMemberAndItsFailure(t *testing.T) {
 	}
 }
 
+// TestOnlyMissingTellsAnAbsentQueueFromAFailure: on a cluster, a queue
+// that a member never got a message for does not exist there, which is
+// not a failure of that member; anything else still is.
+func TestOnlyMissingTellsAnAbsentQueueFromAFailure(t *testing.T) {
+	other := errors.New("management request timed out")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"missing", missingQueue("orders.dlq"), true},
+		{"missing, wrapped", fmt.Errorf("member 2: %w", missingQueue("orders.dlq")), true},
+		{"two missing, joined", errors.Join(missingQueue("a"), missingQueue("b")), true},
+		{"missing and a failure, joined", errors.Join(missingQueue("a"), other), false},
+		{"a failure", other, false},
+		{"an empty join", errors.Join(), false},
+	} {
+		if got := onlyMissing(tc.err); got != tc.want {
+			t.Errorf("%s: onlyMissing = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // clusterEnv is the tool's environment and -url flags for the script's
 // cluster (ARTEMIS_CLUSTER_URLS): one -url per member, without passwords.
 func clusterEnv(t *testing.T) (*brokertest.Cluster, map[string]string, []string) {
@@ -113,7 +136,7 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	var per []int
 	for {
-		per = memberCounts(t, cli(t, env, append([]string{"stats", queue + ".dlq", "-json"}, members...)...))
+		per = memberCounts(t, dlqStats(t, env, queue+".dlq", members))
 		if sum(per) == total || time.Now().After(deadline) {
 			break
 		}
@@ -133,7 +156,7 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 		t.Errorf("redrive reports per member:\n%s", redrive)
 	}
 	back := memberCounts(t, cli(t, env, append([]string{"stats", queue, "-json"}, members...)...))
-	left := memberCounts(t, cli(t, env, append([]string{"stats", queue + ".dlq", "-json"}, members...)...))
+	left := memberCounts(t, dlqStats(t, env, queue+".dlq", members))
 	if sum(back) != total || sum(left) != 0 {
 		t.Errorf("after redrive: queue %v (want %d in all), DLQ %v (want none)", back, total, left)
 	}
@@ -144,6 +167,20 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 
 // memberCounts reads the "messages" figure of each member's section of
 // stats -json for one queue.
+// dlqStats is `stats DLQ -json` over the members. A member that has
+// dead-lettered nothing (yet) has no DLQ: stats reports that member's
+// "no such queue" and exits 1, which counts as 0 messages there; any other
+// failure fails the test.
+func dlqStats(t *testing.T, env map[string]string, dlq string, members []string) string {
+	t.Helper()
+	args := append([]string{"stats", dlq, "-json"}, members...)
+	out, errOut, code := runCLI(t, env, "", args...)
+	if code != exitOK && !(code == exitFailed && strings.Contains(errOut, "no such queue")) {
+		t.Fatalf("bqartemis %v: exit %d\n%s%s", args, code, out, errOut)
+	}
+	return out
+}
+
 func memberCounts(t *testing.T, out string) []int {
 	t.Helper()
 	var per []int

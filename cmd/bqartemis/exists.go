@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -49,6 +50,15 @@ func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
 	return q.names[name], nil
 }
 
+// errQueueMissing is matched (errors.Is) by the error for a queue the
+// broker does not have.
+var errQueueMissing = errors.New("no such queue")
+
+// missingQueue is the error for a queue the broker does not have, naming it.
+func missingQueue(queue string) error {
+	return fmt.Errorf("queue %s does not exist on the broker (check its name; %s does not create queues): %w", queue, programName, errQueueMissing)
+}
+
 // require fails unless queue exists, with an error that names it.
 func (q *queues) require(ctx context.Context, queue string) error {
 	ok, err := q.exists(ctx, queue)
@@ -56,7 +66,7 @@ func (q *queues) require(ctx context.Context, queue string) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("queue %s does not exist on the broker (check its name; %s does not create queues)", queue, programName)
+		return missingQueue(queue)
 	}
 	return nil
 }

@@ -250,12 +250,24 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 		}
 		var rows []queueStat
 		var errs []error
+		var known map[string]bool // the broker's queues, read once a named queue fails
 		for _, q := range names {
 			if all && (internalQueue(q) || q == m.reply) {
 				continue
 			}
 			st, err := m.queueStat(ctx, q)
 			if err != nil {
+				if !all && known == nil {
+					if list, lerr := m.queueNames(ctx); lerr == nil {
+						known = make(map[string]bool, len(list))
+						for _, n := range list {
+							known[n] = true
+						}
+					}
+				}
+				if known != nil && !known[q] {
+					err = missingQueue(q)
+				}
 				errs = append(errs, err)
 				continue
 			}
