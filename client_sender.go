@@ -219,7 +219,7 @@ func (s *clientSender) sendOutcome(ctx context.Context, msg *amqp.Message, wait 
 // a new link when it carries a duplicate id and ctx still runs; else the
 // outcome is unknown.
 func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {
-	if isContextError(err) && !linkLost(err) {
+	if isContextError(err) { // never linkLost: the caller's own context ended
 		return nil, s.unknown(err)
 	}
 	s.failed(sl, err)
