@@ -33,11 +33,21 @@ type side struct {
 	pub    *artemis.Publisher
 	rcv    *amqp.Receiver
 	client *clientSide // client-consume, library side
+	// client-publish and client-pipelined, library side: pub is cpub's
+	// Publisher, on dialed's connection.
+	dialed *artemis.Client
+	cpub   *artemis.ClientPublisher
 }
 
 func (sd *side) close() {
 	if sd.client != nil {
 		_, _ = sd.client.stop()
+	}
+	if sd.cpub != nil {
+		_ = sd.cpub.Close(context.Background())
+	}
+	if sd.dialed != nil {
+		_ = sd.dialed.Close()
 	}
 	if sd.conn != nil {
 		_ = sd.conn.Close()
@@ -92,9 +102,9 @@ func (r *runner) measure(s *scenario, n, seg int) (raw, lib result, pairs []floa
 			}
 			pprof.Do(ctx, sd.labels, func(ctx context.Context) {
 				switch {
-				case s.kind == "publish":
+				case s.publishes():
 					got[j], err = r.publishSegment(ctx, sd, s.conc, k)
-				case s.kind == "pipelined":
+				case s.pipelines():
 					got[j], err = r.pipelinedSegment(ctx, sd, s.conc, k)
 				case sd.client != nil:
 					got[j], err = sd.client.segment(ctx, k)
@@ -204,6 +214,17 @@ func (r *runner) open(ctx context.Context, sd *side, s *scenario) error {
 		var err error
 		sd.client, err = r.startClient(ctx, sd.queue, s.conc, s.credit)
 		return err
+	}
+	if s.clientPublishes() && sd.lib {
+		var err error
+		if sd.dialed, err = r.dialClient(ctx, "babelqueue-bench-publisher"); err != nil {
+			return err
+		}
+		if sd.cpub, err = sd.dialed.Publisher(ctx, sd.queue); err != nil {
+			return err
+		}
+		sd.pub = sd.cpub.Publisher
+		return nil
 	}
 	var err error
 	var sess *amqp.Session

@@ -66,17 +66,20 @@ type config struct {
 	consConc   []int // consume
 	credits    []int
 	clientConc int
-	groups     int
-	groupConc  int
-	latRate    int
-	latDur     time.Duration
-	memN       int
-	memEvery   int
-	sections   map[string]bool
-	timeout    time.Duration
-	cpuprofile string
-	memprofile string
-	out        io.Writer
+	// clientPublish adds Client.Publisher's publish and pipelined scenarios
+	// beside the Publisher's.
+	clientPublish bool
+	groups        int
+	groupConc     int
+	latRate       int
+	latDur        time.Duration
+	memN          int
+	memEvery      int
+	sections      map[string]bool
+	timeout       time.Duration
+	cpuprofile    string
+	memprofile    string
+	out           io.Writer
 }
 
 func main() {
@@ -92,6 +95,7 @@ func main() {
 	flag.StringVar(&windows, "windows", "64,256", "comma-separated windows (transfers in flight) of the pipelined publish: PublishWithReceipt against SendWithReceipt")
 	flag.StringVar(&consConc, "consume-conc", "1,8", "comma-separated concurrencies of the consume scenarios (Listen against raw receive loops)")
 	flag.IntVar(&cfg.clientConc, "client-conc", 8, "concurrency of the Client.Consume scenario, at each credit (0: none)")
+	flag.BoolVar(&cfg.clientPublish, "client-publish", true, "also measure Client.Publisher (a Dial'ed Client's reconnecting publisher) at each -conc and -windows, against raw go-amqp")
 	flag.IntVar(&cfg.groups, "groups", 64, "message groups of the grouped-consume scenario (0: none)")
 	flag.IntVar(&cfg.groupConc, "group-conc", 8, "concurrency of the grouped-consume scenario (both sides)")
 	flag.IntVar(&cfg.latRate, "latency-rate", 2000, "messages per second of the latency measurement")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ func newGate(target int) *gate {
 }
 
 func (r *runner) startClient(ctx context.Context, queue string, conc, credit int) (*clientSide, error) {
-	c, err := artemis.Dial(ctx, []string{r.cfg.url}, &artemis.ClientOptions{ConnOptions: &amqp.ConnOptions{ContainerID: "babelqueue-bench-client"}})
+	c, err := r.dialClient(ctx, "babelqueue-bench-client")
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +62,11 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 		cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true})
 	}()
 	return cs, nil
+}
+
+// dialClient dials a Client to the broker with the container id name.
+func (r *runner) dialClient(ctx context.Context, name string) (*artemis.Client, error) {
+	return artemis.Dial(ctx, []string{r.cfg.url}, &artemis.ClientOptions{ConnOptions: &amqp.ConnOptions{ContainerID: name}})
 }
 
 func (cs *clientSide) handle(context.Context, *artemis.Envelope, *amqp.Message) error {
@@ -116,36 +122,51 @@ func (cs *clientSide) stop() (int, error) {
 
 // latency publishes at a fixed rate and measures, per message, the time
 // from the start of the publish call to the entry of the handler (raw: to
-// Receive returning it), the two sides in alternating segments.
+// Receive returning it), on three sides in rotating segments: raw go-amqp,
+// the library over go-amqp links (Publisher and Listen), and the Client
+// (Client.Publisher and Client.Consume).
 func (r *runner) latency() error {
 	cfg, w := r.cfg, r.cfg.out
 	const segments = 4 // per side
 	segDur := cfg.latDur / segments
 	perSeg := int(float64(cfg.latRate) * segDur.Seconds())
-	fmt.Fprintf(w, "\nlatency: %d msg/s for %s per side, in %d segments of %d messages per side, alternating; publish pipelined (PublishWithReceipt / SendWithReceipt), consume with 1 worker, credit 100; %s\n",
+	fmt.Fprintf(w, "\nlatency: %d msg/s for %s per side, in %d segments of %d messages per side, the sides rotating; publish pipelined (PublishWithReceipt / SendWithReceipt), consume with 1 worker, credit 100; %s\n",
 		cfg.latRate, cfg.latDur, segments, perSeg, loadavg())
-	var all [2][]time.Duration
-	var p99s [2][]float64
-	for i := range segments * 2 {
-		// raw, lib, lib, raw, raw, lib, lib, raw
-		j := []int{0, 1, 1, 0}[i%4]
-		lat, err := r.latencySegment(j == 1, perSeg)
-		if err != nil {
-			return err
+	names := []string{"raw", "lib", "client"}
+	var all [3][]time.Duration
+	var p99s [3][]float64
+	orders := [segments][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}} // each side first at least once
+	for i := range segments {
+		for _, j := range orders[i] {
+			lat, err := pprofDo(names[j], "latency", func() ([]time.Duration, error) { return r.latencySegment(names[j], perSeg) })
+			if err != nil {
+				return fmt.Errorf("%s: %w", names[j], err)
+			}
+			all[j] = append(all[j], lat...)
+			p99s[j] = append(p99s[j], ms(percentile(lat, 0.99)))
 		}
-		all[j] = append(all[j], lat...)
-		p99s[j] = append(p99s[j], ms(percentile(lat, 0.99)))
 	}
 	fmt.Fprintf(w, "%-6s %9s %9s %9s %9s  %s\n", "side", "p50 ms", "p99 ms", "p999 ms", "max ms", "p99 per segment (ms)")
-	for j, name := range []string{"raw", "lib"} {
+	for j, name := range names {
 		l := all[j]
 		fmt.Fprintf(w, "%-6s %9.2f %9.2f %9.2f %9.2f  %v\n", name, ms(percentile(l, 0.5)), ms(percentile(l, 0.99)), ms(percentile(l, 0.999)), ms(slices.Max(l)), fmtFloats(p99s[j]))
 	}
-	fmt.Fprintf(w, "lib / raw: p50 %.2f, p99 %.2f, p999 %.2f (%d and %d messages; %s)\n",
-		percentile(all[1], 0.5).Seconds()/percentile(all[0], 0.5).Seconds(),
-		percentile(all[1], 0.99).Seconds()/percentile(all[0], 0.99).Seconds(),
-		percentile(all[1], 0.999).Seconds()/percentile(all[0], 0.999).Seconds(), len(all[0]), len(all[1]), loadavg())
+	for j := 1; j < 3; j++ {
+		fmt.Fprintf(w, "%s / raw: p50 %.2f, p99 %.2f, p999 %.2f (%d and %d messages; %s)\n", names[j],
+			percentile(all[j], 0.5).Seconds()/percentile(all[0], 0.5).Seconds(),
+			percentile(all[j], 0.99).Seconds()/percentile(all[0], 0.99).Seconds(),
+			percentile(all[j], 0.999).Seconds()/percentile(all[0], 0.999).Seconds(), len(all[0]), len(all[j]), loadavg())
+	}
 	return nil
+}
+
+// pprofDo runs f under the labels side and scenario (and run, the two
+// joined), as measure labels the throughput scenarios.
+func pprofDo[T any](side, scenario string, f func() (T, error)) (T, error) {
+	var v T
+	var err error
+	pprof.Do(context.Background(), pprof.Labels("side", side, "scenario", scenario, "run", side+"/"+scenario), func(context.Context) { v, err = f() })
+	return v, err
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -174,30 +195,53 @@ func percentile(l []time.Duration, p float64) time.Duration {
 
 // latencySegment publishes n messages at the configured rate on one side
 // and returns each one's latency.
-func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
+func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
 	defer cancel()
-	q := r.cfg.prefix + ".latency.raw"
-	if lib {
-		q = r.cfg.prefix + ".latency.lib"
-	}
-	pconn, psess, err := r.b.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer pconn.Close()
-	cconn, csess, err := r.b.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer cconn.Close()
-	snd, err := queuelink.Sender(ctx, psess, q)
-	if err != nil {
-		return nil, err
-	}
-	rcv, err := queuelink.Receiver(ctx, csess, q, 100)
-	if err != nil {
-		return nil, err
+	q := r.cfg.prefix + ".latency." + side
+	lib := side != "raw"
+	var (
+		snd       *amqp.Sender
+		rcv       *amqp.Receiver
+		pub       *artemis.Publisher
+		consuming *artemis.Client // the client side's consumer
+	)
+	if side == "client" {
+		// Two Clients, as the other sides have two connections.
+		pc, err := r.dialClient(ctx, "babelqueue-bench-latency-publisher")
+		if err != nil {
+			return nil, err
+		}
+		defer pc.Close()
+		cp, err := pc.Publisher(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		pub = cp.Publisher
+		if consuming, err = r.dialClient(ctx, "babelqueue-bench-latency-consumer"); err != nil {
+			return nil, err
+		}
+		defer consuming.Close()
+	} else {
+		pconn, psess, err := r.b.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer pconn.Close()
+		cconn, csess, err := r.b.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer cconn.Close()
+		if snd, err = queuelink.Sender(ctx, psess, q); err != nil {
+			return nil, err
+		}
+		if rcv, err = queuelink.Receiver(ctx, csess, q, 100); err != nil {
+			return nil, err
+		}
+		if lib {
+			pub = artemis.NewPublisher(snd, q)
+		}
 	}
 
 	var mu sync.Mutex
@@ -224,7 +268,13 @@ func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
 			stopConsumer()
 			return nil, err
 		}
-		go func() { consumed <- cons.Listen(cctx, rcv) }()
+		if consuming != nil {
+			go func() {
+				consumed <- consuming.Consume(cctx, q, cons, &artemis.ConsumeOptions{Credit: 100, NoDeadLetter: true})
+			}()
+		} else {
+			go func() { consumed <- cons.Listen(cctx, rcv) }()
+		}
 	} else {
 		go func() {
 			for {
@@ -254,10 +304,6 @@ func (r *runner) latencySegment(lib bool, n int) ([]time.Duration, error) {
 	props := *rawMsg.Properties
 	rawMsg.Properties = &props
 
-	var pub *artemis.Publisher
-	if lib {
-		pub = artemis.NewPublisher(snd, q)
-	}
 	waitErr := make(chan error, 1)
 	libReceipts := make(chan *artemis.Receipt, 1024)
 	rawReceipts := make(chan amqp.SendReceipt, 1024)

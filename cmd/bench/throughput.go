@@ -11,7 +11,7 @@ import (
 
 // scenario is one line of the table.
 type scenario struct {
-	kind   string   // publish, pipelined, consume, client-consume or grouped
+	kind   string   // publish, pipelined, client-publish, client-pipelined, consume, client-consume or grouped
 	conc   int      // goroutines, workers, or the window of a pipelined publish
 	credit int      // receiver credit of the consume kinds
 	raw    []result // one per round
@@ -23,6 +23,10 @@ func (s *scenario) name() string {
 	switch s.kind {
 	case "pipelined":
 		return fmt.Sprintf("pipelined w=%d", s.conc)
+	case "client-publish":
+		return fmt.Sprintf("Client.Publisher c=%d", s.conc)
+	case "client-pipelined":
+		return fmt.Sprintf("Client pipelined w=%d", s.conc)
 	case "consume":
 		return fmt.Sprintf("consume c=%d cr=%d", s.conc, s.credit)
 	case "client-consume":
@@ -35,7 +39,18 @@ func (s *scenario) name() string {
 
 func (s *scenario) label() string { return fmt.Sprintf("%s-c%d-cr%d", s.kind, s.conc, s.credit) }
 
-func (s *scenario) consumes() bool { return s.kind != "publish" && s.kind != "pipelined" }
+func (s *scenario) consumes() bool { return !s.publishes() && !s.pipelines() }
+
+// publishes: synchronous Publish calls from conc goroutines.
+func (s *scenario) publishes() bool { return s.kind == "publish" || s.kind == "client-publish" }
+
+// pipelines: PublishWithReceipt with conc receipts in flight.
+func (s *scenario) pipelines() bool { return s.kind == "pipelined" || s.kind == "client-pipelined" }
+
+// clientPublishes: the library side publishes through Client.Publisher.
+func (s *scenario) clientPublishes() bool {
+	return s.kind == "client-publish" || s.kind == "client-pipelined"
+}
 
 // sideNames says what the two columns measure: raw go-amqp and the library,
 // or, for grouped, the library without and with message groups.
@@ -52,9 +67,15 @@ func (r *runner) scenarios() []*scenario {
 	var scens []*scenario
 	for _, c := range cfg.conc {
 		scens = append(scens, &scenario{kind: "publish", conc: c})
+		if cfg.clientPublish {
+			scens = append(scens, &scenario{kind: "client-publish", conc: c})
+		}
 	}
 	for _, w := range cfg.windows {
 		scens = append(scens, &scenario{kind: "pipelined", conc: w})
+		if cfg.clientPublish {
+			scens = append(scens, &scenario{kind: "client-pipelined", conc: w})
+		}
 	}
 	for _, cr := range cfg.credits {
 		for _, c := range cfg.consConc {
