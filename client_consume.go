@@ -176,7 +176,9 @@ type countingReceiver struct {
 }
 
 func (r *countingReceiver) note(err error) error {
-	if err == nil {
+	if err == nil && !r.settled.Load() {
+		// Written once: a store on every settlement would take the cache
+		// line from the other workers each time.
 		r.settled.Store(true)
 	}
 	return err

@@ -46,6 +46,13 @@ func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, 
 	if err != nil {
 		return pendingTransfer{}, err // nothing was sent
 	}
+	// The message is needed after the write only for a resend, which only
+	// a message with a duplicate id gets: a pooled one (without) is
+	// recycled once written (Publisher.startReused).
+	var keep *amqp.Message
+	if hasDuplicateID(msg) {
+		keep = msg
+	}
 	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
 		if !mayBeStored(err) || !linkLost(err) {
@@ -62,47 +69,49 @@ func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, 
 		// now, not when the resolver reaches the receipt: the publishes
 		// until then re-attach rather than write on a dead link.
 		s.failed(sl, err)
-		lost := err
-		return pendingTransfer{later: func(context.Context) (amqp.DeliveryState, error) {
-			return s.receiptLoss(sl, msg, lost)
-		}}, nil
+		return pendingTransfer{owner: sl, retry: keep, lost: err}, nil
 	}
-	bound := s.retryTimeout()
-	deadline := time.Now().Add(bound)
-	return pendingTransfer{later: func(wctx context.Context) (amqp.DeliveryState, error) {
-		// Bounded from the write: receipts written together expire
-		// together, however long the resolver took to reach this one. A
-		// last look of receiptGrace sees an outcome that already came.
-		bctx, cancel := context.WithTimeout(wctx, max(time.Until(deadline), receiptGrace))
-		state, err := pt.wait(bctx)
-		expired := bctx.Err() != nil
-		cancel()
-		if err == nil || !mayBeStored(err) {
-			if err == nil || !linkLost(err) {
-				sl.cn.timeouts.Store(0) // the broker answered (see clientSender.transfer)
-			}
-			return state, s.c.red.error(err)
+	// Bounded from the write: receipts written together expire together,
+	// however long the resolver took to reach this one.
+	pt.owner, pt.retry = sl, keep
+	pt.deadline = time.Now().Add(s.retryTimeout())
+	return pt, nil
+}
+
+// awaitOutcome waits, on the Publisher's resolver, for the outcome of a
+// transfer startOutcomeWait wrote on sl, until its deadline (exp, the
+// resolver's reusable timer; a last look of receiptGrace sees an outcome
+// that already came), and applies the loss rules of startOutcome.
+func (sl *senderLink) awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error) {
+	s := sl.sender
+	if p.lost != nil {
+		return s.receiptLoss(sl, p.retry, p.lost)
+	}
+	state, err := p.wait(exp.start(max(time.Until(p.deadline), receiptGrace)))
+	expired := exp.stop()
+	if err == nil || !mayBeStored(err) {
+		if err == nil || !linkLost(err) {
+			sl.cn.timeouts.Store(0) // the broker answered (see clientSender.transfer)
 		}
-		if wctx.Err() != nil {
-			return nil, err // the waiter gave up; the transfer is still pending
-		}
-		if expired && isContextError(err) {
-			// No outcome in time, on a link that may still carry
-			// heartbeats: an outcome timeout of the connection, as a
-			// Publish's is, and the outcome is unknown. Not ctx's error: the
-			// receipt is resolved, not still pending.
-			err = fmt.Errorf("no outcome within %v of the write", bound)
-			s.c.outcomeTimedOut(sl.cn, err)
-		}
-		return s.receiptLoss(sl, msg, err)
-	}}, nil
+		return state, s.c.red.error(err)
+	}
+	if expired && isContextError(err) {
+		// No outcome in time, on a link that may still carry heartbeats:
+		// an outcome timeout of the connection, as a Publish's is, and the
+		// outcome is unknown. Not the deadline's error: the receipt is
+		// resolved, not still pending.
+		err = fmt.Errorf("no outcome within %v of the write", s.retryTimeout())
+		s.c.outcomeTimedOut(sl.cn, err)
+	}
+	return s.receiptLoss(sl, p.retry, err)
 }
 
 // receiptGrace is the least a receipt's outcome is waited for, even past
 // its bound: long enough to see an outcome that already came.
 const receiptGrace = 10 * time.Millisecond
 
-// receiptLoss is afterLoss for a receipt, under a context of its own.
+// receiptLoss is afterLoss for a receipt, under a context of its own; msg
+// is nil when the message carried no duplicate id (it is not resent).
 func (s *clientSender) receiptLoss(sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.retryTimeout())
 	defer cancel()

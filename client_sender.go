@@ -27,6 +27,7 @@ type clientSender struct {
 }
 
 type senderLink struct {
+	sender *clientSender // whose link it is
 	cn     *connection
 	link   linkSender
 	broken atomic.Bool
@@ -37,6 +38,19 @@ type senderLink struct {
 // that may hang on a half-open network ends cn.conn).
 func (sl *senderLink) usable() bool {
 	return !sl.broken.Load() && !sl.cn.dead() && sl.cn.lost.Err() == nil
+}
+
+// readsOnlyWhileWriting reports whether the current link is go-amqp's
+// (not a test's fake): it reads a message only while the transfer is
+// written, so a pooled message may be used for it (see
+// Publisher.reusesMessages). Without a current link, false.
+func (s *clientSender) readsOnlyWhileWriting() bool {
+	sl := s.cur.Load()
+	if sl == nil {
+		return false
+	}
+	_, ok := sl.link.(*amqp.Sender)
+	return ok
 }
 
 func (c *Client) newSender(addr string) *clientSender {
@@ -102,7 +116,7 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 		s.c.linkFailed(cn, err)
 		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
-	sl := &senderLink{cn: cn, link: link}
+	sl := &senderLink{sender: s, cn: cn, link: link}
 	s.cur.Store(sl)
 	if s.closed.Load() && s.cur.CompareAndSwap(sl, nil) {
 		// Closed while attaching (close gave up waiting for s.sem): the
@@ -223,7 +237,7 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 		return nil, s.unknown(err)
 	}
 	s.failed(sl, err)
-	if ctx.Err() != nil || !hasDuplicateID(msg) {
+	if ctx.Err() != nil || msg == nil || !hasDuplicateID(msg) {
 		return nil, s.unknown(err)
 	}
 	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: sl.cn.url, Address: s.addr, Err: err})

@@ -48,6 +48,26 @@ type pendingTransfer struct {
 	// again after its ctx ended.
 	later func(context.Context) (amqp.DeliveryState, error)
 	state amqp.DeliveryState // the outcome known at once, else nil
+
+	// A transfer whose link has rules of its own for the outcome (a
+	// ClientPublisher's, on the Client's loss rules): the fields above are
+	// the link's transfer, and owner awaits it for the Publisher's
+	// resolver. Plain fields, not a closure: nothing is allocated for them.
+	owner    outcomeOwner
+	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
+	deadline time.Time     // when the outcome counts as timed out
+	lost     error         // the write itself was cut off: resolved as a loss
+}
+
+// outcomeOwner awaits the outcome of a transfer it wrote, on the
+// Publisher's resolver, bounded by exp, the resolver's reusable deadline.
+type outcomeOwner interface {
+	awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error)
+}
+
+// pending reports a transfer whose outcome is still to be awaited.
+func (p *pendingTransfer) pending() bool {
+	return p.hasReceipt || p.later != nil || p.owner != nil
 }
 
 // wait returns the outcome. It may be called again after ctx ended; once it
@@ -61,6 +81,15 @@ func (p *pendingTransfer) wait(ctx context.Context) (amqp.DeliveryState, error) 
 		return p.later(ctx)
 	}
 	return p.state, nil
+}
+
+// await is the outcome as the Publisher's resolver waits for it: by its
+// owner's rules, bounded by exp, or as wait does.
+func (p *pendingTransfer) await(exp *expiry) (amqp.DeliveryState, error) {
+	if p.owner != nil {
+		return p.owner.awaitOutcome(p, exp)
+	}
+	return p.wait(context.Background())
 }
 
 // startTransfer writes msg and returns its pending outcome; an error means
@@ -145,4 +174,57 @@ func outcomeError(state amqp.DeliveryState) error {
 // than an *amqp.Sender does about it (the Client's reconnecting sender).
 type pendingSender interface {
 	startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error)
+}
+
+// expiry is a deadline the resolver reuses from one receipt to the next: one
+// timer, re-armed for each wait and stopped after it, and a new one (with
+// its channel) only after it fired, which a broker that settles never
+// lets it do. A context.WithTimeout per receipt would allocate a context
+// and a timer for every message. One goroutine uses it at a time.
+type expiry struct {
+	t    *time.Timer   // nil, or stopped before it fired
+	done chan struct{} // closed by t when it fires
+}
+
+// start arms the timer for d and returns a context that is done when it
+// fires.
+func (e *expiry) start(d time.Duration) expiryContext {
+	if e.t == nil {
+		done := make(chan struct{})
+		e.done = done
+		e.t = time.AfterFunc(d, func() { close(done) })
+	} else {
+		e.t.Reset(d)
+	}
+	return expiryContext{e.done}
+}
+
+// stop disarms the timer and reports whether it had fired; a timer that
+// fired is not used again (its channel is closed).
+func (e *expiry) stop() (fired bool) {
+	if e.t == nil {
+		return false
+	}
+	if e.t.Stop() {
+		return false
+	}
+	e.t = nil
+	return true
+}
+
+// expiryContext is the context of a wait under an expiry. A struct of one
+// channel: as a context.Context it allocates nothing.
+type expiryContext struct{ done <-chan struct{} }
+
+func (expiryContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c expiryContext) Done() <-chan struct{}     { return c.done }
+func (expiryContext) Value(any) any               { return nil }
+
+func (c expiryContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
 }

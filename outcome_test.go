@@ -187,3 +187,57 @@ func TestHandoffContextKeepsTheCallersDoneOnly(t *testing.T) {
 	_, ok := h.Deadline()
 	assert.False(t, ok)
 }
+
+// The resolver's deadline is one timer, re-armed wait after wait, until it
+// fires: then its context reports the deadline and the next wait gets a
+// new timer whose channel is open.
+func TestExpiryIsReusedUntilItFires(t *testing.T) {
+	var e expiry
+	first := e.start(time.Hour)
+	timer := e.t
+	assert.NoError(t, first.Err())
+	assert.False(t, e.stop(), "stopped before it fired")
+	second := e.start(time.Hour)
+	assert.Same(t, timer, e.t, "the same timer, re-armed")
+	assert.Equal(t, first.Done(), second.Done(), "and the same channel")
+	assert.False(t, e.stop())
+
+	fired := e.start(time.Millisecond)
+	select {
+	case <-fired.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline never fired")
+	}
+	assert.ErrorIs(t, fired.Err(), context.DeadlineExceeded)
+	assert.True(t, e.stop(), "it fired")
+	next := e.start(time.Hour)
+	assert.NotSame(t, timer, e.t, "a new timer after one that fired")
+	assert.NoError(t, next.Err(), "with an open channel")
+	assert.False(t, e.stop())
+
+	d, ok := next.Deadline()
+	assert.False(t, ok)
+	assert.Zero(t, d)
+	assert.Nil(t, next.Value("key"))
+}
+
+// A pooled message is used only where the sender reads it only while the
+// transfer is written: an *amqp.Sender, or a ClientPublisher's go-amqp link
+// for a message without a duplicate id (kept for a resend). A test's fake
+// link, and any other Sender, get a fresh message.
+func TestPublisherReusesMessagesOnlyWhereItIsSafe(t *testing.T) {
+	plain, dup := &publishConfig{}, &publishConfig{dupID: true}
+	amqpSender := NewPublisher(new(amqp.Sender), "q")
+	assert.True(t, amqpSender.reusesMessages(plain))
+	assert.True(t, amqpSender.reusesMessages(dup))
+	assert.False(t, NewPublisher(&fakelink.Sender{Discard: true}, "q").reusesMessages(plain))
+
+	_, pub := newPublisherHarness(t, nil)
+	assert.False(t, pub.reusesMessages(plain), "a fake link")
+	cs := pub.sender
+	cs.cur.Store(&senderLink{sender: cs, link: new(amqp.Sender)})
+	assert.True(t, pub.reusesMessages(plain), "a go-amqp link")
+	assert.False(t, pub.reusesMessages(dup), "kept for a resend")
+	cs.cur.Store(nil)
+	assert.False(t, pub.reusesMessages(plain), "no link yet")
+}

@@ -162,7 +162,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		start := cfg.clock()
 		defer func() { cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err) }()
 	}
-	if _, ok := p.sender.(*amqp.Sender); ok {
+	if p.reusesMessages(cfg) {
 		err = p.sendReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
@@ -178,6 +178,28 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		return "", err
 	}
 	return env.Meta.ID, nil
+}
+
+// reusesMessages reports whether a publish with cfg may project its
+// envelope onto a pooled message (see pooledMessage): the sender is an
+// *amqp.Sender, or a ClientPublisher's, whose go-amqp links read the
+// message only while the transfer is written, publishing a message without
+// a duplicate id (one with is kept for a resend after a loss).
+func (p *Publisher) reusesMessages(cfg *publishConfig) bool {
+	switch s := p.sender.(type) {
+	case *amqp.Sender:
+		return true
+	case transientReader:
+		return !cfg.dupID && s.readsOnlyWhileWriting()
+	}
+	return false
+}
+
+// transientReader is a Sender that can tell whether it reads a message only
+// while the transfer is written, as an *amqp.Sender does (a
+// ClientPublisher's).
+type transientReader interface {
+	readsOnlyWhileWriting() bool
 }
 
 // sendReused sends env's projection through s, which must only read the
@@ -201,7 +223,7 @@ func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cf
 		return pendingTransfer{}, err
 	}
 	pt, err := startTransfer(ctx, s, &pm.msg)
-	if err == nil {
+	if err == nil && pt.lost == nil {
 		pm.recycle()
 	}
 	return pt, err
@@ -358,7 +380,7 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 	if cfg.observer != nil {
 		start = cfg.clock()
 	}
-	if _, ok := p.sender.(*amqp.Sender); ok {
+	if p.reusesMessages(cfg) {
 		pt, err = p.startReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
@@ -384,7 +406,7 @@ func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, 
 	if cfg.observer != nil {
 		r.observed, r.start = cfg, start
 	}
-	if !pt.hasReceipt && pt.later == nil {
+	if !pt.pending() {
 		r.resolve(pt.state, nil) // the outcome came with the send
 		return r, nil
 	}

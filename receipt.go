@@ -100,6 +100,7 @@ type resolver struct {
 	queue   []*Receipt // pending, in the order written
 	spare   []*Receipt // the array of the batch before, for the next
 	running bool
+	exp     expiry // the deadline of a ClientPublisher's receipt; only the running goroutine uses it
 }
 
 func (q *resolver) add(r *Receipt) {
@@ -144,7 +145,7 @@ func (q *resolver) run() {
 		for i, r := range batch {
 			// The wait ends with the outcome, or when the link or connection
 			// is gone: go-amqp then fails every pending receipt.
-			state, err := r.pending.wait(context.Background())
+			state, err := r.pending.await(&q.exp)
 			r.pending = pendingTransfer{}
 			batch[i] = nil
 			next = i + 1

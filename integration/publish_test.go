@@ -165,6 +165,79 @@ func TestPooledMessageIsNotKeptByGoAMQP(t *testing.T) {
 	}
 }
 
+// TestIntegrationClientPublisherPooledMessages: a ClientPublisher projects
+// envelopes without a duplicate id onto pooled messages, as a Publisher
+// over an *amqp.Sender does. Eight goroutines publish, half of them
+// pipelined, messages of different sizes; every message on the broker is
+// the envelope its publish named, and those with WithDuplicateDetection
+// (never pooled, kept for a resend) carry their duplicate id.
+func TestIntegrationClientPublisherPooledMessages(t *testing.T) {
+	b, conn, q := onBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), arrival)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	pub, err := c.Publisher(ctx, q)
+	require.NoError(t, err)
+
+	const workers, each = 8, 60
+	var mu sync.Mutex
+	ids := map[string]int{} // meta.id -> i
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var rs []*artemis.Receipt
+			for k := range each {
+				i := w*each + k
+				data := map[string]any{"i": i, "pad": strings.Repeat("x", i%97*13)}
+				var opts []artemis.BuildOption
+				if i%5 == 0 {
+					opts = append(opts, artemis.WithDuplicateDetection())
+				}
+				var id string
+				if w%2 == 0 {
+					r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:pool", data, opts...)
+					if !assert.NoError(t, err) {
+						return
+					}
+					id = r.ID()
+					rs = append(rs, r)
+				} else {
+					var err error
+					if id, err = pub.Publish(ctx, "urn:babel:test:pool", data, opts...); !assert.NoError(t, err) {
+						return
+					}
+				}
+				mu.Lock()
+				ids[id] = i
+				mu.Unlock()
+			}
+			for _, r := range rs {
+				assert.NoError(t, r.Wait(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, ids, workers*each)
+	got := conn.Drain(q, "")
+	require.Len(t, got, workers*each)
+	for _, m := range got {
+		env, err := artemis.Decode([]byte(valueString(t, m)))
+		require.NoError(t, err)
+		i, ok := ids[env.Meta.ID]
+		require.True(t, ok, "meta.id %s was not published", env.Meta.ID)
+		delete(ids, env.Meta.ID)
+		assert.JSONEq(t, fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("x", i%97*13)), string(env.Data))
+		assert.Equal(t, env.Meta.ID, m.Properties.MessageID)
+		assert.Equal(t, env.TraceID, m.Properties.CorrelationID)
+		assert.Equal(t, "urn:babel:test:pool", m.Annotations[artemis.AnnotationJMSType])
+		_, dup := m.ApplicationProperties[artemis.PropDuplicateID]
+		assert.Equal(t, i%5 == 0, dup, "duplicate id on message %d", i)
+	}
+	assert.Empty(t, ids, "every publish arrived once")
+}
+
 // TestIntegrationJMSViewOfTTLPriorityAndGroup browses a message published
 // with WithTTL, WithPriority and WithGroupID as a JMS client (`artemis
 // browser`): JMSExpiration, JMSPriority and JMSXGroupID.

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"strconv"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
