@@ -107,3 +107,70 @@ func TestAllocationBudgets(t *testing.T) {
 func TestEnvelopeSize(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Sizeof(Envelope{}), uintptr(208), "Envelope outgrew the 208-byte size class")
 }
+
+// TestClientAllocationBudgets holds the Client's paths to the bare ones:
+// over the same kind of link (a fake that keeps no message), a
+// ClientPublisher's Publish allocates no more than a Publisher's, a
+// pipelined receipt costs its Receipt and nothing per message besides
+// (no closure, no context, no timer), and a delivery settled through the
+// Client's counting receiver allocates what Handle does alone.
+func TestClientAllocationBudgets(t *testing.T) {
+	ctx := context.Background()
+	h, cp := newPublisherHarness(t, nil)
+	for _, s := range h.fb.conn(0).sendersTo("orders") {
+		s.Discard = true
+	}
+	bare := NewPublisher(&fakelink.Sender{Discard: true}, "orders")
+	data := any(benchOrderStruct())
+	publish := func(p *Publisher) func() {
+		return func() {
+			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	bareAllocs := testing.AllocsPerRun(200, publish(bare))
+	clientAllocs := testing.AllocsPerRun(200, publish(cp.Publisher))
+	t.Logf("Publish: Publisher %.0f allocations, ClientPublisher %.0f", bareAllocs, clientAllocs)
+	assert.LessOrEqual(t, clientAllocs, bareAllocs, "the ClientPublisher adds no allocation to a publish")
+
+	receipt := func(p *Publisher) func() {
+		return func() {
+			r, err := p.PublishWithReceipt(ctx, benchURN, data)
+			if err == nil {
+				err = r.Wait(ctx)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	bareAllocs = testing.AllocsPerRun(200, receipt(bare))
+	clientAllocs = testing.AllocsPerRun(200, receipt(cp.Publisher))
+	t.Logf("PublishWithReceipt: Publisher %.0f allocations (resolved at once), ClientPublisher %.0f (resolved by the resolver)", bareAllocs, clientAllocs)
+	// The Publisher's receipt over a Sender that answers at once is
+	// resolved in the call; the Client's goes through the resolver, whose
+	// goroutine may have to start again for it.
+	assert.LessOrEqual(t, clientAllocs, bareAllocs+1, "a pipelined receipt costs the Client at most a resolver start")
+
+	c := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
+	msg := benchDelivery(t, benchURN)
+	plain := fakelink.NewCountingReceiver()
+	counted := &countingReceiver{linkReceiver: plainLink{plain}}
+	handle := func(r Receiver) func() {
+		return func() {
+			if err := c.Handle(ctx, r, msg); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	bareAllocs = testing.AllocsPerRun(200, handle(plain))
+	clientAllocs = testing.AllocsPerRun(200, handle(counted))
+	assert.LessOrEqual(t, clientAllocs, bareAllocs, "Client.Consume's receiver adds no allocation to a delivery")
+	assert.True(t, counted.settled.Load())
+}
+
+// plainLink is a Receiver with the Close a linkReceiver has.
+type plainLink struct{ Receiver }
+
+func (plainLink) Close(context.Context) error { return nil }

@@ -157,6 +157,9 @@ func creditTimeout(ctx context.Context, err error) error {
 // neverSent reports go-amqp's error for a transfer that was not handed
 // over to the link: its ctx ended while it waited for credit.
 func neverSent(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target escapes: no allocation on success
+	}
 	var ae *amqp.Error
 	return !linkLost(err) && errors.As(err, &ae) && ae.Condition == amqp.ErrCondTransferLimitExceeded
 }
