@@ -54,11 +54,11 @@ import (
 // ErrHandlerExited as the cause, and Listen goes on with a new goroutine.
 // So does Listen when a WithOnError callback, an observer or the logger
 // exits a goroutine of Listen's own; the delivery being reported is settled
-// all the same. With WithConcurrency(n > 1) the receive loop runs on the
-// goroutine that called Listen, and reports there a delivery it gave back
-// and could not release: a callback that exits the goroutine there ends
-// Listen without a return, once the handlers in flight settled and every
-// worker ended.
+// all the same. With WithConcurrency(n > 1) the workers take turns at
+// receiving, and the worker that received a delivery given back on the way
+// out reports it when its release fails: a callback that exits the
+// goroutine there ends the receiving, and Listen returns once the handlers
+// in flight settled and every worker ended.
 func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
 	if r == nil {
 		return fmt.Errorf("%w: the receiver is nil", ErrInvalidConfig)
@@ -81,7 +81,6 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		ctx:     ctx,
 		hctx:    context.WithoutCancel(ctx),
 		grouped: c.concurrency > 1,
-		work:    make(chan task, c.concurrency),
 		lost:    make(chan struct{}),
 		quit:    make(chan struct{}),
 		cancel:  cancel,
@@ -110,23 +109,17 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		go l.serial(ctx, rctx, res)
 		return <-res
 	}
-	// The hand-off has a slot per worker, so the loop seldom parks (a
-	// fifth less CPU per delivery in BenchmarkListen); deliveries in it
-	// that no worker started by ctx's end are given back like the one the
-	// loop holds. The loop's select waits on quit alone besides the
-	// hand-off (each more channel in a blocking select costs on every
-	// delivery).
+	// Every worker receives for itself, under the receive lock (take):
+	// no goroutine hands deliveries to the workers, so a delivery wakes at
+	// most the goroutine that handles it, and the deliveries join their
+	// groups in the order the link gave them.
+	l.rctx = rctx
 	l.wg.Add(c.concurrency)
 	for range c.concurrency {
 		go l.worker(nil)
 	}
-	// Deferred: a callback that exits this goroutine in the loop (the
-	// report of a give-back that failed) still lets the workers finish.
-	defer func() {
-		close(l.work)
-		l.wg.Wait()
-	}()
-	return l.receive(ctx, rctx)
+	l.wg.Wait()
+	return l.result(ctx)
 }
 
 // serial is Listen with one worker: it receives and handles in turn. When
@@ -143,9 +136,10 @@ func (l *listener) serial(ctx, rctx context.Context, res chan<- error) {
 	res <- err
 }
 
-// receiveOne receives the next delivery for either receive loop. When the loop
-// is to stop (Receive failed, or the delivery came after the handlers were
-// halted and was given back) ok is false and err is Listen's result.
+// receiveOne receives the next delivery, for the serial loop or a worker's
+// take. When the receiving is to stop (Receive failed, or the delivery came
+// after the handlers were halted and was given back) ok is false and err is
+// Listen's result.
 func (l *listener) receiveOne(ctx, rctx context.Context) (msg *amqp.Message, ok bool, err error) {
 	msg, err = l.r.Receive(rctx, nil)
 	if err != nil {
@@ -168,8 +162,8 @@ func (l *listener) receiveSerial(ctx, rctx context.Context) error {
 	}
 }
 
-// listener is one run of Listen: the receive loop, its workers and the
-// per-group queues.
+// listener is one run of Listen: its workers, the receive lock they take
+// turns at, and the per-group queues.
 type listener struct {
 	c           *Consumer
 	r           Receiver
@@ -177,8 +171,8 @@ type listener struct {
 	hctx        context.Context // the handlers' context: Listen's, never cancelled
 	link        context.Context // the Client's hook, or nil
 	linkDone    <-chan struct{} // link.Done(), nil without the hook
+	rctx        context.Context // the receives' context: Listen's, also cancelled when the link is lost
 	grouped     bool
-	work        chan task
 	wg          sync.WaitGroup
 	onSettleErr func(error)
 
@@ -189,6 +183,9 @@ type listener struct {
 	quitOnce sync.Once
 	quit     chan struct{} // closed once ctx ended or lost closed
 	cancel   context.CancelFunc
+
+	recvMu  sync.Mutex // held by the worker that receives (take)
+	stopped bool       // guarded by recvMu: the receiving is over, every worker ends
 
 	mu     sync.Mutex
 	groups map[string]*group // the busy groups, and up to maxIdleGroups idle ones
@@ -213,38 +210,33 @@ type group struct {
 	busy bool // a delivery of the group is in a worker's hands or about to be
 }
 
-// receive is the receive loop. It returns Listen's result.
-func (l *listener) receive(ctx, rctx context.Context) error {
-	for {
-		msg, ok, err := l.receiveOne(ctx, rctx)
+// take receives, under the receive lock, the next delivery for a worker to
+// handle, and opens its group; a delivery queued behind its group's
+// delivery in flight is not returned, the worker receives again. ok is
+// false once receiving is over (ctx ended, the link was lost): every worker
+// then ends, after the group it opened ran dry.
+func (l *listener) take() (t task, ok bool) {
+	l.recvMu.Lock()
+	defer l.recvMu.Unlock()
+	for !l.stopped {
+		// stopped first: a callback that exits the goroutine in
+		// receiveOne (the report of a give-back that failed) stops the
+		// receiving all the same.
+		l.stopped = true
+		msg, ok, _ := l.receiveOne(l.ctx, l.rctx)
 		if !ok {
-			return err
+			return task{}, false
 		}
+		l.stopped = false
 		t := task{msg: msg}
-		if l.grouped {
-			if id := groupID(msg); id != "" {
-				if t.g = l.join(id, msg); t.g == nil {
-					continue // queued behind the delivery of its group in flight
-				}
+		if id := groupID(msg); id != "" {
+			if t.g = l.join(id, msg); t.g == nil {
+				continue // queued behind the delivery of its group in flight
 			}
 		}
-		select {
-		case l.work <- t:
-			// When ctx ended at the same moment, select may still pick this
-			// case: the worker checks again before it starts a handler.
-			continue
-		case <-l.quit:
-		}
-		l.c.giveBack(l.hctx, l.r, t.msg)
-		if t.g != nil {
-			// Opened by this delivery and never handed off: nothing was
-			// queued behind it since, the loop being here.
-			l.mu.Lock()
-			l.idleGroup(t.g)
-			l.mu.Unlock()
-		}
-		return l.result(ctx)
+		return t, true
 	}
+	return task{}, false
 }
 
 func (l *listener) receiveFailed(ctx context.Context, err error) error {
@@ -323,7 +315,8 @@ func (l *listener) settlementFailed(err error) {
 	}
 }
 
-// worker runs tasks until the work channel closes. g, when not nil, is a
+// worker handles deliveries it takes (take) until the receiving is over.
+// g, when not nil, is a
 // group whose delivery the worker's predecessor was running when its
 // handler exited the goroutine: the group's queue is served first.
 func (l *listener) worker(g *group) {
@@ -347,7 +340,7 @@ func (l *listener) worker(g *group) {
 			}
 			l.run(msg)
 		}
-		t, ok := <-l.work
+		t, ok := l.take()
 		if !ok {
 			break
 		}

@@ -597,13 +597,14 @@ func (r releaseRefused) ReleaseMessage(ctx context.Context, m *amqp.Message) err
 	return errors.New("release refused")
 }
 
-// TestListenReceiveLoopExitStillWaitsForTheWorkers: with several workers,
-// a delivery given back by the receive loop (here: taken just as ctx ends)
-// whose release fails is reported on the goroutine that called Listen. A
-// callback that exits that goroutine there (runtime.Goexit) ends Listen
-// without a return, but not before the handlers in flight settled and every
-// worker ended (synctest fails on a worker left blocked).
-func TestListenReceiveLoopExitStillWaitsForTheWorkers(t *testing.T) {
+// TestListenWorkerExitInAGiveBackStillWaitsForTheWorkers: with several
+// workers, a delivery given back by the worker that received it (here:
+// taken just as ctx ends) whose release fails is reported on that worker's
+// goroutine. A callback that exits the goroutine there (runtime.Goexit)
+// ends the receiving, and Listen returns, but not before the handler in
+// flight settled and every worker ended (synctest fails on a worker left
+// blocked).
+func TestListenWorkerExitInAGiveBackStillWaitsForTheWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fr := fakelink.NewReceiver(t, "orders")
 		first, second := groupedMessage(t, "", 0), groupedMessage(t, "", 1)
@@ -627,21 +628,17 @@ func TestListenReceiveLoopExitStillWaitsForTheWorkers(t *testing.T) {
 				close(reported)
 				runtime.Goexit()
 			}))
-		exited := make(chan struct{})
-		go func() {
-			defer close(exited)
-			_ = c.Listen(ctx, releaseRefused{r})
-			t.Error("Listen returned although the callback exited its goroutine")
-		}()
+		returned := make(chan error, 1)
+		go func() { returned <- c.Listen(ctx, releaseRefused{r}) }()
 		<-reported
 		synctest.Wait()
 		select {
-		case <-exited:
-			t.Fatal("the goroutine that called Listen ended with a handler in flight")
+		case <-returned:
+			t.Fatal("Listen returned with a handler in flight")
 		default:
 		}
 		close(gate)
-		<-exited
+		require.NoError(t, <-returned)
 		d, _ := fr.Disposition(first)
 		assert.Equal(t, fakelink.Accepted, d, "the handler in flight settled")
 		d, _ = fr.Disposition(second)

@@ -462,6 +462,11 @@ func TestObserverHearsEveryDispositionUnderShutdownAndLinkLoss(t *testing.T) {
 				for range min(workers, 2) {
 					<-started
 				}
+				if workers > 1 {
+					// The free workers take the rest, each queued behind the
+					// delivery of its group in flight.
+					require.Eventually(t, func() bool { return fr.Queued() == 0 }, 10*time.Second, time.Millisecond)
+				}
 				if stop == "shutdown" {
 					cancel()
 				} else {

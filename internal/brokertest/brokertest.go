@@ -163,20 +163,26 @@ func (c *Conn) NewReceiver(addr string, opts *ReceiverOptions) *amqp.Receiver {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
 	defer cancel()
+	sess := c.Session
 	for attempt := 1; ; attempt++ {
-		r, err := c.Session.NewReceiver(ctx, addr, ro)
+		r, err := sess.NewReceiver(ctx, addr, ro)
 		if err == nil {
 			return r
 		}
 		// Artemis 2.40 now and then refuses the attach of a link that takes
 		// the handle of one just detached on the same session, with an
 		// internal error from its AMQP engine ("TransportLink ... is
-		// null"); the same attach a moment later succeeds. That is the
-		// broker's, not what a test checks: try again, twice at most.
+		// null"); the same attach a moment later, or on another session,
+		// succeeds. That is the broker's, not what a test checks: try
+		// again, on a new session of the same connection from the second
+		// try on (no handle of it was ever used), four times at most.
 		var ae *amqp.Error
-		if attempt < 3 && errors.As(err, &ae) && ae.Condition == amqp.ErrCondInternalError {
+		if attempt < 5 && errors.As(err, &ae) && ae.Condition == amqp.ErrCondInternalError {
 			c.t.Logf("attach a receiver to %s: %v (the broker's; trying again)", addr, err)
 			time.Sleep(100 * time.Millisecond)
+			if fresh, serr := c.Conn.NewSession(ctx, nil); serr == nil {
+				sess = fresh
+			}
 			continue
 		}
 		c.t.Fatalf("attach a receiver to %s: %v", addr, err)
