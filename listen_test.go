@@ -633,8 +633,8 @@ func TestListenWorkerExitInAGiveBackStillWaitsForTheWorkers(t *testing.T) {
 		<-reported
 		synctest.Wait()
 		select {
-		case <-returned:
-			t.Fatal("Listen returned with a handler in flight")
+		case err := <-returned:
+			t.Fatalf("Listen returned (%v) with a handler in flight", err)
 		default:
 		}
 		close(gate)
