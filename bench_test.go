@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -290,7 +291,56 @@ func BenchmarkRatios(b *testing.B) {
 				return err
 			})
 	})
+	b.Run("client-publish", func(b *testing.B) {
+		// The Client's reconnecting publisher against the Publisher, both
+		// over a link that accepts at once and keeps nothing.
+		ctx := context.Background()
+		c, err := newClient([]string{"amqp://bench:5672"}, nil, benchDial)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cp, err := c.Publisher(ctx, benchQueue)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := NewPublisher(&fakelink.Sender{Discard: true}, benchQueue)
+		data := benchOrderStruct()
+		benchPair(b,
+			func() error {
+				id, err := p.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			},
+			func() error {
+				id, err := cp.Publish(ctx, benchURN, data)
+				benchSinkID = id
+				return err
+			})
+	})
 }
+
+// benchDial connects the Client of the client-publish ratio to a broker
+// that accepts every transfer at once.
+func benchDial(context.Context, *broker) (amqpConn, error) { return benchConn{}, nil }
+
+type benchConn struct{}
+
+func (benchConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
+	return benchConn{}, nil
+}
+
+func (benchConn) NewSender(context.Context, string, *amqp.SenderOptions) (linkSender, error) {
+	return &fakelink.Sender{Discard: true}, nil
+}
+
+func (benchConn) NewReceiver(context.Context, string, *amqp.ReceiverOptions) (linkReceiver, error) {
+	return nil, errors.New("benchConn: no receiver")
+}
+
+func (benchConn) Done() <-chan struct{} { return nil }
+func (benchConn) Err() error            { return nil }
+func (benchConn) Close() error          { return nil }
 
 // --- the fixtures measure what they claim to ---------------------------------
 
