@@ -73,6 +73,7 @@ type config struct {
 	groupConc     int
 	latRate       int
 	latDur        time.Duration
+	latSegments   int // latency segments per side
 	memN          int
 	memEvery      int
 	sections      map[string]bool
@@ -100,6 +101,7 @@ func main() {
 	flag.IntVar(&cfg.groupConc, "group-conc", 8, "concurrency of the grouped-consume scenario (both sides)")
 	flag.IntVar(&cfg.latRate, "latency-rate", 2000, "messages per second of the latency measurement")
 	flag.DurationVar(&cfg.latDur, "latency-duration", 20*time.Second, "duration of the latency measurement per side")
+	flag.IntVar(&cfg.latSegments, "latency-segments", 4, "segments per side of the latency measurement (the sides rotate segment by segment)")
 	flag.IntVar(&cfg.memN, "mem-n", 1000000, "messages through the pipelined publisher and then Client.Consume in the memory measurement")
 	flag.IntVar(&cfg.memEvery, "mem-every", 100000, "live heap sample interval of the memory measurement, in messages")
 	flag.StringVar(&sections, "sections", "throughput,latency,memory", "comma-separated sections to run: throughput, latency, memory, cluster (the library on $ARTEMIS_CLUSTER_URLS against its first member alone)")
@@ -138,8 +140,8 @@ func main() {
 		fatalf("no broker: set ARTEMIS_URL or -url (scripts/bench starts the local one)")
 	case cfg.n < 1, cfg.segment < 1, cfg.rounds < 1, cfg.rawMsgs < 1, cfg.warmup < 0:
 		fatalf("-n, -segment, -rounds and -raw-msgs must be >= 1, -warmup >= 0")
-	case cfg.latRate < 1, cfg.latDur <= 0, cfg.memN < 1, cfg.memEvery < 1, cfg.clientConc < 0, cfg.groups < 0, cfg.groupConc < 1:
-		fatalf("-latency-rate, -latency-duration, -mem-n, -mem-every and -group-conc must be positive, -client-conc and -groups >= 0")
+	case cfg.latRate < 1, cfg.latDur <= 0, cfg.latSegments < 1, cfg.memN < 1, cfg.memEvery < 1, cfg.clientConc < 0, cfg.groups < 0, cfg.groupConc < 1:
+		fatalf("-latency-rate, -latency-duration, -latency-segments, -mem-n, -mem-every and -group-conc must be positive, -client-conc and -groups >= 0")
 	}
 	if cfg.prefix == "" {
 		cfg.prefix = "bench." + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
