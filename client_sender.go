@@ -30,6 +30,7 @@ type senderLink struct {
 	sender *clientSender // whose link it is
 	cn     *connection
 	link   linkSender
+	goAMQP bool // link is go-amqp's (not a test's fake), known at the attach
 	broken atomic.Bool
 }
 
@@ -46,11 +47,7 @@ func (sl *senderLink) usable() bool {
 // Publisher.reusesMessages). Without a current link, false.
 func (s *clientSender) readsOnlyWhileWriting() bool {
 	sl := s.cur.Load()
-	if sl == nil {
-		return false
-	}
-	_, ok := sl.link.(*amqp.Sender)
-	return ok
+	return sl != nil && sl.goAMQP
 }
 
 func (c *Client) newSender(addr string) *clientSender {
@@ -116,7 +113,8 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 		s.c.linkFailed(cn, err)
 		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
-	sl := &senderLink{sender: s, cn: cn, link: link}
+	_, goAMQP := link.(*amqp.Sender)
+	sl := &senderLink{sender: s, cn: cn, link: link, goAMQP: goAMQP}
 	s.cur.Store(sl)
 	if s.closed.Load() && s.cur.CompareAndSwap(sl, nil) {
 		// Closed while attaching (close gave up waiting for s.sem): the
