@@ -316,9 +316,9 @@ func (l *listener) settlementFailed(err error) {
 }
 
 // worker handles deliveries it takes (take) until the receiving is over.
-// g, when not nil, is a
-// group whose delivery the worker's predecessor was running when its
-// handler exited the goroutine: the group's queue is served first.
+// g, when not nil, is a group whose delivery the worker's predecessor was
+// running when its handler exited the goroutine: the group's queue is
+// served first.
 func (l *listener) worker(g *group) {
 	clean := false
 	defer func() {
