@@ -111,6 +111,22 @@ func onBrokerPublisher(t *testing.T) (*brokertest.Broker, *brokertest.Conn, stri
 	return b, conn, q, artemis.NewPublisher(conn.NewSender(q), q)
 }
 
+// onBrokerClientPublisher is onBroker with a Client dialled to the broker
+// and its publisher (opts) on the fresh queue; ctx, bounded by arrival, ends
+// with the test, and the Client is closed then.
+func onBrokerClientPublisher(t *testing.T, opts ...artemis.PublishOption) (context.Context, *brokertest.Conn, string, *artemis.ClientPublisher) {
+	t.Helper()
+	b, conn, q := onBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), arrival)
+	t.Cleanup(cancel)
+	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	pub, err := c.Publisher(ctx, q, opts...)
+	require.NoError(t, err)
+	return ctx, conn, q, pub
+}
+
 // recordCalls is a handler that sends each delivery's attempts and
 // delivery-count to calls and returns what result returns.
 func recordCalls(calls chan<- call, result func() error) artemis.HandlerFunc {

@@ -172,14 +172,7 @@ func TestPooledMessageIsNotKeptByGoAMQP(t *testing.T) {
 // the envelope its publish named, and those with WithDuplicateDetection
 // (never pooled, kept for a resend) carry their duplicate id.
 func TestIntegrationClientPublisherPooledMessages(t *testing.T) {
-	b, conn, q := onBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), arrival)
-	defer cancel()
-	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
-	require.NoError(t, err)
-	defer c.Close()
-	pub, err := c.Publisher(ctx, q)
-	require.NoError(t, err)
+	ctx, conn, q, pub := onBrokerClientPublisher(t)
 
 	const workers, each = 8, 60
 	var mu sync.Mutex
@@ -329,14 +322,7 @@ func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
 // the receipts of 500 transfers, written before any is waited on, are all
 // accepted, and the queue holds each once.
 func TestIntegrationClientPublisherReceipts(t *testing.T) {
-	b, conn, q := onBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), arrival)
-	defer cancel()
-	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
-	require.NoError(t, err)
-	defer c.Close()
-	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
-	require.NoError(t, err)
+	ctx, conn, q, pub := onBrokerClientPublisher(t, artemis.WithDuplicateDetection())
 	const n = 500
 	rs := make([]*artemis.Receipt, 0, n)
 	for i := range n {
