@@ -305,3 +305,53 @@ func TestClientPublisherReceiptOutcomeThatCameInTimeIsKept(t *testing.T) {
 		require.NoError(t, rs[1].Wait(context.Background()), "its outcome had come")
 	}
 }
+
+// A message with a duplicate id, from WithDuplicateDetection or from a
+// header, is kept for the resend after a loss, so it is never a pooled one,
+// even over a go-amqp link (where a message without one is pooled and
+// recycled once written): the resend carries the same envelope.
+func TestClientPublisherKeepsAMessageWithADuplicateIDForTheResend(t *testing.T) {
+	for name, opt := range map[string]BuildOption{
+		"WithDuplicateDetection": WithDuplicateDetection(),
+		"a header":               WithHeaders(map[string]string{PropDuplicateID: "order-1042"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := receiptHarness(t)
+			h.fb.setup = func(c *fakeConn) {
+				c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+					return &amqp.StateAccepted{}, nil
+				}
+			}
+			pub, err := h.c.Publisher(context.Background(), "orders")
+			require.NoError(t, err)
+			pub.sender.cur.Load().goAMQP = true // as attach marks a go-amqp link: pooled messages in use
+			// Pooled messages go round before and after, so a recycled one
+			// would be overwritten.
+			for range 3 {
+				r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+				require.NoError(t, err)
+				receiptOutcomes(h.fb.conn(0)).channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+				require.NoError(t, r.Wait(context.Background()))
+			}
+			r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil, opt)
+			require.NoError(t, err)
+			h.fb.conn(0).kill(&amqp.ConnError{})
+			require.NoError(t, r.Wait(context.Background()), "resent once, as its duplicate id allows")
+			assert.Contains(t, h.ev.kinds(), EventPublishRetried)
+
+			var resent []*amqp.Message
+			for _, s := range h.fb.conn(1).sendersTo("orders") {
+				resent = append(resent, s.Sent()...)
+			}
+			require.Len(t, resent, 1)
+			m := resent[0]
+			assert.Equal(t, r.ID(), m.Properties.MessageID)
+			assert.NotEmpty(t, m.ApplicationProperties[PropDuplicateID])
+			body, ok := m.Value.(string)
+			require.True(t, ok)
+			env, err := Decode([]byte(body))
+			require.NoError(t, err)
+			assert.Equal(t, r.ID(), env.Meta.ID, "the resend is the envelope of the receipt")
+		})
+	}
+}

@@ -78,6 +78,16 @@ func publishProperties(env *Envelope, cfg *publishConfig) map[string]any {
 	return props
 }
 
+// carriesDuplicateID reports whether a publish with cfg sends Artemis's
+// duplicate id (publishProperties): asked for, or given as a header.
+func (cfg *publishConfig) carriesDuplicateID() bool {
+	if cfg.dupID {
+		return true
+	}
+	v, ok := cfg.headers[PropDuplicateID]
+	return ok && strings.TrimSpace(v) != ""
+}
+
 // publishAnnotations are the message annotations of a publish: the URN, and
 // the scheduled delivery time of a delayed one.
 func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {

@@ -185,13 +185,20 @@ type pendingSender interface {
 // lets it do. A context.WithTimeout per receipt would allocate a context
 // and a timer for every message. One goroutine uses it at a time.
 type expiry struct {
-	t    *time.Timer   // nil, or stopped before it fired
-	done chan struct{} // closed by t when it fires
+	t     *time.Timer   // nil, or stopped before it fired
+	done  chan struct{} // closed by t when it fires
+	armed bool          // started and not stopped
 }
 
 // start arms the timer for d and returns a context that is done when it
-// fires.
+// fires. A timer left armed by a start without its stop (a wait that exited
+// its goroutine) is not re-armed, as it may fire on its own: a new one is
+// made.
 func (e *expiry) start(d time.Duration) expiryContext {
+	if e.armed {
+		e.t = nil
+	}
+	e.armed = true
 	if e.t == nil {
 		done := make(chan struct{})
 		e.done = done
@@ -205,6 +212,7 @@ func (e *expiry) start(d time.Duration) expiryContext {
 // stop disarms the timer and reports whether it had fired; a timer that
 // fired is not used again (its channel is closed).
 func (e *expiry) stop() (fired bool) {
+	e.armed = false
 	if e.t == nil {
 		return false
 	}

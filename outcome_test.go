@@ -215,6 +215,14 @@ func TestExpiryIsReusedUntilItFires(t *testing.T) {
 	assert.NoError(t, next.Err(), "with an open channel")
 	assert.False(t, e.stop())
 
+	// A start whose stop never came (its wait exited the goroutine) leaves
+	// a timer that may still fire: the next start does not re-arm it.
+	_ = e.start(time.Hour)
+	left := e.t
+	_ = e.start(time.Hour)
+	assert.NotSame(t, left, e.t, "a timer left armed is not reused")
+	assert.False(t, e.stop())
+
 	d, ok := next.Deadline()
 	assert.False(t, ok)
 	assert.Zero(t, d)
@@ -238,6 +246,10 @@ func TestPublisherReusesMessagesOnlyWhereItIsSafe(t *testing.T) {
 	cs.cur.Store(&senderLink{sender: cs, link: new(amqp.Sender), goAMQP: true})
 	assert.True(t, pub.reusesMessages(plain), "a go-amqp link")
 	assert.False(t, pub.reusesMessages(dup), "kept for a resend")
+	header := &publishConfig{headers: map[string]string{PropDuplicateID: "order-1042"}}
+	assert.False(t, pub.reusesMessages(header), "a duplicate id given as a header is kept too")
+	blank := &publishConfig{headers: map[string]string{PropDuplicateID: " "}}
+	assert.True(t, pub.reusesMessages(blank), "a blank header is not sent")
 	cs.cur.Store(nil)
 	assert.False(t, pub.reusesMessages(plain), "no link yet")
 }

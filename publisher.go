@@ -184,13 +184,14 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 // envelope onto a pooled message (see pooledMessage): the sender is an
 // *amqp.Sender, or a ClientPublisher's, whose go-amqp links read the
 // message only while the transfer is written, publishing a message without
-// a duplicate id (one with is kept for a resend after a loss).
+// a duplicate id (one with, from WithDuplicateDetection or a header, is
+// kept for a resend after a loss: see clientSender.afterLoss).
 func (p *Publisher) reusesMessages(cfg *publishConfig) bool {
 	switch s := p.sender.(type) {
 	case *amqp.Sender:
 		return true
 	case transientReader:
-		return !cfg.dupID && s.readsOnlyWhileWriting()
+		return !cfg.carriesDuplicateID() && s.readsOnlyWhileWriting()
 	}
 	return false
 }
@@ -223,7 +224,9 @@ func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cf
 		return pendingTransfer{}, err
 	}
 	pt, err := startTransfer(ctx, s, &pm.msg)
-	if err == nil && pt.lost == nil {
+	if err == nil && pt.lost == nil && pt.retry == nil {
+		// Written, and not kept for a resend (reusesMessages keeps such
+		// messages out of the pool; this is the second lock).
 		pm.recycle()
 	}
 	return pt, err
