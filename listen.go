@@ -76,18 +76,17 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l := &listener{
-		c:       c,
-		r:       r,
-		ctx:     ctx,
-		hctx:    context.WithoutCancel(ctx),
-		grouped: c.concurrency > 1,
-		lost:    make(chan struct{}),
-		quit:    make(chan struct{}),
-		cancel:  cancel,
+		c:      c,
+		r:      r,
+		ctx:    ctx,
+		hctx:   context.WithoutCancel(ctx),
+		lost:   make(chan struct{}),
+		quit:   make(chan struct{}),
+		cancel: cancel,
 	}
 	l.onSettleErr = l.settlementFailed
-	if l.grouped {
-		l.groups = make(map[string]*group)
+	if c.concurrency > 1 {
+		l.groups = make(map[string]*group) // the workers' take joins groups
 	}
 	if link != nil {
 		l.link = link
@@ -172,7 +171,6 @@ type listener struct {
 	link        context.Context // the Client's hook, or nil
 	linkDone    <-chan struct{} // link.Done(), nil without the hook
 	rctx        context.Context // the receives' context: Listen's, also cancelled when the link is lost
-	grouped     bool
 	wg          sync.WaitGroup
 	onSettleErr func(error)
 
