@@ -264,12 +264,24 @@ type row struct {
 	err error // the publish's failure; nil: accepted
 }
 
-const claimRows = `SELECT seq, message_id, queue, COALESCE(group_id, ''), headers, body, deliver_at, attempts
-FROM babelqueue_outbox
-WHERE published_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
-ORDER BY seq
+// claimRows claims the due rows that may go now, in seq order: a row of a
+// group is left out when an earlier unpublished row of its group is parked
+// or waits out a back-off (held), so held rows never fill a batch and hold
+// back other groups. The probe uses the babelqueue_outbox_held index,
+// whose predicate the subquery repeats.
+const claimRows = `SELECT o.seq, o.message_id, o.queue, COALESCE(o.group_id, ''), o.headers, o.body, o.deliver_at, o.attempts
+FROM babelqueue_outbox o
+WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.next_attempt_at <= now()
+  AND (o.group_id IS NULL OR NOT EXISTS (
+    SELECT 1 FROM babelqueue_outbox h
+    WHERE h.group_id = o.group_id AND h.seq < o.seq
+      AND h.published_at IS NULL AND h.group_id IS NOT NULL AND (h.parked_at IS NOT NULL OR h.attempts > 0)
+      AND (h.parked_at IS NOT NULL OR h.next_attempt_at > now())))
+  AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::bigint[]) AS c(group_id, seq)
+    WHERE c.group_id = o.group_id AND o.seq >= c.seq)
+ORDER BY o.seq
 LIMIT $1
-FOR UPDATE SKIP LOCKED`
+FOR UPDATE OF o SKIP LOCKED`
 
 // pendingOfGroups are the unpublished rows of the given groups up to a seq:
 // what decides which claimed rows of a group may go now.
@@ -300,18 +312,13 @@ func (r *Relay) round(ctx context.Context) (ev RelayEvent) {
 		return ev
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := claim(ctx, tx, r.o.BatchSize)
+	rows, chains, err := claimChains(ctx, tx, r.o.BatchSize)
 	if err != nil {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: claim: %w", err)
 		return ev
 	}
 	ev.Claimed = len(rows)
 	if len(rows) == 0 {
-		return ev
-	}
-	chains, err := order(ctx, tx, rows)
-	if err != nil {
-		ev.Err = fmt.Errorf("babelqueue/postgres: relay: claim: %w", err)
 		return ev
 	}
 	sent, transport := r.publish(ctx, chains)
@@ -356,8 +363,44 @@ func (r *Relay) report(ro RelayObserver, ev RelayEvent) {
 	ro.Relayed(ev)
 }
 
-func claim(ctx context.Context, tx pgx.Tx, limit int) ([]*row, error) {
-	q, err := tx.Query(ctx, claimRows, limit)
+// claimTries bounds the claims of one round: each claim after the first
+// leaves out the groups whose rows the one before could not send.
+const claimTries = 3
+
+// claimChains claims the round's rows and splits them into chains (see
+// order). A claim that took rows it cannot send (behind an earlier row of
+// their group that another round holds) is undone, which releases its
+// locks, and made again without those rows, so that they never take the
+// place of rows that can go: up to claimTries claims; the last one's
+// unsendable rows stay claimed and wait (RelayEvent.Held).
+func claimChains(ctx context.Context, tx pgx.Tx, limit int) ([]*row, [][]*row, error) {
+	var cutGroups []string
+	var cutSeqs []int64
+	if _, err := tx.Exec(ctx, "SAVEPOINT babelqueue_claim"); err != nil {
+		return nil, nil, err
+	}
+	for try := 1; ; try++ {
+		rows, err := claim(ctx, tx, limit, cutGroups, cutSeqs)
+		if err != nil || len(rows) == 0 {
+			return rows, nil, err
+		}
+		chains, cuts, err := order(ctx, tx, rows)
+		if err != nil || len(cuts) == 0 || try == claimTries {
+			return rows, chains, err
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT babelqueue_claim"); err != nil {
+			return nil, nil, err
+		}
+		for g, seq := range cuts {
+			cutGroups, cutSeqs = append(cutGroups, g), append(cutSeqs, seq)
+		}
+	}
+}
+
+// claim claims up to limit rows (claimRows), leaving out the rows of each
+// group cutGroups[i] from seq cutSeqs[i] on.
+func claim(ctx context.Context, tx pgx.Tx, limit int, cutGroups []string, cutSeqs []int64) ([]*row, error) {
+	q, err := tx.Query(ctx, claimRows, limit, cutGroups, cutSeqs)
 	if err != nil {
 		return nil, err
 	}
@@ -383,9 +426,9 @@ func claim(ctx context.Context, tx pgx.Tx, limit int) ([]*row, error) {
 // chain of its own; the rows of a group form one chain, in seq order, cut
 // before the first unpublished row of the group that this round did not
 // claim (another relay holds it, or it waits out a back-off, or it is
-// parked): the rest of the group waits for a later round.
-func order(ctx context.Context, tx pgx.Tx, rows []*row) ([][]*row, error) {
-	var chains [][]*row
+// parked): the rest of the group waits for a later round. cuts has, for
+// each group cut short, the seq of its first claimed row left out.
+func order(ctx context.Context, tx pgx.Tx, rows []*row) (chains [][]*row, cuts map[string]int64, err error) {
 	groups := map[string][]*row{}
 	var names []string
 	var maxSeq int64
@@ -401,11 +444,11 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) ([][]*row, error) {
 		maxSeq = max(maxSeq, rw.seq)
 	}
 	if len(names) == 0 {
-		return chains, nil
+		return chains, nil, nil
 	}
 	q, err := tx.Query(ctx, pendingOfGroups, names, maxSeq)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pending := map[string][]int64{}
 	for q.Next() {
@@ -413,12 +456,12 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) ([][]*row, error) {
 		var seq int64
 		if err := q.Scan(&g, &seq); err != nil {
 			q.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		pending[g] = append(pending[g], seq)
 	}
 	if err := q.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.Strings(names)
 	for _, g := range names {
@@ -433,8 +476,14 @@ func order(ctx context.Context, tx pgx.Tx, rows []*row) ([][]*row, error) {
 		if n > 0 {
 			chains = append(chains, mine[:n])
 		}
+		if n < len(mine) {
+			if cuts == nil {
+				cuts = map[string]int64{}
+			}
+			cuts[g] = mine[n].seq
+		}
 	}
-	return chains, nil
+	return chains, cuts, nil
 }
 
 // publish sends the chains: the first row of every chain at once

@@ -27,6 +27,11 @@ CREATE INDEX IF NOT EXISTS babelqueue_outbox_pending
     ON babelqueue_outbox (seq) WHERE published_at IS NULL;
 CREATE INDEX IF NOT EXISTS babelqueue_outbox_group
     ON babelqueue_outbox (group_id, seq) WHERE published_at IS NULL AND group_id IS NOT NULL;
+-- The rows that may hold back the later rows of their group (parked, or refused and waiting out
+-- a back-off): the relay's claim looks a group up here, so held rows cost it one probe each.
+CREATE INDEX IF NOT EXISTS babelqueue_outbox_held
+    ON babelqueue_outbox (group_id, seq)
+    WHERE published_at IS NULL AND group_id IS NOT NULL AND (parked_at IS NOT NULL OR attempts > 0);
 CREATE INDEX IF NOT EXISTS babelqueue_outbox_published
     ON babelqueue_outbox (published_at) WHERE published_at IS NOT NULL;
 
