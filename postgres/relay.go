@@ -227,11 +227,11 @@ func (r *Relay) listenOnce(ctx context.Context, wakes []chan struct{}) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	var schema string
-	if err = conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		return err
+	var channel string
+	if err = conn.QueryRow(ctx, listenChannel).Scan(&channel); err != nil {
+		return fmt.Errorf("the outbox channel name: %w", err)
 	}
-	if _, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"babelqueue_outbox:" + schema}.Sanitize()); err != nil {
+	if _, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
 	if r.onListen != nil {
@@ -249,6 +249,14 @@ func (r *Relay) listenOnce(ctx context.Context, wakes []chan struct{}) error {
 		}
 	}
 }
+
+// listenChannel is the channel the insert trigger of the connection's
+// schema notifies (schema.sql derives it with the same expression):
+// "babelqueue_outbox:<schema>", or "babelqueue_outbox:<md5 of the schema
+// name>" when that is longer than a channel name may be.
+const listenChannel = `SELECT CASE WHEN octet_length(c) <= current_setting('max_identifier_length')::int THEN c
+    ELSE 'babelqueue_outbox:' || md5(current_schema()) END
+FROM (SELECT 'babelqueue_outbox:' || current_schema() AS c) AS s`
 
 // row is a claimed outbox row.
 type row struct {

@@ -35,11 +35,18 @@ CREATE INDEX IF NOT EXISTS babelqueue_outbox_held
 CREATE INDEX IF NOT EXISTS babelqueue_outbox_published
     ON babelqueue_outbox (published_at) WHERE published_at IS NOT NULL;
 
--- Relays LISTEN on "babelqueue_outbox:<schema>"; the notification goes out when the writing
--- transaction commits.
+-- Relays LISTEN on "babelqueue_outbox:<schema>", or "babelqueue_outbox:<md5 of the schema name>"
+-- when that would be longer than a channel name may be (max_identifier_length, 63 bytes); the
+-- relay derives the same name with the same expression. The notification goes out when the
+-- writing transaction commits.
 CREATE OR REPLACE FUNCTION babelqueue_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    channel text := 'babelqueue_outbox:' || TG_TABLE_SCHEMA;
 BEGIN
-    PERFORM pg_notify('babelqueue_outbox:' || TG_TABLE_SCHEMA, '');
+    IF octet_length(channel) > current_setting('max_identifier_length')::int THEN
+        channel := 'babelqueue_outbox:' || md5(TG_TABLE_SCHEMA);
+    END IF;
+    PERFORM pg_notify(channel, '');
     RETURN NULL;
 END
 $$;
