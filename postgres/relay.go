@@ -70,6 +70,25 @@ type RelayEvent struct {
 	Held      int           // left for later: behind an earlier row of their group, or not sent after a failure
 	Duration  time.Duration // from the claim to the commit of the marks
 	Err       error         // a failure of the round (no broker, no database); nil otherwise
+
+	// Failures are the rows refused in the round (Refused counts them,
+	// Parked those of them now parked), each with its reason, the one
+	// stored in the row's last_error.
+	Failures []RowFailure
+}
+
+// RowFailure is a row refused in a round of a relay.
+type RowFailure struct {
+	MessageID string
+	Queue     string
+	Attempts  int  // the row's refusals so far, this one included
+	Parked    bool // this refusal parked it
+	// Err says why: the broker refused the transfer (it matches
+	// artemis.ErrNotAccepted), or the attach of a sender to the row's queue
+	// (ErrQueueRefused, naming the AMQP condition, as
+	// amqp:unauthorized-access), or the stored row is not publishable
+	// (ErrInvalid, artemis.ErrInvalidEnvelope).
+	Err error
 }
 
 // Relay publishes the committed rows of the outbox. Any number of relays
@@ -351,10 +370,12 @@ func (r *Relay) round(ctx context.Context) (ev RelayEvent) {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: mark %d published rows: %w", len(accepted), err)
 		return ev
 	}
-	ev.Published, ev.Refused, ev.Parked = len(accepted), len(refused), parked
+	ev.Published, ev.Refused, ev.Parked = len(accepted), len(refused), len(parked)
 	for _, rw := range refused {
+		f := RowFailure{MessageID: rw.id, Queue: rw.queue, Attempts: rw.attempts + 1, Parked: parked[rw.seq], Err: rw.err}
+		ev.Failures = append(ev.Failures, f)
 		r.log.Warn("babelqueue outbox relay: the broker refused a row", "message_id", rw.id, "queue", rw.queue,
-			"attempts", rw.attempts+1, "error", rw.err)
+			"attempts", f.Attempts, "parked", f.Parked, "error", rw.err)
 	}
 	if transport != nil {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: publish: %w", transport)
@@ -511,6 +532,7 @@ func (r *Relay) publish(ctx context.Context, chains [][]*row) (sent []*row, tran
 	for _, c := range chains {
 		next = append(next, inflight{chain: c})
 	}
+	refused := map[string]error{} // queues whose attach the broker refused in this round
 	for len(next) > 0 && transport == nil {
 		// Write the head of every chain, then wait for each in turn.
 		for i := range next {
@@ -518,10 +540,18 @@ func (r *Relay) publish(ctx context.Context, chains [][]*row) (sent []*row, tran
 			if head.err != nil { // not publishable: refused without a send
 				continue
 			}
+			if err := refused[head.queue]; err != nil {
+				head.err = err // refused again: no new attach in this round
+				continue
+			}
 			rc, err := r.send(pctx, head)
 			if err != nil {
 				if isRefusal(err) {
 					head.err = err
+					continue
+				}
+				if qerr := queueRefusal(head.queue, err); qerr != nil {
+					refused[head.queue], head.err = qerr, qerr
 					continue
 				}
 				transport = err
@@ -535,6 +565,9 @@ func (r *Relay) publish(ctx context.Context, chains [][]*row) (sent []*row, tran
 			head := f.chain[0]
 			if f.receipt != nil {
 				if err := f.receipt.Wait(pctx); err != nil {
+					if qerr := queueRefusal(head.queue, err); qerr != nil {
+						err = qerr
+					}
 					if !isRefusal(err) {
 						if transport == nil {
 							transport = err
@@ -559,7 +592,7 @@ func (r *Relay) publish(ctx context.Context, chains [][]*row) (sent []*row, tran
 // way to the broker, which does not.
 func isRefusal(err error) bool {
 	return errors.Is(err, artemis.ErrNotAccepted) || errors.Is(err, artemis.ErrInvalidEnvelope) ||
-		errors.Is(err, artemis.ErrInvalidConfig) || errors.Is(err, ErrInvalid)
+		errors.Is(err, artemis.ErrInvalidConfig) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrQueueRefused)
 }
 
 func (r *Relay) send(ctx context.Context, rw *row) (*artemis.Receipt, error) {
@@ -610,11 +643,11 @@ const markRefused = `UPDATE babelqueue_outbox o SET
     parked_at = CASE WHEN o.attempts + 1 >= $4 THEN now() END
 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(seq, error, backoff_us)
 WHERE o.seq = f.seq
-RETURNING o.parked_at IS NOT NULL`
+RETURNING o.seq, o.parked_at IS NOT NULL`
 
 // mark records the outcomes of the sent rows in the round's transaction and
-// returns how many were parked.
-func (r *Relay) mark(ctx context.Context, tx pgx.Tx, sent []*row) (parked int, err error) {
+// returns the seqs of the rows it parked.
+func (r *Relay) mark(ctx context.Context, tx pgx.Tx, sent []*row) (parked map[int64]bool, err error) {
 	var ok, bad, backoff []int64
 	var errs []string
 	for _, rw := range sent {
@@ -628,24 +661,26 @@ func (r *Relay) mark(ctx context.Context, tx pgx.Tx, sent []*row) (parked int, e
 	}
 	if len(ok) > 0 {
 		if _, err := tx.Exec(ctx, markPublished, ok); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if len(bad) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	q, err := tx.Query(ctx, markRefused, bad, errs, backoff, r.o.MaxAttempts)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	parked = map[int64]bool{}
 	for q.Next() {
+		var seq int64
 		var p bool
-		if err := q.Scan(&p); err != nil {
+		if err := q.Scan(&seq, &p); err != nil {
 			q.Close()
-			return 0, err
+			return nil, err
 		}
 		if p {
-			parked++
+			parked[seq] = true
 		}
 	}
 	return parked, q.Err()
