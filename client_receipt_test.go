@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,4 +449,67 @@ func TestClusterReceiptsOfAHealthyMemberDoNotWaitForAStalledOne(t *testing.T) {
 		assert.ErrorIs(t, heard.(error), ErrOutcomeUnknown)
 	}
 	assert.GreaterOrEqual(t, time.Since(start), 2*dialTimeout, "resolved at their deadline, not before")
+}
+
+// A lost member's receipts do not hold back another member's either, even
+// while their resends (WithDuplicateDetection) wait for a member that no
+// longer answers: member 1's connection dies and its re-dial hangs until
+// the dial timeout (a black-holed address), member 2 settles at once.
+func TestClusterReceiptsOfAHealthyMemberDoNotWaitForALostOne(t *testing.T) {
+	const dialTimeout = 2 * time.Second
+	var blackholed atomic.Bool
+	h := newClusterHarnessDialling(t, 2, &ClientOptions{DialTimeout: dialTimeout}, func(fb *fakeBroker) {
+		fb.block = func(ctx context.Context, b *broker) error {
+			if b.addr == memberURL(0) && blackholed.Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}
+	}, pipelining)
+	require.NoError(t, h.c.dialMembers(context.Background()))
+	// The callback keeps the lost receipts nobody waits for yet out of the log.
+	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection(),
+		WithOnOutcome(func(string, error) {}))
+	require.NoError(t, err)
+	lostGroup, healthyGroup := groupOn(t, 0, 2), groupOn(t, 1, 2)
+
+	var lost, healthy []*Receipt
+	for range 20 {
+		r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(lostGroup))
+		require.NoError(t, err)
+		lost = append(lost, r)
+		r, err = p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(healthyGroup))
+		require.NoError(t, err)
+		healthy = append(healthy, r)
+	}
+	blackholed.Store(true)
+	start := time.Now()
+	h.connOf(0).kill(nil)
+	book := receiptOutcomes(h.connOf(1))
+	for _, r := range healthy {
+		book.channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	}
+
+	bound := dialTimeout / 2 // a resend to the lost member waits out a whole dial timeout
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	resolved := 0
+	for _, r := range healthy {
+		if err := r.Wait(ctx); err != nil {
+			break
+		}
+		resolved++
+	}
+	t.Logf("20 receipts on the healthy member: %d resolved within %v (%v) while the lost member's are resent", resolved, bound, time.Since(start).Round(time.Millisecond))
+	require.Equal(t, 20, resolved, "the healthy member's receipts waited behind the lost member's resends")
+
+	// The lost member's receipts: resent once each, and unknown when the
+	// resend finds no connection.
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*dialTimeout)
+	defer wcancel()
+	for _, r := range lost {
+		assert.ErrorIs(t, r.Wait(wctx), ErrOutcomeUnknown)
+	}
+	t.Logf("the lost member's 20 receipts resolved as unknown after %v", time.Since(start).Round(time.Millisecond))
 }
