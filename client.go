@@ -55,7 +55,8 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 //     (FailFast: fails at once), unless ClientOptions.ClusterFailover sends
 //     it to the next member with weaker guarantees. Other messages go round
 //     robin over the members that are connected, skipping one that cannot
-//     be connected to.
+//     be connected to. PublishWithReceipt's receipts resolve per member: a
+//     member that stops settling or is lost delays only its own receipts.
 //   - Consume: runs the Consumer on every member at once (a receiver per
 //     member, each with the Consumer's concurrency and credit), so no
 //     message waits on a member without a consumer. Per-group order holds
@@ -117,8 +118,11 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 // outstanding when the link or connection drops resolves to an error
 // matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
 // is sent once more on a re-dialed link and the receipt resolves with that
-// outcome. Those resends run one by one on the Publisher's resolving
-// goroutine, each bounded by twice the Client's DialTimeout. A receipt
+// outcome. Those resends run one by one on the resolving goroutine of the
+// link the receipts were written on, each bounded by twice the Client's
+// DialTimeout; each link's receipts resolve on their own, so on a cluster
+// a member that stops settling (or is lost) never delays the outcomes of
+// another member's receipts. A receipt
 // whose outcome has not come within twice the DialTimeout of its write is
 // handled the same way (ErrOutcomeUnknown, or one resend with
 // WithDuplicateDetection), and counts toward ClientOptions.OutcomeTimeouts

@@ -40,6 +40,13 @@ func dialedClusterPublisher(t *testing.T, n int, opts *ClientOptions) (*clusterH
 
 func newClusterHarness(t *testing.T, n int, opts *ClientOptions, prepare func(*fakeBroker)) *clusterHarness {
 	t.Helper()
+	return newClusterHarnessDialling(t, n, opts, prepare, nil)
+}
+
+// newClusterHarnessDialling is newClusterHarness whose connections are
+// wrap's (nil: the fake broker's own).
+func newClusterHarnessDialling(t *testing.T, n int, opts *ClientOptions, prepare func(*fakeBroker), wrap func(dialFunc) dialFunc) *clusterHarness {
+	t.Helper()
 	h := &clusterHarness{t: t, fb: newFakeBroker(t), ev: newEvents(), down: map[string]bool{}}
 	h.fb.dialErr = func(_ int, b *broker) error {
 		h.mu.Lock()
@@ -62,7 +69,11 @@ func newClusterHarness(t *testing.T, n int, opts *ClientOptions, prepare func(*f
 	for i := range nodes {
 		nodes[i] = []string{memberURL(i)}
 	}
-	c, err := newCluster(nodes, &o, h.fb.dial)
+	dial := dialFunc(h.fb.dial)
+	if wrap != nil {
+		dial = wrap(dial)
+	}
+	c, err := newCluster(nodes, &o, dial)
 	require.NoError(t, err)
 	h.c = c
 	t.Cleanup(func() { _ = c.Close() })

@@ -78,8 +78,8 @@ func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, 
 	return pt, nil
 }
 
-// awaitOutcome waits, on the Publisher's resolver, for the outcome of a
-// transfer startOutcomeWait wrote on sl, until its deadline (exp, the
+// awaitOutcome waits, on sl's resolver, for the outcome of a transfer
+// startOutcomeWait wrote on sl, until its deadline (exp, the
 // resolver's reusable timer; a last look of receiptGrace sees an outcome
 // that already came), and applies the loss rules of startOutcome.
 func (sl *senderLink) awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error) {
@@ -105,6 +105,12 @@ func (sl *senderLink) awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.Delive
 	}
 	return s.receiptLoss(sl, p.retry, err)
 }
+
+// receipts is the resolver of the receipts written on sl (ownResolver): a
+// ClientPublisher resolves each link's receipts on their own, so a cluster
+// member (or a link given up) that stops settling delays no other member's
+// outcomes.
+func (sl *senderLink) receipts() *resolver { return &sl.resolver }
 
 // receiptGrace is the least a receipt's outcome is waited for, even past
 // its bound: long enough to see an outcome that already came.

@@ -3,7 +3,9 @@ package artemis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,4 +356,160 @@ func TestClientPublisherKeepsAMessageWithADuplicateIDForTheResend(t *testing.T) 
 			assert.Equal(t, r.ID(), env.Meta.ID, "the resend is the envelope of the receipt")
 		})
 	}
+}
+
+// pipelining wraps a dial so that the connections' senders pipeline
+// (receiptConn).
+func pipelining(dial dialFunc) dialFunc {
+	return func(ctx context.Context, b *broker) (amqpConn, error) {
+		cn, err := dial(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		return receiptConn{cn.(*fakeConn)}, nil
+	}
+}
+
+// groupOn is a group-id that memberOf pins to member i of n.
+func groupOn(t *testing.T, i, n int) string {
+	t.Helper()
+	for k := range 1000 {
+		if g := fmt.Sprintf("g%d", k); memberOf(g, n) == i {
+			return g
+		}
+	}
+	t.Fatalf("no group for member %d of %d", i+1, n)
+	return ""
+}
+
+// A cluster publisher's receipts resolve per member: member 1 stops
+// settling (its outcomes never come), member 2 settles at once. Written
+// alternately, starting on the stalled member, member 2's receipts all
+// resolve while member 1's are still pending; member 1's resolve only at
+// their own deadline, as unknown.
+func TestClusterReceiptsOfAHealthyMemberDoNotWaitForAStalledOne(t *testing.T) {
+	const dialTimeout = 2 * time.Second // a receipt's deadline: twice this
+	h := newClusterHarnessDialling(t, 2, &ClientOptions{DialTimeout: dialTimeout}, nil, pipelining)
+	require.NoError(t, h.c.dialMembers(context.Background()))
+	var outcomes sync.Map // meta.id -> its outcome, as WithOnOutcome heard it
+	p, err := h.c.Publisher(context.Background(), "orders", WithOnOutcome(func(id string, err error) { outcomes.Store(id, err) }))
+	require.NoError(t, err)
+	stalledGroup, healthyGroup := groupOn(t, 0, 2), groupOn(t, 1, 2)
+
+	start := time.Now()
+	var stalled, healthy []*Receipt
+	for range 20 {
+		r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(stalledGroup))
+		require.NoError(t, err)
+		stalled = append(stalled, r)
+		r, err = p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(healthyGroup))
+		require.NoError(t, err)
+		healthy = append(healthy, r)
+	}
+	book := receiptOutcomes(h.connOf(1))
+	require.Len(t, book.ids(), 20, "member 2 wrote its 20")
+	for _, r := range healthy {
+		book.channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	}
+
+	// Well under the stalled member's deadline (twice dialTimeout).
+	bound := dialTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	resolved := 0
+	for _, r := range healthy {
+		if err := r.Wait(ctx); err != nil {
+			break
+		}
+		resolved++
+	}
+	took := time.Since(start)
+	t.Logf("20 receipts on the healthy member: %d resolved within %v (%v), 20 on the stalled member pending", resolved, bound, took.Round(time.Millisecond))
+	require.Equal(t, 20, resolved, "the healthy member's receipts waited behind the stalled member's")
+	for i, r := range stalled {
+		select {
+		case <-r.Done():
+			t.Fatalf("stalled receipt %d resolved before its deadline: %v", i, r.Wait(context.Background()))
+		default:
+		}
+	}
+
+	// The stalled member's receipts end at their deadline, as unknown.
+	wctx, wcancel := context.WithTimeout(context.Background(), 4*dialTimeout+5*time.Second)
+	defer wcancel()
+	for _, r := range stalled {
+		assert.ErrorIs(t, r.Wait(wctx), ErrOutcomeUnknown)
+		// The callback runs just after the receipt resolved.
+		var heard any
+		require.Eventually(t, func() bool {
+			var ok bool
+			heard, ok = outcomes.Load(r.ID())
+			return ok
+		}, 5*time.Second, time.Millisecond, "the callback heard every outcome")
+		assert.ErrorIs(t, heard.(error), ErrOutcomeUnknown)
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 2*dialTimeout, "resolved at their deadline, not before")
+}
+
+// A lost member's receipts do not hold back another member's either, even
+// while their resends (WithDuplicateDetection) wait for a member that no
+// longer answers: member 1's connection dies and its re-dial hangs until
+// the dial timeout (a black-holed address), member 2 settles at once.
+func TestClusterReceiptsOfAHealthyMemberDoNotWaitForALostOne(t *testing.T) {
+	const dialTimeout = 2 * time.Second
+	var blackholed atomic.Bool
+	h := newClusterHarnessDialling(t, 2, &ClientOptions{DialTimeout: dialTimeout}, func(fb *fakeBroker) {
+		fb.block = func(ctx context.Context, b *broker) error {
+			if b.addr == memberURL(0) && blackholed.Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}
+	}, pipelining)
+	require.NoError(t, h.c.dialMembers(context.Background()))
+	// The callback keeps the lost receipts nobody waits for yet out of the log.
+	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection(),
+		WithOnOutcome(func(string, error) {}))
+	require.NoError(t, err)
+	lostGroup, healthyGroup := groupOn(t, 0, 2), groupOn(t, 1, 2)
+
+	var lost, healthy []*Receipt
+	for range 20 {
+		r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(lostGroup))
+		require.NoError(t, err)
+		lost = append(lost, r)
+		r, err = p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(healthyGroup))
+		require.NoError(t, err)
+		healthy = append(healthy, r)
+	}
+	blackholed.Store(true)
+	start := time.Now()
+	h.connOf(0).kill(nil)
+	book := receiptOutcomes(h.connOf(1))
+	for _, r := range healthy {
+		book.channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	}
+
+	bound := dialTimeout / 2 // a resend to the lost member waits out a whole dial timeout
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	resolved := 0
+	for _, r := range healthy {
+		if err := r.Wait(ctx); err != nil {
+			break
+		}
+		resolved++
+	}
+	t.Logf("20 receipts on the healthy member: %d resolved within %v (%v) while the lost member's are resent", resolved, bound, time.Since(start).Round(time.Millisecond))
+	require.Equal(t, 20, resolved, "the healthy member's receipts waited behind the lost member's resends")
+
+	// The lost member's receipts: resent once each, and unknown when the
+	// resend finds no connection.
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*dialTimeout)
+	defer wcancel()
+	for _, r := range lost {
+		assert.ErrorIs(t, r.Wait(wctx), ErrOutcomeUnknown)
+	}
+	t.Logf("the lost member's 20 receipts resolved as unknown after %v", time.Since(start).Round(time.Millisecond))
 }

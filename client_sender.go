@@ -32,6 +32,10 @@ type senderLink struct {
 	link   linkSender
 	goAMQP bool // link is go-amqp's (not a test's fake), known at the attach
 	broken atomic.Bool
+	// The receipts of the transfers written on this link, resolved here
+	// and nowhere else: a link that stops settling holds back only its
+	// own (see resolver).
+	resolver resolver
 }
 
 // usable reports a link neither known broken nor on a connection that is

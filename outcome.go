@@ -51,16 +51,16 @@ type pendingTransfer struct {
 
 	// A transfer whose link has rules of its own for the outcome (a
 	// ClientPublisher's, on the Client's loss rules): the fields above are
-	// the link's transfer, and owner awaits it for the Publisher's
-	// resolver. Plain fields, not a closure: nothing is allocated for them.
+	// the link's transfer, and owner awaits it for its resolver (the
+	// link's own, see ownResolver). Plain fields, not a closure: nothing is allocated for them.
 	owner    outcomeOwner
 	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
 	deadline time.Time     // when the outcome counts as timed out
 	lost     error         // the write itself was cut off: resolved as a loss
 }
 
-// outcomeOwner awaits the outcome of a transfer it wrote, on the
-// Publisher's resolver, bounded by exp, the resolver's reusable deadline.
+// outcomeOwner awaits the outcome of a transfer it wrote, on the resolver
+// of its receipts, bounded by exp, the resolver's reusable deadline.
 type outcomeOwner interface {
 	awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error)
 }
@@ -83,7 +83,7 @@ func (p *pendingTransfer) wait(ctx context.Context) (amqp.DeliveryState, error) 
 	return p.state, nil
 }
 
-// await is the outcome as the Publisher's resolver waits for it: by its
+// await is the outcome as a resolver waits for it: by its
 // owner's rules, bounded by exp, or as wait does.
 func (p *pendingTransfer) await(exp *expiry) (amqp.DeliveryState, error) {
 	if p.owner != nil {

@@ -19,7 +19,7 @@ type Publisher struct {
 	queue    string
 	base     *publishConfig                 // the Publisher's options, applied once (never written after)
 	lastURN  atomic.Pointer[urnAnnotations] // see annotations
-	receipts resolver                       // PublishWithReceipt's pending outcomes
+	receipts resolver                       // PublishWithReceipt's pending outcomes on sender (see resolverOf)
 }
 
 // NewPublisher returns a Publisher that writes to s and stamps queue into
@@ -341,9 +341,14 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 // pipelined (see Client.Publisher).
 //
 // Every receipt is resolved, whether or not anyone waits on it: a goroutine
-// of the Publisher (started when a receipt is pending, gone when none is)
-// waits for the outcomes in the order the transfers were written. The
-// outcome goes to the WithOnOutcome callback when there is one; without
+// per link (started when a receipt written on it is pending, gone when none
+// is) waits for that link's outcomes in the order its transfers were
+// written. A Publisher over an *amqp.Sender has one link; a
+// ClientPublisher has one per link it writes on (one per cluster member,
+// and a new one after each re-attach), so a link that stops settling holds
+// back only its own receipts, and the callbacks of different links may run
+// at the same time. The outcome goes to the WithOnOutcome callback when
+// there is one; without
 // one, a failure of a receipt whose Wait was never called is logged to
 // slog.Default() at warn level, so nothing is lost silently.
 // A receipt never waited on is collected as garbage once resolved.
@@ -414,6 +419,15 @@ func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, 
 		return r, nil
 	}
 	r.pending = pt
-	p.receipts.add(r)
+	p.resolverOf(&pt).add(r)
 	return r, nil
+}
+
+// resolverOf is the resolver that awaits pt's outcome: its owner's own
+// (one link's), else the Publisher's (its Sender's single link).
+func (p *Publisher) resolverOf(pt *pendingTransfer) *resolver {
+	if o, ok := pt.owner.(ownResolver); ok {
+		return o.receipts()
+	}
+	return &p.receipts
 }

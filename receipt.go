@@ -90,11 +90,17 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	}
 }
 
-// resolver waits for the outcomes of a Publisher's pending receipts, in the
-// order they were written, on one goroutine that runs while any is
-// pending. One goroutine for all keeps the cost per receipt at a slice
+// resolver waits for the outcomes of the pending receipts of one link, in
+// the order they were written, on one goroutine that runs while any is
+// pending. One goroutine for a link keeps the cost per receipt at a slice
 // append; the broker settles a link's transfers in order, so waiting in
 // order does not hold a settled receipt behind an unsettled one for long.
+// That holds within one link only: a link that stops settling (its broker
+// stalled, its network half-open) would hold every receipt queued behind
+// it. So each link has its own resolver: a Publisher's for its Sender's
+// link, and a link of its own for each link a ClientPublisher writes on
+// (ownResolver), one per cluster member and per re-attach, so one link's
+// trouble never delays another link's outcomes.
 type resolver struct {
 	mu      sync.Mutex
 	queue   []*Receipt // pending, in the order written
@@ -155,6 +161,12 @@ func (q *resolver) run() {
 		q.spare = batch[:0]
 		q.mu.Unlock()
 	}
+}
+
+// ownResolver is the owner of a transfer (outcomeOwner) that has a
+// resolver of its own for the receipts of the transfers it wrote.
+type ownResolver interface {
+	receipts() *resolver
 }
 
 // callOnOutcome calls a WithOnOutcome callback (nil: none), recovering
