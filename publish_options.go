@@ -5,6 +5,7 @@
 package artemis
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -193,9 +194,9 @@ func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, e
 }
 
 // checkPayload is the publish side's check (nil without a validator).
-func (c *publishConfig) checkPayload(env *Envelope) error {
+func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) error {
 	if c.payload == nil {
 		return nil
 	}
-	return checkPayload(c.payload, env.Job, env.Data)
+	return checkPayload(ctx, c.payload, env.Job, env.Data)
 }

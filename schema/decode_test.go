@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
 	"testing"
 
@@ -42,7 +43,11 @@ func FuzzDecodeJSON(f *testing.F) {
 func compareDecoders(t *testing.T, data []byte) {
 	t.Helper()
 	want, wantErr := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	got, gotErr := decodeJSON(data)
+	got, gotErr := decodeJSON(data, nil)
+	var be *boundError
+	if wantErr == nil && errors.As(gotErr, &be) {
+		return // JSON, but beyond the check's bounds (TestDecodeJSONBounds)
+	}
 	if (wantErr == nil) != (gotErr == nil) {
 		t.Fatalf("%q: error %v, the validator's decoder says %v", data, gotErr, wantErr)
 	}
