@@ -2,12 +2,15 @@ package schema
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 )
 
@@ -103,8 +106,8 @@ var hostileShapes = []hostile{
 	// An order of 14 lines whose every number has a huge exponent.
 	{"huge-exponent-lines", orderLines(10, "1e999999", "1E+999999"),
 		"/lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"},
-	{"many-huge-exponents", `{"order_id":1,"lines":[],"v":[` + strings.TrimSuffix(strings.Repeat("1e-99999,", 200), ",") + `]}`,
-		"/v/0: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"},
+	{"many-huge-exponents", orderLines(100, "1", "1e-999999"),
+		"/lines/0/price: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"},
 	{"long-digits", `{"order_id":` + digits(5000) + `,"lines":[]}`,
 		"/order_id: is a number of more digits than the payload check's bound (400)"},
 	{"deep-nesting", tree(1, 5000, ""),
@@ -167,5 +170,72 @@ func TestHostilePayloads(t *testing.T) {
 				t.Errorf("%d bytes allocated per check, more than %d times an ordinary order of its size (%d)", h, maxAllocRatio, o)
 			}
 		})
+	}
+}
+
+// slowOrder is a valid order of about size bytes with its last line
+// invalid: a check that runs to its end answers with one violation, so an
+// answer of ctx's error shows the call returned before the check was done.
+func slowOrder(size int) []byte {
+	o := ordinaryOrder(size)
+	return []byte(strings.TrimSuffix(o, `}]}`) + `},{"sku":"ABC-1","qty":0,"price":1}]}`)
+}
+
+// TestValidatePayloadEndsWithItsContext: a check of a large data object
+// returns ctx's error once ctx ends, not its result, and with a context
+// that ended before it does not start.
+func TestValidatePayloadEndsWithItsContext(t *testing.T) {
+	reg := ordersRegistry(t)
+	data := slowOrder(4 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := reg.ValidatePayload(ctx, ordersURN, data)
+	t.Logf("%d bytes: returned after %v with %v", len(data), time.Since(start), err)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the context's error", err)
+	}
+	if errors.Is(err, artemis.ErrInvalidPayload) {
+		t.Fatalf("a check cut short is not a violation: %v", err)
+	}
+	if err := reg.ValidatePayload(ctx, ordersURN, []byte(`{}`)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a context that had ended: %v", err)
+	}
+	// Uncut, the same data has its one violation.
+	err = reg.ValidatePayload(context.Background(), ordersURN, data)
+	if got := violationTexts(err); len(got) != 1 || !strings.HasSuffix(got[0], "/qty: must be >= 1") {
+		t.Fatalf("the whole check: %v", err)
+	}
+}
+
+// TestConsumerGivesBackAMessageWhoseCheckOutlivedHandle: through the
+// consumer, a check cut short by the end of Handle's context leaves the
+// delivery released, neither handled nor dead-lettered.
+func TestConsumerGivesBackAMessageWhoseCheckOutlivedHandle(t *testing.T) {
+	reg := ordersRegistry(t)
+	handled := false
+	cons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+		handled = true
+		return nil
+	}}, reg.ConsumerOption(), artemis.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := artemis.NewEnvelope(ordersURN, json.RawMessage(slowOrder(4<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := artemis.NewMessage(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &acceptingReceiver{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := cons.Handle(ctx, r, msg); err != nil {
+		t.Fatal(err)
+	}
+	if handled || r.other != 1 {
+		t.Fatalf("handled %v, %d deliveries released or modified: want it released, unhandled", handled, r.other)
 	}
 }
