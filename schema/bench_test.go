@@ -171,7 +171,8 @@ func TestNoSchemaCostsNothing(t *testing.T) {
 // order of its size in the same run, one after the other in each round,
 // so that a loaded machine slows both alike: x-ordinary is the hostile
 // shape's time as a multiple of the ordinary order's (the bound
-// docs/schemas.md states), ns/op the hostile shape's own time.
+// docs/schemas.md states; BENCHMARKS.md has the figures), ns/op the
+// hostile shape's own time.
 //
 //	go test -run '^$' -bench Hostile -benchtime 20x
 func BenchmarkHostile(b *testing.B) {
