@@ -186,7 +186,7 @@ func slowOrder(size int) []byte {
 // that ended before it does not start.
 func TestValidatePayloadEndsWithItsContext(t *testing.T) {
 	reg := ordersRegistry(t)
-	data := slowOrder(4 << 20)
+	data := slowOrder(2 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -221,7 +221,7 @@ func TestConsumerGivesBackAMessageWhoseCheckOutlivedHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := artemis.NewEnvelope(ordersURN, json.RawMessage(slowOrder(4<<20)))
+	env, err := artemis.NewEnvelope(ordersURN, json.RawMessage(slowOrder(2<<20)))
 	if err != nil {
 		t.Fatal(err)
 	}
