@@ -239,3 +239,32 @@ func TestConsumerGivesBackAMessageWhoseCheckOutlivedHandle(t *testing.T) {
 		t.Fatalf("handled %v, %d deliveries released or modified: want it released, unhandled", handled, r.other)
 	}
 }
+
+// TestManyViolationsAreListedUpToTheirBound: a data object with thousands
+// of failing values gets the first maxViolations by pointer and one that
+// counts the rest, so its report stays small.
+func TestManyViolationsAreListedUpToTheirBound(t *testing.T) {
+	reg := ordersRegistry(t)
+	err := reg.ValidatePayload(context.Background(), ordersURN, []byte(orderLines(3000, "0", "1")))
+	var pe *artemis.PayloadError
+	if !errors.As(err, &pe) {
+		t.Fatalf("got %v", err)
+	}
+	if len(pe.Violations) != maxViolations+1 {
+		t.Fatalf("%d violations listed, want %d and the count of the rest", len(pe.Violations), maxViolations)
+	}
+	if got, want := pe.Violations[maxViolations].String(), "(root): and 2900 more violations, not listed"; got != want {
+		t.Errorf("last: %q, want %q", got, want)
+	}
+	if got := pe.Violations[0].String(); got != "/lines/0/qty: must be >= 1" {
+		t.Errorf("first: %q", got)
+	}
+	t.Logf("the report of 3000 failing values: %d bytes", len(err.Error()))
+	if n := len(err.Error()); n > 10000 {
+		t.Errorf("the report is %d bytes", n)
+	}
+	err = reg.ValidatePayload(context.Background(), ordersURN, []byte(orderLines(maxViolations, "0", "1")))
+	if !errors.As(err, &pe) || len(pe.Violations) != maxViolations || strings.Contains(err.Error(), "more violations") {
+		t.Errorf("exactly %d violations are all listed: %v", maxViolations, err)
+	}
+}

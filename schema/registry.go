@@ -266,8 +266,18 @@ func validate(sch *jsonschema.Schema, urn string, v any) error {
 	// By pointer: the validator walks properties in map order, and a
 	// report, a dead-letter record or a test should read the same twice.
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
+	if len(out) > maxViolations {
+		more := len(out) - maxViolations
+		out = append(out[:maxViolations:maxViolations], artemis.PayloadViolation{Message: fmt.Sprintf("and %d more violations, not listed", more)})
+	}
 	return &artemis.PayloadError{URN: urn, Violations: out}
 }
+
+// maxViolations is the most violations a PayloadError lists: its text goes
+// into logs, reports and the dead-letter record, and a data object of many
+// failing values (ten thousand lines of a bad quantity) would otherwise
+// make each of them as large as the data.
+const maxViolations = 100
 
 // PublishOption is artemis.WithPublishPayloadValidator(r): give it to
 // artemis.NewPublisher or Client.Publisher to refuse invalid data before
