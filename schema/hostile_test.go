@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // The hostile shapes of data, each beside an ordinary data object of its
@@ -268,3 +269,25 @@ func TestManyViolationsAreListedUpToTheirBound(t *testing.T) {
 		t.Errorf("exactly %d violations are all listed: %v", maxViolations, err)
 	}
 }
+
+// TestValidatorPanicReachesTheCaller: a validator that panics on its own
+// goroutine (a data object of 1 KiB or more, under a context that can
+// end) panics in the caller, where it would have inline: the consumer's
+// recover makes it a failed attempt, and the process lives.
+func TestValidatorPanicReachesTheCaller(t *testing.T) {
+	broken := &Registry{schemas: map[string]*jsonschema.Schema{ordersURN: {Extensions: []jsonschema.SchemaExt{panicking{}}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	data := []byte(ordinaryOrder(4 << 10))
+	defer func() {
+		if p := recover(); p == nil {
+			t.Fatal("no panic reached the caller")
+		}
+	}()
+	_ = broken.ValidatePayload(ctx, ordersURN, data)
+}
+
+// panicking is a schema keyword whose validation panics.
+type panicking struct{}
+
+func (panicking) Validate(*jsonschema.ValidatorContext, any) { panic("validator bug") }

@@ -233,14 +233,33 @@ func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.Ra
 	}
 	// v holds no reference to data: the caller's bytes are not read after
 	// the return.
-	res := make(chan error, 1)
-	go func() { res <- validate(sch, urn, v) }()
+	res := make(chan validated, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				res <- validated{panicked: p}
+			}
+		}()
+		res <- validated{err: validate(sch, urn, v)}
+	}()
 	select {
-	case err := <-res:
-		return err
+	case r := <-res:
+		if r.panicked != nil {
+			// Where it would have been inline: the caller's recover (the
+			// consumer's: a failed attempt) sees it, and a panic after
+			// the caller left does not take the process down.
+			panic(r.panicked)
+		}
+		return r.err
 	case <-done:
 		return ctx.Err()
 	}
+}
+
+// validated is the result of a validation on a goroutine of its own.
+type validated struct {
+	err      error
+	panicked any
 }
 
 // inlineMax is the size from which a data object is validated on a
