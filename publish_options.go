@@ -127,7 +127,9 @@ func WithOnOutcome(f func(id string, err error)) PublishOption {
 // refused with a *PayloadError (matching ErrInvalidPayload) naming each
 // violation, and the broker never sees it. It applies to Publish,
 // PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
-// or Client.Publisher it checks every publish. A nil v checks nothing.
+// or Client.Publisher it checks every publish. The check runs under the
+// publish's context (NewMessage's under none), and a publish whose context
+// ends during it fails with the context's error. A nil v checks nothing.
 func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
 	return func(c *publishConfig) { c.payload = v }
 }
