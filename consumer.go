@@ -171,7 +171,9 @@ func WithObserver(o Observer) ConsumerOption {
 // Without a dead-letter sender, or under UnknownURNDelete, it is accepted
 // (dropped) and reported, as a poison message is. A URN without a schema,
 // or without a handler, is not checked. A panic in v is a failed attempt
-// (a *PanicError), handled as a handler's is. A nil v checks nothing.
+// (a *PanicError), handled as a handler's is. The check ends with the
+// consume (Listen's or Handle's context): a message whose check was cut
+// short is released unhandled. A nil v checks nothing.
 func WithPayloadValidator(v PayloadValidator) ConsumerOption {
 	return func(c *Consumer) { c.payload = v }
 }

@@ -1,6 +1,7 @@
 package artemis
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -53,11 +54,12 @@ func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return newMessage(env, &cfg)
+	return newMessage(context.Background(), env, &cfg)
 }
 
-func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
-	if err := checkPublishable(env, cfg); err != nil {
+// newMessage is NewMessage with the publish's context, for the payload check.
+func newMessage(ctx context.Context, env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
+	if err := checkPublishable(ctx, env, cfg); err != nil {
 		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
@@ -98,8 +100,8 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 }
 
 // checkPublishable rejects an envelope that cannot be projected, and an
-// option that cannot take effect on it.
-func checkPublishable(env *Envelope, cfg *publishConfig) error {
+// option that cannot take effect on it; the payload check ends with ctx.
+func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) error {
 	if err := cfg.checkOptions(); err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
-	return cfg.checkPayload(env)
+	return cfg.checkPayload(ctx, env)
 }
 
 // projection builds the section 2 message around an already encoded body.

@@ -1,6 +1,7 @@
 package artemis
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -18,8 +19,14 @@ import (
 // as a violation of the data object as a whole. data is the data object's
 // JSON as it travels ({} when the envelope has none); ValidatePayload must
 // not keep or modify it. It is called from many goroutines at once.
+//
+// ctx is the publish's context, or on the consume side one that ends with
+// the consume (Listen's context, Handle's): ValidatePayload returns by the
+// time ctx ends, with ctx.Err() (or an error wrapping it), which the
+// library never takes for a violation: the publish fails with it, and a
+// delivery is given back to the broker unhandled.
 type PayloadValidator interface {
-	ValidatePayload(urn string, data json.RawMessage) error
+	ValidatePayload(ctx context.Context, urn string, data json.RawMessage) error
 }
 
 // PayloadViolation is one way a data object fails its schema.
@@ -82,14 +89,22 @@ func (e *PayloadError) Unwrap() error { return e.Err }
 // emptyData is what a publish writes for an envelope without data.
 var emptyData = json.RawMessage("{}")
 
-// checkPayload runs v on data and returns a *PayloadError, or nil.
-func checkPayload(v PayloadValidator, urn string, data json.RawMessage) error {
+// checkPayload runs v on data and returns a *PayloadError, nil, or ctx's
+// error (never wrapped in a *PayloadError) when ctx ended before or during
+// the check.
+func checkPayload(ctx context.Context, v PayloadValidator, urn string, data json.RawMessage) error {
 	if len(data) == 0 {
 		data = emptyData
 	}
-	err := v.ValidatePayload(urn, data)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := v.ValidatePayload(ctx, urn, data)
 	if err == nil {
 		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return err
 	}
 	var pe *PayloadError
 	if errors.As(err, &pe) {

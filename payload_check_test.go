@@ -2,8 +2,11 @@ package artemis
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
@@ -139,4 +142,74 @@ func TestInvalidPayloadObservedAndNamed(t *testing.T) {
 	require.Len(t, obs.events, 1)
 	assert.Equal(t, KindInvalidPayload, obs.events[0].Kind)
 	assert.Equal(t, DispositionDropped, obs.events[0].Disposition)
+}
+
+// blockingValidator holds every check until its context ends, as a
+// validator at work on a large data object does, and returns ctx's error.
+type blockingValidator struct {
+	started chan struct{} // one value per check that began
+}
+
+func (v *blockingValidator) ValidatePayload(ctx context.Context, _ string, _ json.RawMessage) error {
+	v.started <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestConsumePayloadCheckEndsWithListen: Listen's end cuts a payload check
+// short; the message was not handled, so it goes back to the broker
+// (released, not dead-lettered, not accepted), and Listen returns.
+func TestConsumePayloadCheckEndsWithListen(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			v := &blockingValidator{started: make(chan struct{}, 1)}
+			dlq := &fakelink.Sender{}
+			obs := &kindObserver{}
+			rec := newRecorder()
+			c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithPayloadValidator(v), WithObserver(obs),
+				WithDeadLetterSender(dlq), WithOnError(rec.onError), WithConcurrency(workers))
+			fr := fakelink.NewReceiver(t, "orders")
+			msg := fr.Track(orderMessage(t, 0))
+			fr.Push(msg)
+			done, cancel := listenInBackground(c, fr)
+			<-v.started
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("Listen did not return after its context ended during a payload check")
+			}
+			d, ok := fr.Disposition(msg)
+			require.True(t, ok, "the delivery was settled")
+			assert.Equal(t, fakelink.Released, d, "given back unhandled")
+			assert.Zero(t, dlq.Count(), "not dead-lettered: the data was never found invalid")
+			assert.Empty(t, rec.all(), "nothing to report")
+			require.Len(t, obs.events, 1)
+			assert.Equal(t, KindGivenBack, obs.events[0].Kind)
+		})
+	}
+}
+
+// TestHandlePayloadCheckEndsWithItsContext: the same through Handle, whose
+// context is the check's.
+func TestHandlePayloadCheckEndsWithItsContext(t *testing.T) {
+	v := &blockingValidator{started: make(chan struct{}, 1)}
+	dlq := &fakelink.Sender{}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithPayloadValidator(v), WithDeadLetterSender(dlq))
+	fr := fakelink.NewReceiver(t, "orders")
+	msg := fr.Track(orderMessage(t, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.NoError(t, c.Handle(ctx, fr, msg))
+	d, _ := fr.Disposition(msg)
+	assert.Equal(t, fakelink.Released, d)
+	assert.Zero(t, dlq.Count())
+
+	// A context that ended before: the validator is not even called.
+	msg = fr.Track(orderMessage(t, 0))
+	require.NoError(t, c.Handle(ctx, fr, msg))
+	d, _ = fr.Disposition(msg)
+	assert.Equal(t, fakelink.Released, d)
+	assert.Len(t, v.started, 1, "only the first check began")
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -23,7 +24,7 @@ type orderIDValidator struct {
 	seen  atomic.Pointer[string] // the last data it was given
 }
 
-func (v *orderIDValidator) ValidatePayload(urn string, data json.RawMessage) error {
+func (v *orderIDValidator) ValidatePayload(_ context.Context, urn string, data json.RawMessage) error {
 	v.calls.Add(1)
 	s := string(data)
 	v.seen.Store(&s)
@@ -82,15 +83,16 @@ func TestPayloadErrorText(t *testing.T) {
 
 type plainValidator struct{ err error }
 
-func (p plainValidator) ValidatePayload(string, json.RawMessage) error { return p.err }
+func (p plainValidator) ValidatePayload(context.Context, string, json.RawMessage) error { return p.err }
 
 func TestCheckPayload(t *testing.T) {
+	ctx := context.Background()
 	v := &orderIDValidator{}
-	require.NoError(t, checkPayload(v, urnCreated, json.RawMessage(`{"order_id":7}`)))
-	require.NoError(t, checkPayload(v, "urn:babel:other", json.RawMessage(`{"anything":0}`)), "a URN without a schema is not checked")
+	require.NoError(t, checkPayload(ctx, v, urnCreated, json.RawMessage(`{"order_id":7}`)))
+	require.NoError(t, checkPayload(ctx, v, "urn:babel:other", json.RawMessage(`{"anything":0}`)), "a URN without a schema is not checked")
 
 	// No data is checked as the {} a publish writes for it.
-	err := checkPayload(v, urnCreated, nil)
+	err := checkPayload(ctx, v, urnCreated, nil)
 	assert.Equal(t, "{}", *v.seen.Load())
 	var pe *PayloadError
 	require.ErrorAs(t, err, &pe)
@@ -100,15 +102,15 @@ func TestCheckPayload(t *testing.T) {
 	// A *PayloadError that names its URN is returned as it is; one wrapped
 	// in another error is found.
 	own := &PayloadError{URN: "urn:x", Violations: []PayloadViolation{{Pointer: "/a", Message: "m"}}}
-	assert.Same(t, own, checkPayload(plainValidator{own}, "urn:x", json.RawMessage(`{}`)))
-	wrapped := checkPayload(plainValidator{errors.Join(errors.New("ctx"), &PayloadError{Violations: own.Violations})}, "urn:y", json.RawMessage(`{}`))
+	assert.Same(t, own, checkPayload(ctx, plainValidator{own}, "urn:x", json.RawMessage(`{}`)))
+	wrapped := checkPayload(ctx, plainValidator{errors.Join(errors.New("ctx"), &PayloadError{Violations: own.Violations})}, "urn:y", json.RawMessage(`{}`))
 	require.ErrorAs(t, wrapped, &pe)
 	assert.Equal(t, "urn:y", pe.URN)
 	assert.Equal(t, own.Violations, pe.Violations)
 
 	// Any other error is a violation of the whole object, and stays reachable.
 	cause := errors.New("schema says no")
-	err = checkPayload(plainValidator{cause}, "urn:z", json.RawMessage(`{}`))
+	err = checkPayload(ctx, plainValidator{cause}, "urn:z", json.RawMessage(`{}`))
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	assert.ErrorIs(t, err, cause)
 	assert.Equal(t, "babelqueue: invalid payload for urn:z: (root): schema says no", err.Error())
@@ -179,9 +181,40 @@ func TestNewMessageChecksPayload(t *testing.T) {
 
 type panickingValidator struct{}
 
-func (panickingValidator) ValidatePayload(string, json.RawMessage) error { panic("validator bug") }
+func (panickingValidator) ValidatePayload(context.Context, string, json.RawMessage) error {
+	panic("validator bug")
+}
 
 type kindObserver struct{ events []SettleEvent }
 
 func (o *kindObserver) Settled(ev SettleEvent) { o.events = append(o.events, ev) }
 func (o *kindObserver) Published(PublishEvent) {}
+
+// TestPublishPayloadCheckEndsWithTheContext: a publish whose context ends
+// during the payload check returns ctx's error (not ErrInvalidPayload: the
+// data was never found invalid) and sends nothing; one whose context ended
+// before does not run the check.
+func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
+	for _, receipt := range []bool{false, true} {
+		v := &blockingValidator{started: make(chan struct{}, 1)}
+		s := &fakelink.Sender{}
+		p := NewPublisher(s, "orders", WithPublishPayloadValidator(v))
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		var err error
+		if receipt {
+			_, err = p.PublishWithReceipt(ctx, urnCreated, map[string]any{"order_id": 1})
+		} else {
+			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+		}
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrInvalidPayload)
+		assert.Len(t, v.started, 1)
+		assert.Zero(t, s.Count(), "nothing sent")
+
+		<-v.started
+		_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Empty(t, v.started, "no check with an ended context")
+	}
+}

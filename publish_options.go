@@ -5,6 +5,7 @@
 package artemis
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -126,7 +127,9 @@ func WithOnOutcome(f func(id string, err error)) PublishOption {
 // refused with a *PayloadError (matching ErrInvalidPayload) naming each
 // violation, and the broker never sees it. It applies to Publish,
 // PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
-// or Client.Publisher it checks every publish. A nil v checks nothing.
+// or Client.Publisher it checks every publish. The check runs under the
+// publish's context (NewMessage's under none), and a publish whose context
+// ends during it fails with the context's error. A nil v checks nothing.
 func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
 	return func(c *publishConfig) { c.payload = v }
 }
@@ -193,9 +196,9 @@ func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, e
 }
 
 // checkPayload is the publish side's check (nil without a validator).
-func (c *publishConfig) checkPayload(env *Envelope) error {
+func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) error {
 	if c.payload == nil {
 		return nil
 	}
-	return checkPayload(c.payload, env.Job, env.Data)
+	return checkPayload(ctx, c.payload, env.Job, env.Data)
 }

@@ -190,7 +190,7 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 			for _, o := range tc.opts {
 				o(&cfg)
 			}
-			fresh, err := newMessage(env, &cfg)
+			fresh, err := newMessage(context.Background(), env, &cfg)
 			require.NoError(t, err)
 			ws := &fakelink.Sender{Wire: true}
 			p := NewPublisher(ws, "orders")

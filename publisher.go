@@ -166,7 +166,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		err = p.sendReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
-		if msg, err = newMessage(env, cfg); err == nil {
+		if msg, err = newMessage(ctx, env, cfg); err == nil {
 			err = sendConfirmed(ctx, p.sender, msg)
 		}
 	}
@@ -206,7 +206,7 @@ type transientReader interface {
 // sendReused sends env's projection through s, which must only read the
 // message while Send runs, with a pooled message (see pooledMessage).
 func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
-	pm, err := p.reused(env, cfg)
+	pm, err := p.reused(ctx, env, cfg)
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg
 // startReused is sendReused without the wait for the outcome: the message
 // goes back to the pool once the transfer is written.
 func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) (pendingTransfer, error) {
-	pm, err := p.reused(env, cfg)
+	pm, err := p.reused(ctx, env, cfg)
 	if err != nil {
 		return pendingTransfer{}, err
 	}
@@ -233,8 +233,8 @@ func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cf
 }
 
 // reused checks env and cfg and projects env onto a pooled message.
-func (p *Publisher) reused(env *Envelope, cfg *publishConfig) (*pooledMessage, error) {
-	if err := checkPublishable(env, cfg); err != nil {
+func (p *Publisher) reused(ctx context.Context, env *Envelope, cfg *publishConfig) (*pooledMessage, error) {
+	if err := checkPublishable(ctx, env, cfg); err != nil {
 		return nil, err
 	}
 	pm := messagePool.Get().(*pooledMessage)
@@ -392,7 +392,7 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 		pt, err = p.startReused(ctx, p.sender, env, cfg)
 	} else {
 		var msg *amqp.Message
-		if msg, err = newMessage(env, cfg); err == nil {
+		if msg, err = newMessage(ctx, env, cfg); err == nil {
 			pt, err = startTransfer(ctx, p.sender, msg)
 		}
 	}

@@ -253,7 +253,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env(t)
 			cfg := tc.cfg
-			want, err := newMessage(env, &cfg)
+			want, err := newMessage(context.Background(), env, &cfg)
 			require.NoError(t, err)
 			s := &fakelink.Sender{Wire: true}
 			require.NoError(t, p.sendReused(context.Background(), s, env, &cfg))
@@ -370,7 +370,7 @@ func TestSendReusedAllocations(t *testing.T) {
 		}
 	})
 	built := testing.AllocsPerRun(100, func() {
-		msg, err := newMessage(env, &cfg)
+		msg, err := newMessage(context.Background(), env, &cfg)
 		if err == nil {
 			err = sendConfirmed(ctx, s, msg)
 		}

@@ -31,7 +31,7 @@ func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, 
 	if cfg.observer != nil {
 		start = cfg.clock()
 	}
-	env, msg, err := encodedMessage(body, cfg)
+	env, msg, err := encodedMessage(ctx, body, cfg)
 	if err != nil {
 		var urn, id string
 		if env != nil {
@@ -45,8 +45,9 @@ func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, 
 	return p.receipt(env, cfg, start, pt, err)
 }
 
-// encodedMessage checks body and projects it, as it is, onto a message.
-func encodedMessage(body []byte, cfg *publishConfig) (*Envelope, *amqp.Message, error) {
+// encodedMessage checks body (the payload check ending with ctx) and
+// projects it, as it is, onto a message.
+func encodedMessage(ctx context.Context, body []byte, cfg *publishConfig) (*Envelope, *amqp.Message, error) {
 	env, err := Decode(body)
 	if err != nil {
 		return nil, nil, err
@@ -54,7 +55,7 @@ func encodedMessage(body []byte, cfg *publishConfig) (*Envelope, *amqp.Message, 
 	if err = env.Validate(); err != nil {
 		return env, nil, err
 	}
-	if err = checkPublishable(env, cfg); err != nil {
+	if err = checkPublishable(ctx, env, cfg); err != nil {
 		return env, nil, err
 	}
 	if !bytes.Equal(env.appendEncode(make([]byte, 0, len(body))), body) {

@@ -3,7 +3,9 @@ package schema
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
@@ -119,7 +121,7 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := reg.ValidatePayload(conformanceURN, benchData); err != nil {
+		if err := reg.ValidatePayload(context.Background(), conformanceURN, benchData); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -162,5 +164,35 @@ func TestNoSchemaCostsNothing(t *testing.T) {
 	without, with := allocs(), allocs(otherURN.ConsumerOption())
 	if with != without {
 		t.Errorf("a validator without a schema for the URN: %v allocations per message, %v without a validator", with, without)
+	}
+}
+
+// BenchmarkHostile measures each of hostileShapes against an ordinary
+// order of its size in the same run, one after the other in each round,
+// so that a loaded machine slows both alike: x-ordinary is the hostile
+// shape's time as a multiple of the ordinary order's (the bound
+// docs/schemas.md states; BENCHMARKS.md has the figures), ns/op the
+// hostile shape's own time.
+//
+//	go test -run '^$' -bench Hostile -benchtime 20x
+func BenchmarkHostile(b *testing.B) {
+	reg := ordersRegistry(b)
+	ctx := context.Background()
+	for _, h := range hostileShapes {
+		data := []byte(h.data)
+		ordinary := []byte(ordinaryOrder(len(data)))
+		b.Run(fmt.Sprintf("%s-%dB", h.name, len(data)), func(b *testing.B) {
+			var hostile, usual time.Duration
+			for b.Loop() {
+				start := time.Now()
+				_ = reg.ValidatePayload(ctx, ordersURN, data)
+				mid := time.Now()
+				_ = reg.ValidatePayload(ctx, ordersURN, ordinary)
+				usual += time.Since(mid)
+				hostile += mid.Sub(start)
+			}
+			b.ReportMetric(float64(hostile.Nanoseconds())/float64(b.N), "ns/op")
+			b.ReportMetric(float64(hostile)/float64(usual), "x-ordinary")
+		})
 	}
 }

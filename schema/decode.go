@@ -16,9 +16,11 @@ import (
 // becomes U+FFFD), in one pass over the bytes and without its reader and
 // buffer: the decode is most of what the check costs on small payloads.
 // Anything but exactly one JSON value, with optional whitespace around it,
-// is an error.
-func decodeJSON(data []byte) (any, error) {
-	p := parser{b: data}
+// is an error, and so is a value beyond one of the check's bounds (a
+// *boundError, naming where). When done closes, the decode stops within a
+// few thousand values with errStopped.
+func decodeJSON(data []byte, done <-chan struct{}) (any, error) {
+	p := parser{b: data, done: done}
 	p.space()
 	v, err := p.value(0)
 	if err != nil {
@@ -31,15 +33,68 @@ func decodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-// maxDepth bounds nesting, as encoding/json does.
-const maxDepth = 10000
+// The check's bounds on a data object. The validator turns every number
+// into a math/big rational, whose cost grows with the literal's digits and
+// with its exponent (1e999999 is a million-digit integer), and an error
+// deep in nested data carries its whole path at every level above it: a
+// few bytes of either would cost seconds. Within these bounds a data
+// object costs at most a small multiple of an ordinary one of its size
+// (BenchmarkHostile measures it); beyond them it is refused before the
+// validator sees it.
+const (
+	// maxDepth is the most objects and arrays a value may be inside of:
+	// the data object's members are inside one.
+	maxDepth = 32
+	// maxNumberDigits is the most digits a number may have, those before
+	// and after the decimal point together.
+	maxNumberDigits = 400
+	// maxNumberExponent bounds the exponent written after e or E, either
+	// way: a float64 needs 308 up and 324 down.
+	maxNumberExponent = 400
+)
 
-type parser struct {
-	b []byte
-	i int
+// boundError is a value beyond one of the check's bounds.
+type boundError struct {
+	// path is where, from the value up to the data object while the error
+	// travels up the parse; reversed by pointer.
+	path []string
+	msg  string
 }
 
-var errEnd = errors.New("unexpected end of JSON input")
+func (e *boundError) Error() string { return e.pointer() + ": " + e.msg }
+
+// pointer is the JSON pointer of the value.
+func (e *boundError) pointer() string {
+	loc := make([]string, len(e.path))
+	for i, tok := range e.path {
+		loc[len(loc)-1-i] = tok
+	}
+	return pointer(loc)
+}
+
+// within adds the member or index tok above a *boundError from a value
+// inside it; other errors go up as they are.
+func within(err error, tok string) error {
+	if be, ok := err.(*boundError); ok {
+		be.path = append(be.path, tok)
+	}
+	return err
+}
+
+type parser struct {
+	b    []byte
+	i    int
+	done <-chan struct{} // nil: never stops
+	n    int             // values read, for the look at done
+}
+
+var (
+	errEnd     = errors.New("unexpected end of JSON input")
+	errStopped = errors.New("decode stopped: the context ended")
+)
+
+// stopEvery is how many values the decode reads between two looks at done.
+const stopEvery = 1024
 
 func (p *parser) errorf(format string, args ...any) error {
 	return fmt.Errorf("offset %d: %s", p.i, fmt.Sprintf(format, args...))
@@ -60,8 +115,15 @@ func (p *parser) value(depth int) (any, error) {
 	if p.i >= len(p.b) {
 		return nil, errEnd
 	}
+	if p.n++; p.n%stopEvery == 0 && p.done != nil {
+		select {
+		case <-p.done:
+			return nil, errStopped
+		default:
+		}
+	}
 	if depth > maxDepth {
-		return nil, p.errorf("nested too deep")
+		return nil, &boundError{msg: fmt.Sprintf("is nested deeper than the payload check's bound (%d objects or arrays)", maxDepth)}
 	}
 	switch c := p.b[p.i]; {
 	case c == '{':
@@ -120,7 +182,7 @@ func (p *parser) object(depth int) (any, error) {
 		p.space()
 		v, err := p.value(depth + 1)
 		if err != nil {
-			return nil, err
+			return nil, within(err, k)
 		}
 		m[k] = v
 		last, err := p.after('}', "an object value")
@@ -145,7 +207,7 @@ func (p *parser) array(depth int) (any, error) {
 		p.space()
 		v, err := p.value(depth + 1)
 		if err != nil {
-			return nil, err
+			return nil, within(err, strconv.Itoa(len(a)))
 		}
 		a = append(a, v)
 		last, err := p.after(']', "an array element")
@@ -178,46 +240,74 @@ func (p *parser) after(end byte, what string) (last bool, err error) {
 	return false, p.errorf("invalid character %q after %s", p.b[p.i], what)
 }
 
-// number checks the JSON number grammar and keeps the literal.
+// number checks the JSON number grammar and the check's bounds, and keeps
+// the literal.
 func (p *parser) number() (any, error) {
 	start := p.i
 	if p.b[p.i] == '-' {
 		p.i++
 	}
+	n := 0 // digits before and after the point
 	switch {
 	case p.i >= len(p.b):
 		return nil, errEnd
 	case p.b[p.i] == '0':
 		p.i++
+		n = 1
 	case p.b[p.i] >= '1' && p.b[p.i] <= '9':
-		p.digits()
+		n = p.digits()
 	default:
 		return nil, p.errorf("invalid character %q in a number", p.b[p.i])
 	}
 	if p.i < len(p.b) && p.b[p.i] == '.' {
 		p.i++
-		if !p.digits() {
+		f := p.digits()
+		if f == 0 {
 			return nil, p.errorf("no digit after the decimal point")
 		}
+		n += f
 	}
+	exp := 0
 	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
 		p.i++
 		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
 			p.i++
 		}
-		if !p.digits() {
+		from := p.i
+		if p.digits() == 0 {
 			return nil, p.errorf("no digit in the exponent")
 		}
+		exp = exponent(p.b[from:p.i])
+	}
+	if n > maxNumberDigits {
+		return nil, &boundError{msg: fmt.Sprintf("is a number of more digits than the payload check's bound (%d)", maxNumberDigits)}
+	}
+	if exp > maxNumberExponent {
+		return nil, &boundError{msg: fmt.Sprintf("is a number whose exponent is beyond the payload check's bound (e+%d or e-%d)", maxNumberExponent, maxNumberExponent)}
 	}
 	return json.Number(p.b[start:p.i]), nil
 }
 
-func (p *parser) digits() bool {
+// exponent is the magnitude of an exponent's digits, or more than
+// maxNumberExponent when it is beyond it (however many digits it has).
+func exponent(digits []byte) int {
+	e := 0
+	for _, c := range digits {
+		e = e*10 + int(c-'0')
+		if e > maxNumberExponent {
+			return maxNumberExponent + 1
+		}
+	}
+	return e
+}
+
+// digits skips the digits at p.i and says how many there were.
+func (p *parser) digits() int {
 	start := p.i
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
 		p.i++
 	}
-	return p.i > start
+	return p.i - start
 }
 
 // str reads a string at p.i (the opening quote).

@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,7 @@ func ExampleRegistry_ValidatePayload() {
 	if err != nil {
 		panic(err)
 	}
-	err = reg.ValidatePayload("urn:babel:orders:created", json.RawMessage(`{"order_id":0,"currency":"GBP"}`))
+	err = reg.ValidatePayload(context.Background(), "urn:babel:orders:created", json.RawMessage(`{"order_id":0,"currency":"GBP"}`))
 	fmt.Println(errors.Is(err, artemis.ErrInvalidPayload))
 	var pe *artemis.PayloadError
 	if errors.As(err, &pe) {
@@ -44,7 +45,7 @@ func ExampleRegistry_ValidatePayload() {
 			fmt.Println(v)
 		}
 	}
-	fmt.Println(reg.ValidatePayload("urn:babel:orders:shipped", json.RawMessage(`{}`))) // no schema: not checked
+	fmt.Println(reg.ValidatePayload(context.Background(), "urn:babel:orders:shipped", json.RawMessage(`{}`))) // no schema: not checked
 	// Output:
 	// true
 	// /currency: must be one of "USD", "EUR", "TRY"

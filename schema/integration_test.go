@@ -186,3 +186,141 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	handled.none(t, 500*time.Millisecond)
 	dead.none(t, 100*time.Millisecond)
 }
+
+// hostileOrder is an order of n lines whose numbers have a huge exponent:
+// each one, turned into a math/big value by the validator, cost 40 to 90
+// ms before the check's bounds.
+func hostileOrder(n int) json.RawMessage {
+	return json.RawMessage(orderLines(n, "1e999999", "1e999999"))
+}
+
+// TestBrokerHostilePayloadDoesNotHoldTheNextMessage: a producer without
+// the schema puts a message of 800 huge exponents on the queue, and
+// an ordinary one after it; the consumer with the registry dead-letters the
+// first at once, with the violation at its pointer, and hands the second to
+// its handler promptly; Consume returns promptly when its context ends.
+func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
+	url := brokerURL(t)
+	reg := ordersRegistry(t)
+	client := dial(t, url)
+	q := uniqueQueue("schema-hostile")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	unchecked, err := client.Publisher(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := hostileOrder(400)
+	badID, err := unchecked.Publish(ctx, ordersURN, hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodID, err := unchecked.Publish(ctx, ordersURN, json.RawMessage(orderLines(3, "2", "10.5")))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	handled := newReceived()
+	cons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: handled.handler}, reg.ConsumerOption(),
+		artemis.WithLogger(nil), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := newReceived()
+	dlqCons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: dead.handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	returned := make(chan error, 2)
+	for _, run := range []struct {
+		queue string
+		cons  *artemis.Consumer
+	}{{q, cons}, {q + ".dlq", dlqCons}} {
+		go func() {
+			returned <- client.Consume(cctx, run.queue, run.cons, &artemis.ConsumeOptions{NoDeadLetter: run.queue != q})
+		}()
+	}
+	start := time.Now()
+	got := handled.wait(t, 1, 15*time.Second)
+	t.Logf("the next message handled %v after the consume started, behind a hostile one of %d bytes", time.Since(start), len(hostile))
+	if got[0].Meta.ID != goodID {
+		t.Fatalf("the handler got %s, want %s", got[0].Meta.ID, goodID)
+	}
+	dl := dead.wait(t, 1, 15*time.Second)[0]
+	if dl.Meta.ID != badID || dl.DeadLetter == nil || dl.DeadLetter.Error == nil {
+		t.Fatalf("the DLQ has %s (%+v), want %s with its dead_letter block", dl.Meta.ID, dl.DeadLetter, badID)
+	}
+	want := "babelqueue: invalid payload for " + ordersURN + ": /lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"
+	if *dl.DeadLetter.Error != want {
+		t.Errorf("error %q, want %q", *dl.DeadLetter.Error, want)
+	}
+	if string(dl.Data) != string(hostile) {
+		t.Errorf("the record's data was changed")
+	}
+	stop()
+	ended := time.Now()
+	for range 2 {
+		select {
+		case err := <-returned:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Consume: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Consume did not return after its context ended")
+		}
+	}
+	t.Logf("Consume returned %v after its context ended", time.Since(ended))
+	handled.none(t, 200*time.Millisecond)
+}
+
+// TestBrokerPublishWithAShortContextReturnsByItsDeadline: a checked
+// publish of hostile data is refused at once, well before its context
+// ends; one of a data object too large to check within its context returns
+// the context's error, and neither reaches the queue.
+func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
+	url := brokerURL(t)
+	reg := ordersRegistry(t)
+	client := dial(t, url)
+	q := uniqueQueue("schema-deadline")
+	setup, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	checked, err := client.Publisher(setup, q, reg.PublishOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancelShort := context.WithTimeout(setup, 500*time.Millisecond)
+	start := time.Now()
+	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(orderLines(10, "1e999999", "1E+999999")))
+	t.Logf("hostile order lines: returned after %v: %v", time.Since(start), err)
+	if !errors.Is(err, artemis.ErrInvalidPayload) || ctx.Err() != nil {
+		t.Errorf("want a refusal before the deadline, got %v (context: %v)", err, ctx.Err())
+	}
+	cancelShort()
+
+	big := slowOrder(4 << 20)
+	ctx, cancelShort = context.WithTimeout(setup, 100*time.Millisecond)
+	defer cancelShort()
+	start = time.Now()
+	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(big))
+	t.Logf("a %d-byte order with a 100 ms context: returned after %v: %v", len(big), time.Since(start), err)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, artemis.ErrInvalidPayload) {
+		t.Errorf("want the context's error, got %v", err)
+	}
+
+	// Nothing reached the queue.
+	seen := newReceived()
+	cons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: seen.handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(setup)
+	done := make(chan error, 1)
+	go func() { done <- client.Consume(cctx, q, cons, nil) }()
+	seen.none(t, time.Second)
+	stop()
+	<-done
+}

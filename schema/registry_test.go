@@ -80,7 +80,7 @@ func TestConformancePayloadSchema(t *testing.T) {
 	seen := 0
 	for _, tc := range c.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
-			err := reg.ValidatePayload(conformanceURN, tc.Data)
+			err := reg.ValidatePayload(context.Background(), conformanceURN, tc.Data)
 			if tc.Valid {
 				if err != nil {
 					t.Fatalf("valid data refused: %v", err)
@@ -170,7 +170,7 @@ func TestDirAndFSLoadTheSameRegistry(t *testing.T) {
 			t.Errorf("%s: Has is wrong", name)
 		}
 		// The $ref to ../shared/money.json resolved among the loaded files.
-		err := r.ValidatePayload("urn:babel:orders:created", json.RawMessage(`{"order_id":1,"amount":-5}`))
+		err := r.ValidatePayload(context.Background(), "urn:babel:orders:created", json.RawMessage(`{"order_id":1,"amount":-5}`))
 		if got := violationTexts(err); len(got) != 1 || got[0] != "/amount: must be >= 0" {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -193,7 +193,7 @@ func TestDraft2020Keywords(t *testing.T) {
 		{`{"payment_id":"","lines":[],"refund_of":"p0"}`, []string{"/payment_id: must be at least 1 characters long", "/reason: is required when \"refund_of\" is present"}},
 		{`{"payment_id":"p1","lines":[],"note":"x"}`, []string{"/note: is not allowed"}},
 	} {
-		err := reg.ValidatePayload(urn, json.RawMessage(tc.data))
+		err := reg.ValidatePayload(context.Background(), urn, json.RawMessage(tc.data))
 		got := violationTexts(err)
 		if tc.want == nil {
 			if err != nil {
@@ -212,18 +212,18 @@ func TestURNWithoutSchemaIsNotChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.ValidatePayload("urn:babel:other:one", json.RawMessage(`not even json`)); err != nil {
+	if err := reg.ValidatePayload(context.Background(), "urn:babel:other:one", json.RawMessage(`not even json`)); err != nil {
 		t.Errorf("a URN without a schema was checked: %v", err)
 	}
 	var zero Registry
-	if err := zero.ValidatePayload("urn:babel:a:b", json.RawMessage(`{}`)); err != nil {
+	if err := zero.ValidatePayload(context.Background(), "urn:babel:a:b", json.RawMessage(`{}`)); err != nil {
 		t.Errorf("the zero Registry checked: %v", err)
 	}
 	// A schema without $schema is 2020-12.
-	if err := reg.ValidatePayload("urn:babel:a:b", json.RawMessage(`{}`)); !errors.Is(err, artemis.ErrInvalidPayload) {
+	if err := reg.ValidatePayload(context.Background(), "urn:babel:a:b", json.RawMessage(`{}`)); !errors.Is(err, artemis.ErrInvalidPayload) {
 		t.Errorf("got %v", err)
 	}
-	err = reg.ValidatePayload("urn:babel:a:b", json.RawMessage(`{"x":`))
+	err = reg.ValidatePayload(context.Background(), "urn:babel:a:b", json.RawMessage(`{"x":`))
 	if got := violationTexts(err); len(got) != 1 || !strings.HasPrefix(got[0], "(root): not JSON") {
 		t.Errorf("truncated data: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestViolationsQuoteNoValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secret = "SECRET-4111111111111111"
-	err = reg.ValidatePayload("urn:babel:a:b", json.RawMessage(`{"card":"`+secret+`","pin":"`+secret+`","a/b~c":"`+secret+`","n":3}`))
+	err = reg.ValidatePayload(context.Background(), "urn:babel:a:b", json.RawMessage(`{"card":"`+secret+`","pin":"`+secret+`","a/b~c":"`+secret+`","n":3}`))
 	if err == nil {
 		t.Fatal("invalid data passed")
 	}
@@ -321,7 +321,7 @@ func TestRegistryIsSafeForConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				for _, tc := range c.Cases {
-					if err := reg.ValidatePayload(conformanceURN, tc.Data); (err == nil) != tc.Valid {
+					if err := reg.ValidatePayload(context.Background(), conformanceURN, tc.Data); (err == nil) != tc.Valid {
 						errs <- tc.Name
 						return
 					}

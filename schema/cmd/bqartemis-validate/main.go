@@ -20,6 +20,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -197,7 +198,7 @@ func check(reg *schema.Registry, raw json.RawMessage) result {
 		res.Result = "no_schema"
 		return res
 	}
-	err = reg.ValidatePayload(env.Job, env.Data)
+	err = reg.ValidatePayload(context.Background(), env.Job, env.Data)
 	if err == nil {
 		res.Result = "valid"
 		return res
