@@ -17,6 +17,7 @@ import (
 type recorded struct {
 	*Telemetry
 	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
 }
 
@@ -35,7 +36,7 @@ func newRecorded(t testing.TB, cfg Config) *recorded {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &recorded{Telemetry: tel, spans: rec, reader: reader}
+	return &recorded{Telemetry: tel, spans: rec, tp: tp, reader: reader}
 }
 
 // ended returns the ended spans of kind.
