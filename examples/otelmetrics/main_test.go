@@ -13,6 +13,7 @@ import (
 
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/exampletest"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/workload"
+	bqotel "github.com/babelqueue/babelqueue-go-artemis/otel"
 )
 
 func TestMetricsThroughTheBroker(t *testing.T) {
@@ -32,8 +33,8 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 
 	byName := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		if sm.Scope.Name != bqotel.ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, bqotel.ScopeName)
 		}
 		for _, m := range sm.Metrics {
 			byName[m.Name] = m
@@ -42,11 +43,11 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 
 	// Publishes: five, all accepted, each timed.
 	sent := sums(t, byName["messaging.client.sent.messages"])
-	if len(sent) != 1 || sent[key(queue, "messaging.operation.name", "send")] != workload.Orders {
+	if len(sent) != 1 || sent[key(queue, "messaging.operation.name", "send", "messaging.operation.type", "send")] != workload.Orders {
 		t.Errorf("messaging.client.sent.messages %v, want %d accepted sends to %s", sent, workload.Orders, queue)
 	}
 	sendTime := histograms(t, byName["messaging.client.operation.duration"])
-	if h := sendTime[key(queue, "messaging.operation.name", "send")]; h.Count != workload.Orders || h.Sum <= 0 {
+	if h := sendTime[key(queue, "messaging.operation.name", "send", "messaging.operation.type", "send")]; h.Count != workload.Orders || h.Sum <= 0 {
 		t.Errorf("messaging.client.operation.duration count %d sum %v, want %d publishes with a positive time", h.Count, h.Sum, workload.Orders)
 	}
 
@@ -54,9 +55,9 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 	// then dead-lettered.
 	settled := sums(t, byName["babelqueue.settlements"])
 	want := map[string]int64{
-		key(queue, "babelqueue.disposition", "accepted"):                                      workload.Orders - 1,
-		key(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     workload.MaxTries - 1,
-		key(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
+		proc(queue, "babelqueue.disposition", "accepted"):                                      workload.Orders - 1,
+		proc(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     workload.MaxTries - 1,
+		proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
 	}
 	if !equal(settled, want) {
 		t.Errorf("babelqueue.settlements\n got %v\nwant %v", settled, want)
@@ -72,9 +73,21 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 
 	// The handler ran once per delivery: 4 successes, 3 failures.
 	process := histograms(t, byName["messaging.process.duration"])
-	if ok, failed := process[key(queue, "messaging.operation.name", "process")].Count,
-		process[key(queue, "error.type", "handler_failed", "messaging.operation.name", "process")].Count; ok != workload.Orders-1 || failed != workload.MaxTries {
+	if ok, failed := process[proc(queue)].Count, process[proc(queue, "error.type", "handler_failed")].Count; ok != workload.Orders-1 || failed != workload.MaxTries {
 		t.Errorf("messaging.process.duration: %d successful and %d failed handler runs, want %d and %d", ok, failed, workload.Orders-1, workload.MaxTries)
+	}
+
+	// The failing order: retried twice (attempts 1 and 2), dead-lettered
+	// once; every delivery consumed.
+	if got := sums(t, byName["babelqueue.retries"]); got[proc(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed")] != workload.MaxTries-2 ||
+		got[proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed")] != 1 {
+		t.Errorf("babelqueue.retries %v, want one abandoned retry and the dead-lettered one", got)
+	}
+	if got := sums(t, byName["babelqueue.dead_letters"]); len(got) != 1 || got[proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed")] != 1 {
+		t.Errorf("babelqueue.dead_letters %v, want the failing order", got)
+	}
+	if got := sums(t, byName["messaging.client.consumed.messages"]); got[proc(queue)] != workload.Settlements {
+		t.Errorf("messaging.client.consumed.messages %v, want %d", got, workload.Settlements)
 	}
 
 	// The failing order's copy is on the DLQ.
@@ -95,6 +108,11 @@ func key(queue string, kv ...string) string {
 	}
 	set := attribute.NewSet(attrs...)
 	return set.Encoded(attribute.DefaultEncoder())
+}
+
+// proc is key for a consumer-side point (operation process).
+func proc(queue string, kv ...string) string {
+	return key(queue, append([]string{"messaging.operation.name", "process", "messaging.operation.type", "process"}, kv...)...)
 }
 
 func sums(t *testing.T, m metricdata.Metrics) map[string]int64 {

@@ -1,24 +1,28 @@
 // Command prometheus exposes the library's publishes and settlements as
-// Prometheus metrics on an HTTP /metrics endpoint, through the library's
-// Observer hook: no handler is wrapped, and the library itself does not
-// import the Prometheus client.
+// Prometheus metrics on an HTTP /metrics endpoint: the otel module's
+// Telemetry is the Observer of the publisher and the consumer, and
+// OpenTelemetry's Prometheus exporter serves its instruments from a
+// registry of their own.
 //
 //	cd examples && go run ./prometheus [-listen 127.0.0.1:9464] [-linger 1m]
 //
 // It publishes five orders and consumes them; the handler of order 1003
 // fails every time, so that order is retried twice and then dead-lettered.
-// The metrics, on a registry of their own:
+// The exporter names the instruments the Prometheus way (dots become
+// underscores, a unit and _total are appended) and the attributes become
+// labels:
 //
-//	babelqueue_publishes_total{queue,outcome}                 counter
-//	babelqueue_publish_duration_seconds{queue}                histogram
-//	babelqueue_settlements_total{queue,disposition,kind}      counter (kind "" on success)
-//	babelqueue_settlement_duration_seconds{queue,disposition} histogram
-//	babelqueue_handler_duration_seconds{queue}                histogram
+//	messaging_client_sent_messages_total{messaging_destination_name,error_type,...}  counter
+//	messaging_client_operation_duration_seconds                                      histogram
+//	messaging_process_duration_seconds                                               histogram
+//	babelqueue_settlements_total{babelqueue_disposition,error_type,...}              counter
+//	babelqueue_settlement_duration_seconds                                           histogram
+//	babelqueue_retries_total, babelqueue_dead_letters_total                           counters
 //
 // The URN is not a label: a producer could send any number of them.
 // Once every delivery is settled the example scrapes its own endpoint and
-// prints the babelqueue_ samples, then keeps serving for -linger (0: stop
-// at once) so that curl or a Prometheus server can scrape it too.
+// prints the samples of those families, then keeps serving for -linger (0:
+// stop at once) so that curl or a Prometheus server can scrape it too.
 //
 // The broker is ARTEMIS_URL (default amqp://babel:babel@127.0.0.1:5672);
 // without -queue a fresh queue name is used.
@@ -27,7 +31,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,11 +39,13 @@ import (
 	"strings"
 	"time"
 
-	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/broker"
 	"github.com/babelqueue/babelqueue-go-artemis/examples/internal/workload"
+	bqotel "github.com/babelqueue/babelqueue-go-artemis/otel"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 type config struct {
@@ -61,65 +66,16 @@ func main() {
 		func(ctx context.Context, out io.Writer) error { return run(ctx, cfg, out) })
 }
 
-// Metrics is an artemis.Observer that updates Prometheus collectors. The
-// collectors are safe for concurrent use and never block, as an Observer
-// must be.
-type Metrics struct {
-	publishes   *prometheus.CounterVec
-	publishTime *prometheus.HistogramVec
-	settled     *prometheus.CounterVec
-	settleTime  *prometheus.HistogramVec
-	handlerTime *prometheus.HistogramVec
-}
-
-// NewMetrics makes the collectors and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "babelqueue_publishes_total", Help: "Publishes, by outcome (accepted, not_accepted, unknown, error).",
-		}, []string{"queue", "outcome"}),
-		publishTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "babelqueue_publish_duration_seconds", Help: "Time from the projection of a message to the broker's outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
-		}, []string{"queue"}),
-		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "babelqueue_settlements_total", Help: "Deliveries settled, by disposition and error kind (empty on success).",
-		}, []string{"queue", "disposition", "kind"}),
-		settleTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "babelqueue_settlement_duration_seconds", Help: "Time from the handler's start to the settlement's end.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
-		}, []string{"queue", "disposition"}),
-		handlerTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "babelqueue_handler_duration_seconds", Help: "Time the handler took.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
-		}, []string{"queue"}),
-	}
-	var errs []error
-	for _, c := range []prometheus.Collector{m.publishes, m.publishTime, m.settled, m.settleTime, m.handlerTime} {
-		errs = append(errs, reg.Register(c))
-	}
-	return m, errors.Join(errs...)
-}
-
-// Published implements artemis.Observer.
-func (m *Metrics) Published(ev artemis.PublishEvent) {
-	m.publishes.WithLabelValues(ev.Queue, ev.Outcome.String()).Inc()
-	m.publishTime.WithLabelValues(ev.Queue).Observe(ev.Duration.Seconds())
-}
-
-// Settled implements artemis.Observer.
-func (m *Metrics) Settled(ev artemis.SettleEvent) {
-	disp := ev.Disposition.String()
-	m.settled.WithLabelValues(ev.Queue, disp, ev.Kind.String()).Inc()
-	m.settleTime.WithLabelValues(ev.Queue, disp).Observe(ev.Latency.Seconds())
-	if ev.Handler > 0 {
-		m.handlerTime.WithLabelValues(ev.Queue).Observe(ev.Handler.Seconds())
-	}
-}
-
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	reg := prometheus.NewRegistry()
-	metrics, err := NewMetrics(reg)
+	// One scope, one program: its labels and target_info would only repeat.
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer mp.Shutdown(context.WithoutCancel(ctx))
+	tel, err := bqotel.New(bqotel.Config{MeterProvider: mp})
 	if err != nil {
 		return err
 	}
@@ -130,10 +86,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	defer stop()
 	fmt.Fprintf(out, "prometheus example: queue %s, broker %s, metrics at %s\n", cfg.Queue, broker.Redact(cfg.URL), url)
 
-	// The hooks: metrics is the Observer of the publisher and the
-	// consumer. cfg.Timeout bounds the run, not the serving after it.
+	// tel is the Observer of the publisher and the consumer. cfg.Timeout
+	// bounds the run, not the serving after it.
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	err = workload.Run(wctx, cfg.URL, cfg.Queue, metrics, out)
+	err = workload.Run(wctx, cfg.URL, cfg.Queue, tel, out)
 	cancel()
 	if err != nil {
 		return err
@@ -144,7 +100,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "babelqueue_") && !strings.Contains(line, "_bucket{") {
+		if line := sc.Text(); (strings.HasPrefix(line, "babelqueue_") || strings.HasPrefix(line, "messaging_")) &&
+			!strings.Contains(line, "_bucket{") {
 			fmt.Fprintln(out, line)
 		}
 	}

@@ -16,9 +16,16 @@ Commands (the broker URL comes from --url or ARTEMIS_URL):
 
   version
   publish  --queue Q --urn U [--data JSON] [--trace ID] [--count N] [--seq-key K]
+           [--header NAME=VALUE ...]
   consume  --queue Q --urn U [--fail] [--max-attempts N] [--dead-letter]
            [--max N] [--idle SECONDS]
   redrive  --dlq Q [--to QUEUE]
+
+publish --header adds out-of-band headers (a W3C traceparent, say) as application properties:
+through the SDK's publish_with_headers when its transport can carry headers; the SDK's Artemis
+transport cannot (1.24.0 drops them), so then the message is the transport's own projection of
+the SDK's envelope with the headers added, as an OpenTelemetry-instrumented Python producer
+would send it.
 
 consume stops after --max handled messages, or when no message arrives for --idle seconds
 (0: never), or when stdin reaches end of file (the Go test closes it to stop the peer).
@@ -79,6 +86,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
     data = json.loads(args.data)
     if not isinstance(data, dict):
         raise SystemExit("peer.py publish: --data must be a JSON object")
+    headers: Dict[str, str] = {}
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit("peer.py publish: --header wants NAME=VALUE, got %r" % item)
+        headers[name] = value
     app, transport = new_app(args, args.queue)
     emit("ready", queue=args.queue)
     try:
@@ -87,12 +100,33 @@ def cmd_publish(args: argparse.Namespace) -> int:
             if args.seq_key:
                 payload[args.seq_key] = i
             trace_id = args.trace or None
+            if headers:
+                msg_id, via = publish_with_headers(app, transport, args.urn, payload, args.queue, trace_id, headers)
+                emit("published", id=msg_id, queue=args.queue, seq=i, headers_via=via)
+                continue
             msg_id = app.publish(args.urn, payload, queue=args.queue, trace_id=trace_id)
             emit("published", id=msg_id, queue=args.queue, seq=i)
     finally:
         transport.close()
     emit("done", published=args.count)
     return 0
+
+
+def publish_with_headers(app, transport, urn, payload, queue, trace_id, headers):
+    """Publish one message with out-of-band headers; returns its id and how they were sent."""
+    from babelqueue.transport import HeaderPublisher
+
+    if isinstance(transport, HeaderPublisher):
+        return app.publish_with_headers(urn, payload, headers, queue=queue, trace_id=trace_id), "sdk"
+    from babelqueue.codec import EnvelopeCodec
+
+    envelope = EnvelopeCodec.make(urn, payload, queue=queue, trace_id=trace_id)
+    message = transport._message(EnvelopeCodec.encode(envelope))
+    properties = dict(message.properties or {})
+    properties.update(headers)
+    message.properties = properties
+    transport._sender(queue).send(message)
+    return envelope["meta"]["id"], "projection"
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -191,6 +225,7 @@ def main() -> int:
     p.add_argument("--trace", default="")
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--seq-key", default="")
+    p.add_argument("--header", action="append", default=[])
 
     c = sub.add_parser("consume")
     c.add_argument("--queue", required=True)

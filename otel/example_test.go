@@ -1,0 +1,51 @@
+package otel_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/Azure/go-amqp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	bqotel "github.com/babelqueue/babelqueue-go-artemis/otel"
+)
+
+// One Telemetry, one line at each place: the Client's Observer, the
+// wrapped publisher, the wrapped handlers and the Consumer's Observer.
+func Example() {
+	ctx := context.Background()
+	url := "amqp://babel:babel@127.0.0.1:5672"
+	tp := sdktrace.NewTracerProvider() // with an OTLP exporter in a real program
+	mp := sdkmetric.NewMeterProvider() // with a periodic reader in a real program
+	tel, err := bqotel.New(bqotel.Config{TracerProvider: tp, MeterProvider: mp, ServerURL: url})
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{Observer: tel})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	cp, err := client.Publisher(ctx, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub := tel.Publisher(cp, "orders")
+	if _, err := pub.Publish(ctx, "urn:babel:orders:created", map[string]int{"order_id": 1042}); err != nil {
+		log.Fatal(err)
+	}
+
+	handlers := artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		// ctx carries the process span: what is published here is its child.
+		return nil
+	}}
+	cons, err := artemis.NewConsumer(tel.Handlers(handlers), artemis.WithObserver(tel))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Consume(ctx, "orders", cons, nil); err != nil {
+		log.Fatal(err)
+	}
+}
