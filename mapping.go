@@ -57,7 +57,8 @@ func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 }
 
 func newMessage(env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
-	if err := checkPublishable(env, cfg); err != nil {
+	env, err := checkPublishable(env, cfg)
+	if err != nil {
 		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
@@ -98,16 +99,17 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 }
 
 // checkPublishable rejects an envelope that cannot be projected, and an
-// option that cannot take effect on it.
-func checkPublishable(env *Envelope, cfg *publishConfig) error {
+// option that cannot take effect on it; it returns the envelope to send
+// (env, or a copy with protected data: publishConfig.checkPayload).
+func checkPublishable(env *Envelope, cfg *publishConfig) (*Envelope, error) {
 	if err := cfg.checkOptions(); err != nil {
-		return err
+		return nil, err
 	}
 	if strings.TrimSpace(env.Job) == "" {
-		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
-		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
 	return cfg.checkPayload(env)
 }

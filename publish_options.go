@@ -192,10 +192,15 @@ func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, e
 	c.observer.Published(ev)
 }
 
-// checkPayload is the publish side's check (nil without a validator).
-func (c *publishConfig) checkPayload(env *Envelope) error {
+// checkPayload is the publish side's check (nil without a validator), and
+// the envelope to send: env, or a copy whose data a PayloadProtector
+// protected once the check passed.
+func (c *publishConfig) checkPayload(env *Envelope) (*Envelope, error) {
 	if c.payload == nil {
-		return nil
+		return env, nil
 	}
-	return checkPayload(c.payload, env.Job, env.Data)
+	if err := checkPayload(c.payload, env.Job, env.Data); err != nil {
+		return nil, err
+	}
+	return protectPayload(c.payload, env)
 }

@@ -54,8 +54,12 @@ func encodedMessage(body []byte, cfg *publishConfig) (*Envelope, *amqp.Message, 
 	if err = env.Validate(); err != nil {
 		return env, nil, err
 	}
-	if err = checkPublishable(env, cfg); err != nil {
+	sent, err := checkPublishable(env, cfg)
+	if err != nil {
 		return env, nil, err
+	}
+	if sent != env {
+		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.Job)
 	}
 	if !bytes.Equal(env.appendEncode(make([]byte, 0, len(body))), body) {
 		return env, nil, fmt.Errorf("%w: the body is not the canonical encoding of its envelope (Envelope.Encode)", ErrInvalidEnvelope)
