@@ -151,13 +151,13 @@ func owner(e Entry) string {
 
 // publishSide is the registry as the publish side's validator: a retired
 // URN is refused before its data is looked at.
-type publishSide struct{ r *Registry }
+type publishSide struct{ *Registry }
 
 func (p publishSide) ValidatePayload(urn string, data json.RawMessage) error {
-	if e, ok := p.r.entries[urn]; ok && e.Status == StatusRetired {
+	if e, ok := p.entries[urn]; ok && e.Status == StatusRetired {
 		return &artemis.PayloadError{URN: urn, Violations: []artemis.PayloadViolation{{
 			Message: "the URN is retired in the schema registry" + owner(e) + ": publish its successor",
 		}}}
 	}
-	return p.r.ValidatePayload(urn, data)
+	return p.Registry.ValidatePayload(urn, data)
 }

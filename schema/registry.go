@@ -41,6 +41,11 @@ const URNPrefix = "urn:babel:"
 type Registry struct {
 	schemas map[string]*jsonschema.Schema
 	entries map[string]Entry // the URNs a registry.json named
+	// marks: each URN's x-gdpr-sensitive fields; strayMarks: the marks
+	// the family's walk does not reach; cipher: set by Encrypting.
+	marks      map[string]*marks
+	strayMarks map[string][]string
+	cipher     *fieldCipher
 }
 
 // Source is one place New reads schemas from: Dir, FS, Bytes,
@@ -135,7 +140,12 @@ func New(sources ...Source) (*Registry, error) {
 	locs := map[string]string{} // URN -> its resource location
 	added := map[string]bool{}  // the resource locations added (registry entries may share a file)
 	entries := map[string]Entry{}
-	src, n := 0, 0 // the source being loaded; the Bytes so far
+	type docMarks struct {
+		tree  *marks
+		stray []string
+	}
+	marksAt := map[string]docMarks{} // by resource location
+	src, n := 0, 0                   // the source being loaded; the Bytes so far
 	add := func(d schemaDoc) error {
 		urn, where := d.urn, d.where
 		if strings.TrimSpace(urn) == "" {
@@ -159,6 +169,11 @@ func New(sources ...Source) (*Registry, error) {
 			if err := c.AddResource(loc, v); err != nil {
 				return fmt.Errorf("%s: %w", urn, err)
 			}
+			tree, stray, err := schemaMarks(d.raw)
+			if err != nil {
+				return fmt.Errorf("%s: %s: not JSON: %w", urn, orBytes(d.where), err)
+			}
+			marksAt[loc] = docMarks{tree, stray}
 			added[loc] = true
 		}
 		locs[urn] = loc
@@ -176,8 +191,12 @@ func New(sources ...Source) (*Registry, error) {
 			return nil, err
 		}
 	}
-	r := &Registry{schemas: make(map[string]*jsonschema.Schema, len(locs)), entries: entries}
+	r := &Registry{schemas: make(map[string]*jsonschema.Schema, len(locs)), entries: entries,
+		marks: map[string]*marks{}, strayMarks: map[string][]string{}}
 	for urn, loc := range locs {
+		if m := marksAt[loc]; m.tree != nil || m.stray != nil {
+			r.marks[urn], r.strayMarks[urn] = m.tree, m.stray
+		}
 		sch, err := c.Compile(loc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", urn, err)
@@ -247,13 +266,17 @@ func (r *Registry) ValidatePayload(urn string, data json.RawMessage) error {
 // PublishOption is artemis.WithPublishPayloadValidator with r: give it to
 // artemis.NewPublisher or Client.Publisher to refuse invalid data before
 // anything is sent. A URN its registry.json says is retired is refused
-// too, whatever its data.
+// too, whatever its data. On a registry from Encrypting, the fields its
+// schemas mark x-gdpr-sensitive are then encrypted.
 func (r *Registry) PublishOption() artemis.PublishOption {
 	return artemis.WithPublishPayloadValidator(publishSide{r})
 }
 
 // ConsumerOption is artemis.WithPayloadValidator(r): give it to
 // artemis.NewConsumer so invalid data is dead-lettered before the handler.
+// On a registry from Encrypting, the marked fields are decrypted first
+// (the check and the handler read the cleartext; a value that does not
+// decrypt is dead-lettered, artemis.ErrDecrypt).
 func (r *Registry) ConsumerOption() artemis.ConsumerOption {
 	return artemis.WithPayloadValidator(r)
 }
