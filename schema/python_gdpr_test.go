@@ -229,7 +229,9 @@ func consume(ctx context.Context, t *testing.T, client *artemis.Client, queue st
 	t.Helper()
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: strings.HasSuffix(queue, ".dlq")}) }()
+	go func() {
+		done <- client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: strings.HasSuffix(queue, ".dlq")})
+	}()
 	select {
 	case <-got:
 	case <-ctx.Done():
@@ -240,4 +242,3 @@ func consume(ctx context.Context, t *testing.T, client *artemis.Client, queue st
 		t.Errorf("Consume %s: %v", queue, err)
 	}
 }
-
