@@ -65,7 +65,7 @@ func commands() []command {
 			"publish one envelope (data JSON object, - reads it from stdin; default {}) and print its meta.id", setupPublish},
 		{"stats", "[QUEUE...] [-json]",
 			"per-queue counters from the broker's management address", setupStats},
-		{"validate", "(QUEUE | -file FILE) -schemas DIR [-json] [-max N]", "check message data against JSON Schemas per URN (browsed, nothing consumed; runs bqartemis-validate)", setupValidate},
+		{"validate", "(QUEUE | -file FILE) (-schemas DIR | -registry FILE) [-json] [-max N]", "check message data against JSON Schemas per URN (browsed, nothing consumed; runs bqartemis-validate)", setupValidate},
 	}
 }
 
