@@ -33,8 +33,8 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 		d.start = d.c.now()
 	}
 	env := d.env
-	if d.clear != nil {
-		env = d.clear
+	if d.restored != nil {
+		env = d.restored
 	}
 	herr := h(ctx, env, d.msg)
 	returned = true

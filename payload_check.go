@@ -25,16 +25,16 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 		if len(data) == 0 {
 			data = emptyData
 		}
-		clear, uerr := p.UnprotectPayload(d.urn, data)
+		restored, uerr := p.UnprotectPayload(d.urn, data)
 		if uerr != nil {
 			return true, d.undecryptable(uerr)
 		}
-		if !bytes.Equal(clear, data) {
+		if !bytes.Equal(restored, data) {
 			// The handler reads the restored data; every record of the
 			// message (a dead-letter copy) keeps it as it travelled.
 			cp := *d.env
-			cp.Data = clear
-			d.clear, data = &cp, clear
+			cp.Data = restored
+			d.restored, data = &cp, restored
 		}
 	}
 	cause := checkPayload(d.c.payload, d.urn, data)

@@ -112,14 +112,14 @@ func TestGDPRReferenceVectors(t *testing.T) {
 	const urn = "urn:babel:test:gdpr"
 	for _, tc := range v.Cases {
 		reg := encryptingRegistry(t, urn, filepath.Join("testdata", "gdpr", filepath.FromSlash(tc.Schema)), c)
-		clear := decodeAny(t, tc.Cleartext)
+		want := decodeAny(t, tc.Cleartext)
 		for producer, protected := range tc.Protected {
 			t.Run(tc.Name+"/"+producer, func(t *testing.T) {
 				got, err := reg.UnprotectPayload(urn, protected)
 				if err != nil {
 					t.Fatalf("UnprotectPayload: %v", err)
 				}
-				if !reflect.DeepEqual(decodeAny(t, got), clear) {
+				if !reflect.DeepEqual(decodeAny(t, got), want) {
 					t.Errorf("decrypted\n got: %s\nwant: %s", got, tc.Cleartext)
 				}
 			})
@@ -132,7 +132,7 @@ func TestGDPRReferenceVectors(t *testing.T) {
 			t.Errorf("%s: protected\n got: %s\nthe Go core's: %s", tc.Name, ours, tc.Protected["go-core"])
 		}
 		back, err := reg.UnprotectPayload(urn, ours)
-		if err != nil || !reflect.DeepEqual(decodeAny(t, back), clear) {
+		if err != nil || !reflect.DeepEqual(decodeAny(t, back), want) {
 			t.Errorf("%s: round trip: %s %v", tc.Name, back, err)
 		}
 	}
@@ -179,9 +179,9 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 			t.Errorf("the body shows %q: %s", secret, body)
 		}
 	}
-	for _, clear := range []string{`"locale":"tr-TR"`, `"user_id":7781`, `"country":"TR"`, `"marketing_opt_in":true`} {
-		if !strings.Contains(body, clear) {
-			t.Errorf("the body lost %s: %s", clear, body)
+	for _, kept := range []string{`"locale":"tr-TR"`, `"user_id":7781`, `"country":"TR"`, `"marketing_opt_in":true`} {
+		if !strings.Contains(body, kept) {
+			t.Errorf("the body lost %s: %s", kept, body)
 		}
 	}
 
@@ -275,11 +275,11 @@ func TestGDPRWithoutTheCipherFailsTheSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clear, err := enc.UnprotectPayload(urn, tc.Protected["python-1.24.0"])
+	restored, err := enc.UnprotectPayload(urn, tc.Protected["python-1.24.0"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := enc.ValidatePayload(urn, clear); err != nil {
+	if err := enc.ValidatePayload(urn, restored); err != nil {
 		t.Errorf("with the cipher: %v", err)
 	}
 }

@@ -116,7 +116,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clear := decodeAny(t, tc.Cleartext)
+	want := decodeAny(t, tc.Cleartext)
 	gdprArgs := []string{"--urn", urn, "--gdpr-schema", schemaFile, "--gdpr-key", v.KeyHex}
 	client := dial(t, brokerURL(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -141,7 +141,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 	}
 	consume(ctx, t, client, qPy, cons, got)
 	mu.Lock()
-	if !reflect.DeepEqual(decodeAny(t, seen), clear) {
+	if !reflect.DeepEqual(decodeAny(t, seen), want) {
 		t.Errorf("Go decrypted the Python message to\n%s\nwant\n%s", seen, tc.Cleartext)
 	}
 	for _, secret := range []string{"ayse@", "Yılmaz", "5250", "+90 555"} {
@@ -172,7 +172,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 		t.Fatalf("the Python consumer handled nothing: %+v", lines)
 	case handled.DecryptError != "":
 		t.Fatalf("Python could not decrypt the Go message: %s", handled.DecryptError)
-	case !reflect.DeepEqual(decodeAny(t, handled.Cleartext), clear):
+	case !reflect.DeepEqual(decodeAny(t, handled.Cleartext), want):
 		t.Errorf("Python decrypted the Go message to\n%s\nwant\n%s", handled.Cleartext, tc.Cleartext)
 	}
 	var sent struct {
