@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +13,9 @@ import (
 
 // Change is one difference between two versions of a schema.
 type Change struct {
+	// URN is the URN whose schema changed, in a comparison of two
+	// registries (CheckRegistryCompatibility); "" for two schemas.
+	URN string
 	// Path is where in the data object: "" the object itself,
 	// "profile.full_name" a member of a member, "addresses[]" each element
 	// of an array (the family registry's notation).
@@ -19,12 +24,17 @@ type Change struct {
 	What string
 }
 
-// String is "path: what" (what alone at the data object itself).
+// String is "path: what" (what alone at the data object itself), after
+// "urn: " in a comparison of two registries.
 func (c Change) String() string {
-	if c.Path == "" {
-		return c.What
+	s := c.What
+	if c.Path != "" {
+		s = c.Path + ": " + s
 	}
-	return c.Path + ": " + c.What
+	if c.URN != "" {
+		s = c.URN + ": " + s
+	}
+	return s
 }
 
 // Compatibility is CheckCompatibility's verdict on a schema change.
@@ -72,6 +82,62 @@ func CheckCompatibility(oldSchema, newSchema []byte) (Compatibility, error) {
 	}
 	var c Compatibility
 	compareSchemas("", o, n, &c)
+	for _, l := range [][]Change{c.Breaking, c.Unchecked} {
+		sort.Slice(l, func(i, j int) bool { return l[i].String() < l[j].String() })
+	}
+	return c, nil
+}
+
+// CheckRegistryCompatibility compares two versions of a registry.json (say,
+// the main branch's and a pull request's): each URN of the old registry
+// must still be in the new one (retire it with status "retired" rather
+// than remove it), with a schema CheckCompatibility finds compatible. URNs
+// the new registry adds are not compared. Each Change names its URN. A
+// manifest that RegistryFile would refuse is an error.
+func CheckRegistryCompatibility(oldManifest, newManifest string) (Compatibility, error) {
+	read := func(manifest string) (map[string][]byte, []string, error) {
+		texts := map[string][]byte{}
+		var order []string
+		dir, name := filepath.Split(manifest)
+		if dir == "" {
+			dir = "."
+		}
+		err := loadManifest(os.DirFS(dir), name, manifest, func(d schemaDoc) error {
+			if _, dup := texts[d.urn]; dup {
+				return fmt.Errorf("%s: two schemas for one URN", d.urn)
+			}
+			texts[d.urn] = d.raw
+			order = append(order, d.urn)
+			return nil
+		})
+		return texts, order, err
+	}
+	oldTexts, oldURNs, err := read(oldManifest)
+	if err != nil {
+		return Compatibility{}, err
+	}
+	newTexts, _, err := read(newManifest)
+	if err != nil {
+		return Compatibility{}, err
+	}
+	var c Compatibility
+	for _, urn := range oldURNs {
+		nt, ok := newTexts[urn]
+		if !ok {
+			c.Breaking = append(c.Breaking, Change{URN: urn, What: `removed from the registry (give it "status": "retired" instead)`})
+			continue
+		}
+		one, err := CheckCompatibility(oldTexts[urn], nt)
+		if err != nil {
+			return Compatibility{}, fmt.Errorf("%s: %w", urn, err)
+		}
+		for _, l := range []struct{ from, to *[]Change }{{&one.Breaking, &c.Breaking}, {&one.Unchecked, &c.Unchecked}} {
+			for _, ch := range *l.from {
+				ch.URN = urn
+				*l.to = append(*l.to, ch)
+			}
+		}
+	}
 	for _, l := range [][]Change{c.Breaking, c.Unchecked} {
 		sort.Slice(l, func(i, j int) bool { return l[i].String() < l[j].String() })
 	}

@@ -127,3 +127,42 @@ func TestCheckCompatibilityRefusesNonSchemas(t *testing.T) {
 		t.Errorf("true -> false: %+v %v, want a breaking change", c, err)
 	}
 }
+
+// TestCheckRegistryCompatibility compares the registry's example with a
+// next version that points orders:created at the breaking schema and
+// drops users:registered.
+func TestCheckRegistryCompatibility(t *testing.T) {
+	oldManifest := filepath.Join(registryExamples, "registry.json")
+	c, err := CheckRegistryCompatibility(oldManifest, oldManifest)
+	if err != nil || !c.Compatible() || len(c.Unchecked) != 0 {
+		t.Fatalf("the registry against itself: %+v %v", c, err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "schemas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := os.ReadFile(filepath.Join(registryExamples, "schemas", "orders-created.v2-breaking.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schemas", "orders.json"), v2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newManifest := filepath.Join(dir, "registry.json")
+	if err := os.WriteFile(newManifest, []byte(`{"schemas":[{"urn":"urn:babel:orders:created","schema":"schemas/orders.json","owner":"orders"},`+
+		`{"urn":"urn:babel:orders:shipped","schema":"schemas/orders.json"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = CheckRegistryCompatibility(oldManifest, newManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `urn:babel:orders:created: property "customer_id" is now required | ` +
+		`urn:babel:users:registered: removed from the registry (give it "status": "retired" instead)`
+	if got := changeTexts(c.Breaking); got != want {
+		t.Errorf("breaking\n got: %q\nwant: %q", got, want)
+	}
+	if _, err := CheckRegistryCompatibility(oldManifest, filepath.Join(dir, "none.json")); err == nil {
+		t.Error("a missing manifest is compared")
+	}
+}

@@ -6,7 +6,9 @@
 //	bqartemis-schema check [-strict] [-json] OLD NEW
 //
 // OLD and NEW are two versions of one URN's JSON Schema (say, the file on
-// the main branch and in a pull request). It prints each breaking change,
+// the main branch and in a pull request), or two versions of the family's
+// registry.json (each URN of OLD must be in NEW, with a compatible
+// schema; see schema.CheckRegistryCompatibility). It prints each breaking change,
 // one per line by its path in the data ("addresses[].line: type changed
 // ..."), then each keyword that differs but that the rules do not compare
 // ($ref, allOf, format, ...), to review by hand.
@@ -36,7 +38,9 @@ func main() {
 const usage = `usage: %s check [-strict] [-json] OLD NEW
 
 Checks that NEW, a new version of the JSON Schema OLD of one URN's data, still takes every
-data object OLD took (the family registry's backward-compatibility rules). A breaking change
+data object OLD took (the family registry's backward-compatibility rules). OLD and NEW may
+also be two versions of a registry.json: every URN of OLD must be in NEW, its schema
+compatible. A breaking change
 means: mint a new URN (urn:babel:orders:created.v2) instead of changing this one.
 Exit status: 0 compatible, 1 breaking, 2 usage or read error.
 `
@@ -79,7 +83,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return 2
 	}
-	c, err := schema.CheckCompatibility(oldText, newText)
+	var c schema.Compatibility
+	switch oldReg, newReg := isManifest(oldText), isManifest(newText); {
+	case oldReg && newReg:
+		c, err = schema.CheckRegistryCompatibility(oldPath, newPath)
+	case oldReg || newReg:
+		fmt.Fprintf(stderr, "%s check: one of OLD and NEW is a registry.json, the other a schema: compare two of a kind\n", programName)
+		return 2
+	default:
+		c, err = schema.CheckCompatibility(oldText, newText)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return 2
@@ -113,6 +126,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// isManifest tells a registry.json (an object with a "schemas" list of
+// objects) from a schema.
+func isManifest(text []byte) bool {
+	var m struct {
+		Schemas []map[string]any `json:"schemas"`
+	}
+	return json.Unmarshal(text, &m) == nil && len(m.Schemas) > 0 && m.Schemas[0]["urn"] != nil
 }
 
 func texts(l []schema.Change) []string {

@@ -80,3 +80,36 @@ func TestCheckUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTwoRegistries compares the registry's example with itself and
+// with a registry that lost a URN, and refuses a registry against a schema.
+func TestCheckTwoRegistries(t *testing.T) {
+	manifest := filepath.Join("..", "..", "testdata", "registry", "registry.json")
+	out, errOut, code := runTool("check", manifest, manifest)
+	if code != 0 || !strings.HasSuffix(out, ": backward compatible\n") {
+		t.Fatalf("exit %d %q %q", code, out, errOut)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "schemas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(examples, "orders-created.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schemas", "o.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(dir, "registry.json")
+	if err := os.WriteFile(next, []byte(`{"schemas":[{"urn":"urn:babel:orders:created","schema":"schemas/o.json"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = runTool("check", manifest, next)
+	if code != 1 || !strings.Contains(out, `  breaking: urn:babel:users:registered: removed from the registry (give it "status": "retired" instead)`) {
+		t.Errorf("exit %d %q", code, out)
+	}
+	_, errOut, code = runTool("check", manifest, filepath.Join(examples, "orders-created.json"))
+	if code != 2 || !strings.Contains(errOut, "compare two of a kind") {
+		t.Errorf("a registry against a schema: exit %d %q", code, errOut)
+	}
+}
