@@ -56,6 +56,14 @@ var ErrGivenBack = errors.New("babelqueue: delivery given back unstarted")
 // KindInvalidPayload.
 var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
 
+// ErrDecrypt is matched by the error of a message whose protected data (the
+// fields a PayloadProtector encrypts) could not be restored: a wrong key, a
+// tampered or garbled value. The message is not retried (it will not
+// decrypt later): it is written at once to the dead-letter queue with
+// reason failed, as it travelled, and reported as a *DeliveryError of
+// KindDecryptFailed. The error names the field, never its value or a key.
+var ErrDecrypt = errors.New("babelqueue: cannot decrypt a protected field")
+
 // ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
 // NewEnvelope return for input that is not a valid envelope.
 var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")
@@ -149,6 +157,9 @@ const (
 	// the delivery (ErrInvalidConfig). Observed only; the error is
 	// returned by Handle itself.
 	KindInvalidConfig
+	// KindDecryptFailed: the protected data could not be restored before
+	// the payload check and the handler (ErrDecrypt).
+	KindDecryptFailed
 )
 
 // deliveryKinds are the kinds' labels and sentinels, indexed by kind.
@@ -166,12 +177,13 @@ var deliveryKinds = [...]struct {
 	KindInvalidPayload:   {"invalid_payload", ErrInvalidPayload},
 	KindGivenBack:        {"given_back", ErrGivenBack},
 	KindInvalidConfig:    {"invalid_config", ErrInvalidConfig},
+	KindDecryptFailed:    {"decrypt_failed", ErrDecrypt},
 }
 
 // String is the kind's label for a metric attribute or a log field: ""
 // for KindNone, else "handler_failed", "unknown_urn", "poison",
 // "version_gated", "dead_letter_failed", "settlement_failed",
-// "invalid_payload", "given_back" or "invalid_config"; a value outside the
+// "invalid_payload", "given_back", "invalid_config" or "decrypt_failed"; a value outside the
 // constants is "DeliveryKind(N)".
 func (k DeliveryKind) String() string {
 	if int(k) < len(deliveryKinds) {
@@ -197,7 +209,7 @@ func (k DeliveryKind) Err() error {
 type DeliveryError struct {
 	// Kind says what happened: KindUnknownURN, KindPoison,
 	// KindVersionGated, KindHandlerFailed, KindDeadLetterFailed,
-	// KindSettlement or KindInvalidPayload.
+	// KindSettlement, KindInvalidPayload or KindDecryptFailed.
 	Kind DeliveryKind
 	// URN is the routing URN ("" when none was found).
 	URN string

@@ -17,9 +17,6 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"os"
-	"path/filepath"
-
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
@@ -689,10 +686,8 @@ func FuzzCanonicalReencode(f *testing.F) {
 			f.Add([]byte(tc.body))
 		}
 	}
-	for _, tc := range conformanceCases {
-		if b, err := os.ReadFile(filepath.Join("testdata", "conformance", tc.name+".json")); err == nil {
-			f.Add(b)
-		}
+	for _, tc := range loadConformance(f).Cases {
+		f.Add(readConformanceFile(f, tc.File))
 	}
 	f.Add([]byte(contractExample))
 	f.Fuzz(func(t *testing.T, body []byte) {

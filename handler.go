@@ -32,7 +32,11 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 	if d.c.observer != nil {
 		d.start = d.c.now()
 	}
-	herr := h(ctx, d.env, d.msg)
+	env := d.env
+	if d.restored != nil {
+		env = d.restored
+	}
+	herr := h(ctx, env, d.msg)
 	returned = true
 	if d.c.observer != nil {
 		d.handler = d.c.now().Sub(d.start)

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,10 +17,8 @@ import (
 )
 
 // idempotencyManifest is the idempotency block of the vendored conformance
-// manifest (testdata/conformance/manifest.json, a verbatim copy of the
-// suite's). Its fixture paths (fixtures/X.json) name the suite's fixtures
-// directory; the copies under testdata/conformance are byte-identical for
-// the one this block uses (order-created.json).
+// manifest (testdata/conformance/manifest.json, vendored byte for byte with
+// the fixtures its paths name).
 type idempotencyManifest struct {
 	Idempotency struct {
 		DedupKey struct {
@@ -48,10 +43,8 @@ type idempotencyManifest struct {
 
 func loadIdempotencyManifest(t *testing.T) idempotencyManifest {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "conformance", "manifest.json"))
-	require.NoError(t, err)
 	var m idempotencyManifest
-	require.NoError(t, json.Unmarshal(raw, &m))
+	require.NoError(t, json.Unmarshal(readConformanceFile(t, "manifest.json"), &m))
 	require.NotEmpty(t, m.Idempotency.Sequences.Cases, "the manifest has no idempotency sequences")
 	return m
 }
@@ -131,8 +124,7 @@ func TestIdempotencyConformanceKey(t *testing.T) {
 	m := loadIdempotencyManifest(t)
 	k := m.Idempotency.DedupKey
 	require.Equal(t, "meta.id", k.KeyField)
-	body, err := os.ReadFile(filepath.Join("testdata", "conformance", path.Base(k.EnvelopeFile)))
-	require.NoError(t, err)
+	body := readConformanceFile(t, k.EnvelopeFile)
 	env, err := Decode(body)
 	require.NoError(t, err)
 	require.Equal(t, k.ExpectedKey, env.Meta.ID)

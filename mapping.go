@@ -59,7 +59,8 @@ func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 
 // newMessage is NewMessage with the publish's context, for the payload check.
 func newMessage(ctx context.Context, env *Envelope, cfg *publishConfig) (*amqp.Message, error) {
-	if err := checkPublishable(ctx, env, cfg); err != nil {
+	env, err := checkPublishable(ctx, env, cfg)
+	if err != nil {
 		return nil, err
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
@@ -100,16 +101,18 @@ func publishAnnotations(urn string, cfg *publishConfig) amqp.Annotations {
 }
 
 // checkPublishable rejects an envelope that cannot be projected, and an
-// option that cannot take effect on it; the payload check ends with ctx.
-func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) error {
+// option that cannot take effect on it, and returns the envelope to send
+// (env, or a copy with protected data: publishConfig.checkPayload); the
+// payload check ends with ctx.
+func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) (*Envelope, error) {
 	if err := cfg.checkOptions(); err != nil {
-		return err
+		return nil, err
 	}
 	if strings.TrimSpace(env.Job) == "" {
-		return fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
-		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
+		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
 	return cfg.checkPayload(ctx, env)
 }

@@ -1,9 +1,11 @@
 package artemis
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -27,6 +29,48 @@ import (
 // delivery is given back to the broker unhandled.
 type PayloadValidator interface {
 	ValidatePayload(ctx context.Context, urn string, data json.RawMessage) error
+}
+
+// PayloadProtector is a PayloadValidator that also protects parts of the
+// data object on the wire: the schema module encrypts the fields a schema
+// marks x-gdpr-sensitive (the family's personal-data rule). Given to
+// WithPublishPayloadValidator, the data is validated as the caller wrote
+// it, then ProtectPayload's result is what is sent; given to
+// WithPayloadValidator, UnprotectPayload runs first, then the check and the
+// handler see its result, while a dead-letter copy keeps the data as it
+// travelled. The envelope around the data never changes.
+//
+// Both return data itself when there is nothing to do, and must not keep
+// or modify it. An error names a field, never a value or a key: from
+// UnprotectPayload it should match ErrDecrypt (the library makes it so
+// when it does not).
+type PayloadProtector interface {
+	PayloadValidator
+	ProtectPayload(urn string, data json.RawMessage) (json.RawMessage, error)
+	UnprotectPayload(urn string, data json.RawMessage) (json.RawMessage, error)
+}
+
+// protectPayload is what a publish sends of env: env itself, or a copy
+// whose data v protected.
+func protectPayload(v PayloadValidator, env *Envelope) (*Envelope, error) {
+	p, ok := v.(PayloadProtector)
+	if !ok {
+		return env, nil
+	}
+	data := env.Data
+	if len(data) == 0 {
+		data = emptyData
+	}
+	out, err := p.ProtectPayload(env.Job, data)
+	if err != nil {
+		return nil, fmt.Errorf("babelqueue: protecting the data of %s: %w", env.Job, err)
+	}
+	if bytes.Equal(out, data) {
+		return env, nil
+	}
+	cp := *env
+	cp.Data = out
+	return &cp, nil
 }
 
 // PayloadViolation is one way a data object fails its schema.

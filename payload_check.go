@@ -4,7 +4,9 @@
 package artemis
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 )
@@ -21,7 +23,24 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 		}
 	}()
 	ctx := d.checkCtx()
-	cause := checkPayload(ctx, d.c.payload, d.urn, d.env.Data)
+	data := d.env.Data
+	if p, ok := d.c.payload.(PayloadProtector); ok {
+		if len(data) == 0 {
+			data = emptyData
+		}
+		restored, uerr := p.UnprotectPayload(d.urn, data)
+		if uerr != nil {
+			return true, d.undecryptable(uerr)
+		}
+		if !bytes.Equal(restored, data) {
+			// The handler reads the restored data; every record of the
+			// message (a dead-letter copy) keeps it as it travelled.
+			cp := *d.env
+			cp.Data = restored
+			d.restored, data = &cp, restored
+		}
+	}
+	cause := checkPayload(ctx, d.c.payload, d.urn, data)
 	if cause == nil {
 		return false, nil
 	}
@@ -61,6 +80,20 @@ func (c stopContext) Err() error {
 	default:
 		return c.Context.Err()
 	}
+}
+
+// undecryptable settles a message whose protected data could not be
+// restored, as invalidPayload does (it will not decrypt on a later try),
+// reported as KindDecryptFailed.
+func (d *delivery) undecryptable(cause error) error {
+	if !errors.Is(cause, ErrDecrypt) {
+		cause = fmt.Errorf("%w: %w", ErrDecrypt, cause)
+	}
+	if d.c.unknown == UnknownURNDelete || d.c.dlq == nil {
+		return d.finish(KindDecryptFailed, cause, DispositionDropped, d.accept)
+	}
+	dl := newDeadLetter(ReasonFailed, cause, d.queue(), d.attempts, d.c.now())
+	return d.deadLetter(KindDecryptFailed, cause, deadLetterEnvelope(d.env, dl, d.msg, d.queue()))
 }
 
 // invalidPayload settles a message whose data failed its schema: a copy

@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -212,4 +213,74 @@ func TestHandlePayloadCheckEndsWithItsContext(t *testing.T) {
 	d, _ = fr.Disposition(msg)
 	assert.Equal(t, fakelink.Released, d)
 	assert.Len(t, v.started, 1, "only the first check began")
+}
+
+// protectedMessage is an order whose email travels protected by
+// fieldProtector (emailValue is the protected string as it is sent).
+func protectedMessage(t *testing.T, emailValue string) *amqp.Message {
+	t.Helper()
+	env, err := NewEnvelope(urnCreated, json.RawMessage(`{"order_id":7,"email":`+emailValue+`}`), EnvelopeTraceID(testTrace), EnvelopeQueue("orders"))
+	require.NoError(t, err)
+	msg, err := NewMessage(env)
+	require.NoError(t, err)
+	return msg
+}
+
+// TestConsumeUnprotectsBeforeTheCheckAndTheHandler: the check and the
+// handler read the restored data, and a dead-letter copy after a failed
+// handler keeps the data as it travelled (no cleartext on the DLQ).
+func TestConsumeUnprotectsBeforeTheCheckAndTheHandler(t *testing.T) {
+	rec := newRecorder()
+	dlq := &fakelink.Sender{}
+	v := &fieldProtector{}
+	var seen string
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		seen = string(env.Data)
+		return errors.New("the handler failed")
+	}}, WithOnError(rec.onError), WithDeadLetterSender(dlq), WithPayloadValidator(v), WithMaxTries(1))
+	got := handleOne(t, c, rec, dlq, protectedMessage(t, `"enc:ImFsaWNlQGV4YW1wbGUuY29tIg=="`))
+
+	assert.JSONEq(t, `{"order_id":7,"email":"alice@example.com"}`, seen, "the handler reads the cleartext")
+	assert.JSONEq(t, `{"order_id":7,"email":"alice@example.com"}`, *v.seen.Load(), "the check reads the cleartext")
+	require.Len(t, got.dlq, 1)
+	body := got.dlq[0].Value.(string)
+	assert.NotContains(t, body, "alice", "the DLQ copy carries the data as it travelled")
+	assert.JSONEq(t, `{"order_id":7,"email":"enc:ImFsaWNlQGV4YW1wbGUuY29tIg=="}`, string(dlqEnvelope(t, got.dlq[0]).Data))
+	de := requireReport(t, got, ErrHandlerFailed, DispositionDeadLettered)
+	assert.NotContains(t, de.Error(), "alice")
+}
+
+// TestConsumeUndecryptableIsDeadLetteredAtOnce: a value that does not
+// decrypt never reaches the check or the handler; it is dead-lettered on
+// its first delivery with reason failed, reported as ErrDecrypt
+// (KindDecryptFailed), and the record names the field, not its value.
+func TestConsumeUndecryptableIsDeadLetteredAtOnce(t *testing.T) {
+	rec := newRecorder()
+	dlq := &fakelink.Sender{}
+	v := &fieldProtector{}
+	obs := &kindObserver{}
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError), WithDeadLetterSender(dlq),
+		WithPayloadValidator(v), WithMaxTries(5), WithObserver(obs))
+	got := handleOne(t, c, rec, dlq, protectedMessage(t, `"enc:!"`))
+
+	assert.Nil(t, v.seen.Load(), "the check never ran")
+	assert.Equal(t, fakelink.Accepted, got.disp)
+	require.Len(t, got.dlq, 1, "dead-lettered on the first delivery")
+	env := dlqEnvelope(t, got.dlq[0])
+	assert.JSONEq(t, `{"order_id":7,"email":"enc:!"}`, string(env.Data))
+	assert.Equal(t, ReasonFailed, env.DeadLetter.Reason)
+	require.NotNil(t, env.DeadLetter.Error)
+	assert.Equal(t, "babelqueue: cannot decrypt a protected field: email: not a value this cipher wrote", *env.DeadLetter.Error)
+	de := requireReport(t, got, ErrDecrypt, DispositionDeadLettered)
+	assert.Equal(t, KindDecryptFailed, de.Kind)
+	assert.Equal(t, "decrypt_failed", de.Kind.String())
+	require.Len(t, obs.events, 1)
+	assert.Equal(t, KindDecryptFailed, obs.events[0].Kind)
+
+	// Without a DLQ sender: dropped and reported.
+	rec = newRecorder()
+	c = mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError), WithPayloadValidator(v))
+	got = handleOne(t, c, rec, nil, protectedMessage(t, `"enc:!"`))
+	assert.Equal(t, fakelink.Accepted, got.disp)
+	requireReport(t, got, ErrDecrypt, DispositionDropped)
 }

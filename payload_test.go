@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -217,4 +218,102 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Empty(t, v.started, "no check with an ended context")
 	}
+}
+
+// fieldProtector is a PayloadProtector for the seam's tests: it validates
+// nothing, and replaces the "email" member of urnCreated's data with
+// "enc:" and the base64 of its JSON (and back). A value "enc:!" fails to
+// decrypt; ProtectPayload fails when failProtect is set.
+type fieldProtector struct {
+	seen        atomic.Pointer[string] // the last data ValidatePayload was given
+	failProtect bool
+}
+
+func (p *fieldProtector) ValidatePayload(_ context.Context, _ string, data json.RawMessage) error {
+	s := string(data)
+	p.seen.Store(&s)
+	return nil
+}
+
+func (p *fieldProtector) rewrite(urn string, data json.RawMessage, f func(json.RawMessage) (json.RawMessage, error)) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if urn != urnCreated || json.Unmarshal(data, &m) != nil || m["email"] == nil {
+		return data, nil
+	}
+	v, err := f(m["email"])
+	if err != nil {
+		return nil, err
+	}
+	m["email"] = v
+	return json.Marshal(m)
+}
+
+func (p *fieldProtector) ProtectPayload(urn string, data json.RawMessage) (json.RawMessage, error) {
+	return p.rewrite(urn, data, func(v json.RawMessage) (json.RawMessage, error) {
+		if p.failProtect {
+			return nil, errors.New("email: the key service is down")
+		}
+		return json.Marshal("enc:" + base64.StdEncoding.EncodeToString(v))
+	})
+}
+
+func (p *fieldProtector) UnprotectPayload(urn string, data json.RawMessage) (json.RawMessage, error) {
+	return p.rewrite(urn, data, func(v json.RawMessage) (json.RawMessage, error) {
+		var s string
+		if json.Unmarshal(v, &s) != nil || !strings.HasPrefix(s, "enc:") {
+			return v, nil
+		}
+		b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "enc:"))
+		if err != nil {
+			return nil, errors.New("email: not a value this cipher wrote")
+		}
+		return b, nil
+	})
+}
+
+// TestPublishProtectsAfterTheCheck: the validator sees the data as the
+// caller wrote it, the broker gets it protected, the caller's envelope is
+// not changed, and a failed protection sends nothing.
+func TestPublishProtectsAfterTheCheck(t *testing.T) {
+	ctx := context.Background()
+	fs := &fakelink.Sender{}
+	v := &fieldProtector{}
+	p := NewPublisher(fs, "orders", WithPublishPayloadValidator(v))
+	_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"order_id":1,"email":"alice@example.com"}`, *v.seen.Load(), "the check saw the cleartext")
+	require.Equal(t, 1, fs.Count())
+	body := fs.Sent()[0].Value.(string)
+	assert.NotContains(t, body, "alice")
+	env, err := Decode([]byte(body))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"order_id":1,"email":"enc:ImFsaWNlQGV4YW1wbGUuY29tIg=="}`, string(env.Data))
+
+	mine, err := NewEnvelope(urnCreated, json.RawMessage(`{"email":"bob@example.com"}`))
+	require.NoError(t, err)
+	msg, err := NewMessage(mine, WithPublishPayloadValidator(v))
+	require.NoError(t, err)
+	assert.NotContains(t, msg.Value.(string), "bob@")
+	assert.Equal(t, `{"email":"bob@example.com"}`, string(mine.Data), "the caller's envelope is not changed")
+
+	// An encoded body cannot be protected: refused, nothing sent.
+	encoded, err := mine.Encode()
+	require.NoError(t, err)
+	_, err = p.PublishEncodedWithReceipt(ctx, encoded)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "protects fields")
+	other, err := NewEnvelope("urn:babel:orders:cancelled", json.RawMessage(`{"email":"x"}`))
+	require.NoError(t, err)
+	encoded, err = other.Encode()
+	require.NoError(t, err)
+	r, err := p.PublishEncodedWithReceipt(ctx, encoded)
+	require.NoError(t, err, "a body with nothing to protect goes out as it is")
+	require.NoError(t, r.Wait(ctx))
+
+	v.failProtect = true
+	_, err = p.Publish(ctx, urnCreated, map[string]any{"email": "carol@example.com"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "protecting the data of urn:babel:orders:created: email: the key service is down")
+	assert.NotContains(t, err.Error(), "carol")
+	assert.Equal(t, 2, fs.Count(), "nothing more was sent")
 }

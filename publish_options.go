@@ -195,10 +195,15 @@ func (c *publishConfig) observePublish(queue, urn, id string, start time.Time, e
 	c.observer.Published(ev)
 }
 
-// checkPayload is the publish side's check (nil without a validator).
-func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) error {
+// checkPayload is the publish side's check (nil without a validator), and
+// the envelope to send: env, or a copy whose data a PayloadProtector
+// protected once the check passed; the check ends with ctx.
+func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) (*Envelope, error) {
 	if c.payload == nil {
-		return nil
+		return env, nil
 	}
-	return checkPayload(ctx, c.payload, env.Job, env.Data)
+	if err := checkPayload(ctx, c.payload, env.Job, env.Data); err != nil {
+		return nil, err
+	}
+	return protectPayload(c.payload, env)
 }

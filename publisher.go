@@ -234,7 +234,8 @@ func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cf
 
 // reused checks env and cfg and projects env onto a pooled message.
 func (p *Publisher) reused(ctx context.Context, env *Envelope, cfg *publishConfig) (*pooledMessage, error) {
-	if err := checkPublishable(ctx, env, cfg); err != nil {
+	env, err := checkPublishable(ctx, env, cfg)
+	if err != nil {
 		return nil, err
 	}
 	pm := messagePool.Get().(*pooledMessage)

@@ -55,8 +55,12 @@ func encodedMessage(ctx context.Context, body []byte, cfg *publishConfig) (*Enve
 	if err = env.Validate(); err != nil {
 		return env, nil, err
 	}
-	if err = checkPublishable(ctx, env, cfg); err != nil {
+	sent, err := checkPublishable(ctx, env, cfg)
+	if err != nil {
 		return env, nil, err
+	}
+	if sent != env {
+		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.Job)
 	}
 	if !bytes.Equal(env.appendEncode(make([]byte, 0, len(body))), body) {
 		return env, nil, fmt.Errorf("%w: the body is not the canonical encoding of its envelope (Envelope.Encode)", ErrInvalidEnvelope)

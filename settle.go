@@ -22,6 +22,7 @@ type delivery struct {
 	stop     <-chan struct{} // ends the retry hold (wait)
 	lost     func(error)     // hears of a failed settlement (Listen's loop)
 	env      *Envelope
+	restored *Envelope // env with the data a PayloadProtector restored, for the handler (nil: env)
 	urn      string
 	attempts int
 	// quiet: the strategy settles without a report (unknown URN under

@@ -41,11 +41,27 @@ const URNPrefix = "urn:babel:"
 // holds no schema (it checks nothing).
 type Registry struct {
 	schemas map[string]*jsonschema.Schema
+	entries map[string]Entry // the URNs a registry.json named
+	// marks: each URN's x-gdpr-sensitive fields; strayMarks: the marks
+	// the family's walk does not reach; cipher: set by Encrypting.
+	marks      map[string]*marks
+	strayMarks map[string][]string
+	cipher     *fieldCipher
 }
 
-// Source is one place New reads schemas from: Dir, FS or Bytes.
+// Source is one place New reads schemas from: Dir, FS, Bytes,
+// RegistryFile or RegistryFS.
 type Source struct {
-	load func(add func(urn, where string, doc []byte) error) error
+	load func(add func(schemaDoc) error) error
+}
+
+// schemaDoc is one schema a Source found: its URN, where it was read
+// (a path within the source, "" for Bytes), its text, and the registry
+// entry that named it, if any.
+type schemaDoc struct {
+	urn, where string
+	raw        []byte
+	entry      *Entry
 }
 
 // Dir reads every *.json file below the directory dir (other files are
@@ -54,7 +70,7 @@ type Source struct {
 // urn:babel:orders:created. A file may $ref another by its path relative to
 // itself ("../shared/money.json#/$defs/amount").
 func Dir(dir string) Source {
-	return Source{load: func(add func(urn, where string, doc []byte) error) error {
+	return Source{load: func(add func(schemaDoc) error) error {
 		if _, err := os.Stat(dir); err != nil {
 			return fmt.Errorf("schema directory: %w", err)
 		}
@@ -66,19 +82,19 @@ func Dir(dir string) Source {
 // that embeds its schemas (//go:embed schemas, then FS(files, "schemas")).
 // dir "." is the root of fsys.
 func FS(fsys fs.FS, dir string) Source {
-	return Source{load: func(add func(urn, where string, doc []byte) error) error {
+	return Source{load: func(add func(schemaDoc) error) error {
 		return loadFS(fsys, dir, add)
 	}}
 }
 
 // Bytes is the schema of one URN given as JSON text.
 func Bytes(urn string, schema []byte) Source {
-	return Source{load: func(add func(urn, where string, doc []byte) error) error {
-		return add(urn, "", schema)
+	return Source{load: func(add func(schemaDoc) error) error {
+		return add(schemaDoc{urn: urn, raw: schema})
 	}}
 }
 
-func loadFS(fsys fs.FS, dir string, add func(urn, where string, doc []byte) error) error {
+func loadFS(fsys fs.FS, dir string, add func(schemaDoc) error) error {
 	found := 0
 	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -96,7 +112,7 @@ func loadFS(fsys fs.FS, dir string, add func(urn, where string, doc []byte) erro
 			return err
 		}
 		found++
-		return add(URNPrefix+strings.ReplaceAll(strings.TrimSuffix(rel, ".json"), "/", ":"), rel, doc)
+		return add(schemaDoc{urn: URNPrefix + strings.ReplaceAll(strings.TrimSuffix(rel, ".json"), "/", ":"), where: rel, raw: doc})
 	})
 	if err != nil {
 		return fmt.Errorf("schema directory %s: %w", dir, err)
@@ -115,24 +131,29 @@ const resourceBase = "bq-schema:///"
 // New loads and compiles the schemas of every source, once. A URN given
 // twice, a file that is not JSON, a schema that does not compile (against
 // the metaschema of its $schema: draft-07 or 2020-12; 2020-12 when it names
-// none) or a $ref to a schema that was not loaded is an error, and no
-// Registry.
+// none), a $ref to a schema that was not loaded, or a registry.json entry
+// that is incomplete or has a status other than active, deprecated or
+// retired is an error, and no Registry.
 func New(sources ...Source) (*Registry, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
 	locs := map[string]string{} // URN -> its resource location
-	src, n := 0, 0              // the source being loaded; the Bytes so far
-	add := func(urn, where string, doc []byte) error {
+	added := map[string]bool{}  // the resource locations added (registry entries may share a file)
+	entries := map[string]Entry{}
+	type docMarks struct {
+		tree  *marks
+		stray []string
+	}
+	marksAt := map[string]docMarks{} // by resource location
+	src, n := 0, 0                   // the source being loaded; the Bytes so far
+	add := func(d schemaDoc) error {
+		urn, where := d.urn, d.where
 		if strings.TrimSpace(urn) == "" {
 			return errors.New("a schema with a blank URN")
 		}
 		if _, dup := locs[urn]; dup {
 			return fmt.Errorf("%s: two schemas for one URN", urn)
-		}
-		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-		if err != nil {
-			return fmt.Errorf("%s: %s: not JSON: %w", urn, orBytes(where), err)
 		}
 		if where == "" {
 			n++
@@ -141,10 +162,25 @@ func New(sources ...Source) (*Registry, error) {
 			where = fmt.Sprintf("fs%d/%s", src, where)
 		}
 		loc := resourceBase + where
-		if err := c.AddResource(loc, v); err != nil {
-			return fmt.Errorf("%s: %w", urn, err)
+		if !added[loc] {
+			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(d.raw))
+			if err != nil {
+				return fmt.Errorf("%s: %s: not JSON: %w", urn, orBytes(d.where), err)
+			}
+			if err := c.AddResource(loc, v); err != nil {
+				return fmt.Errorf("%s: %w", urn, err)
+			}
+			tree, stray, err := schemaMarks(d.raw)
+			if err != nil {
+				return fmt.Errorf("%s: %s: not JSON: %w", urn, orBytes(d.where), err)
+			}
+			marksAt[loc] = docMarks{tree, stray}
+			added[loc] = true
 		}
 		locs[urn] = loc
+		if d.entry != nil {
+			entries[urn] = *d.entry
+		}
 		return nil
 	}
 	for i, s := range sources {
@@ -156,8 +192,12 @@ func New(sources ...Source) (*Registry, error) {
 			return nil, err
 		}
 	}
-	r := &Registry{schemas: make(map[string]*jsonschema.Schema, len(locs))}
+	r := &Registry{schemas: make(map[string]*jsonschema.Schema, len(locs)), entries: entries,
+		marks: map[string]*marks{}, strayMarks: map[string][]string{}}
 	for urn, loc := range locs {
+		if m := marksAt[loc]; m.tree != nil || m.stray != nil {
+			r.marks[urn], r.strayMarks[urn] = m.tree, m.stray
+		}
 		sch, err := c.Compile(loc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", urn, err)
@@ -298,15 +338,20 @@ func validate(sch *jsonschema.Schema, urn string, v any) error {
 // make each of them as large as the data.
 const maxViolations = 100
 
-// PublishOption is artemis.WithPublishPayloadValidator(r): give it to
+// PublishOption is artemis.WithPublishPayloadValidator with r: give it to
 // artemis.NewPublisher or Client.Publisher to refuse invalid data before
-// anything is sent.
+// anything is sent. A URN its registry.json says is retired is refused
+// too, whatever its data. On a registry from Encrypting, the fields its
+// schemas mark x-gdpr-sensitive are then encrypted.
 func (r *Registry) PublishOption() artemis.PublishOption {
-	return artemis.WithPublishPayloadValidator(r)
+	return artemis.WithPublishPayloadValidator(publishSide{r})
 }
 
 // ConsumerOption is artemis.WithPayloadValidator(r): give it to
 // artemis.NewConsumer so invalid data is dead-lettered before the handler.
+// On a registry from Encrypting, the marked fields are decrypted first
+// (the check and the handler read the cleartext; a value that does not
+// decrypt is dead-lettered, artemis.ErrDecrypt).
 func (r *Registry) ConsumerOption() artemis.ConsumerOption {
 	return artemis.WithPayloadValidator(r)
 }

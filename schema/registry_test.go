@@ -20,7 +20,7 @@ import (
 var testSchemas embed.FS
 
 // conformance is the payload_schema block of the conformance suite's
-// manifest, vendored unchanged under testdata/conformance.
+// manifest, vendored byte for byte under the library's testdata/conformance.
 type conformance struct {
 	Schema json.RawMessage `json:"schema"`
 	Cases  []struct {
@@ -32,10 +32,7 @@ type conformance struct {
 
 func loadConformance(t testing.TB) conformance {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "conformance", "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readSuiteFile(t, "manifest.json")
 	var m struct {
 		PayloadSchema conformance `json:"payload_schema"`
 	}

@@ -131,6 +131,8 @@ func printRecord(w io.Writer, r *record, asJSON bool) error {
 func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	var bf browseFlags
 	bf.register(fs)
+	var pf personalFlags
+	pf.register(fs)
 	f := filter{now: time.Now}
 	fs.StringVar(&f.reason, "reason", "", "only records of this `reason` (failed, unknown_urn, poison, gated)")
 	fs.StringVar(&f.urn, "urn", "", "only records of this `URN`")
@@ -146,6 +148,9 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 		if f.since < 0 {
 			return usagef("-since %v: want > 0", f.since)
 		}
+		if err := pf.load(); err != nil {
+			return err
+		}
 		shown, seen := 0, 0
 		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			seen++
@@ -154,6 +159,7 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 				return true, nil
 			}
 			shown++
+			pf.apply(r)
 			if err := printRecord(env.stdout, r, bf.json); err != nil {
 				return false, err
 			}
@@ -172,6 +178,8 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	var bf browseFlags
 	bf.register(fs)
+	var pf personalFlags
+	pf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		queue, err := oneQueue(args, "queue")
 		if err != nil {
@@ -180,10 +188,15 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 		if err := bf.check(); err != nil {
 			return err
 		}
+		if err := pf.load(); err != nil {
+			return err
+		}
 		n := 0
 		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			n++
-			if err := printRecord(env.stdout, readRecord(msg).withDelivery(msg), bf.json); err != nil {
+			r := readRecord(msg).withDelivery(msg)
+			pf.apply(r)
+			if err := printRecord(env.stdout, r, bf.json); err != nil {
 				return false, err
 			}
 			return bf.max == 0 || n < bf.max, nil

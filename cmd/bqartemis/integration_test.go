@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -359,5 +360,35 @@ func TestIntegrationURLListFallsBack(t *testing.T) {
 	_, errOut, code := runCLI(t, env, "", "stats", "-url", "amqp://babel@127.0.0.1:1", "-url", "amqp://babel@127.0.0.1:2")
 	if code != exitFailed || !strings.Contains(errOut, "127.0.0.1:1") || !strings.Contains(errOut, "127.0.0.1:2") {
 		t.Errorf("two dead URLs: exit %d %s", code, errOut)
+	}
+}
+
+// TestIntegrationPeekPersonalData: peek with the registry's schemas lists
+// the x-gdpr-sensitive fields of a message on the broker, encrypted or in
+// clear, and -mask prints none of their values.
+func TestIntegrationPeekPersonalData(t *testing.T) {
+	env := brokerEnv(t)
+	queue := brokertest.Queue(t)
+	const ct = "7tcpi/KthBAm+6O98qyY2SpyMO26/YKFzAyl0leZbmI03yr/ZyC3lCfpFL8uPaQ="
+	cli(t, env, "publish", queue, "urn:babel:users:registered", `{"user_id":7,"email":"`+ct+`","phone":"+90 555 123 4567","locale":"tr-TR"}`)
+
+	lines := jsonLines(t, cli(t, env, "peek", queue, "-json", "-registry", exampleRegistry, "-mask"))
+	if len(lines) != 1 {
+		t.Fatalf("peek: %v", lines)
+	}
+	p, _ := lines[0]["personal"].(map[string]any)
+	if p == nil || !reflect.DeepEqual(p["encrypted"], []any{"email"}) || !reflect.DeepEqual(p["clear"], []any{"phone"}) || lines[0]["masked"] != true {
+		t.Errorf("personal %v masked %v", lines[0]["personal"], lines[0]["masked"])
+	}
+	body, _ := json.Marshal(lines[0]["body"])
+	if strings.Contains(string(body), "555") || strings.Contains(string(body), "7tcpi/K") || !strings.Contains(string(body), `"phone":"+***"`) {
+		t.Errorf("masked body %s", body)
+	}
+	text := cli(t, env, "peek", queue, "-registry", exampleRegistry)
+	if !strings.Contains(text, "personal_encrypted=email personal_in_clear=phone") {
+		t.Errorf("peek text: %s", text)
+	}
+	if _, errOut, code := runCLI(t, env, "", "peek", queue, "-mask"); code != exitUsage || !strings.Contains(errOut, "-mask needs -schemas DIR or -registry FILE") {
+		t.Errorf("-mask alone: exit %d %s", code, errOut)
 	}
 }

@@ -55,17 +55,17 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N]",
+		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N] [-schemas DIR | -registry FILE] [-mask]",
 			"browse dead-letter records without consuming them", setupInspect},
 		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run] [-bypass]",
 			"move dead-letter records back to their queue (attempts 0, dead_letter removed)", setupRedrive},
-		{"peek", "QUEUE [-json] [-max N]",
+		{"peek", "QUEUE [-json] [-max N] [-schemas DIR | -registry FILE] [-mask]",
 			"browse any queue without consuming it", setupPeek},
 		{"publish", "QUEUE URN [JSON | -] [-trace-id ID] [-delay D] [-header K=V]... [-group G] [-ttl D] [-priority P] [-dup-detect]",
 			"publish one envelope (data JSON object, - reads it from stdin; default {}) and print its meta.id", setupPublish},
 		{"stats", "[QUEUE...] [-json]",
 			"per-queue counters from the broker's management address", setupStats},
-		{"validate", "(QUEUE | -file FILE) -schemas DIR [-json] [-max N]", "check message data against JSON Schemas per URN (browsed, nothing consumed; runs bqartemis-validate)", setupValidate},
+		{"validate", "(QUEUE | -file FILE) (-schemas DIR | -registry FILE) [-json] [-max N]", "check message data against JSON Schemas per URN (browsed, nothing consumed; runs bqartemis-validate)", setupValidate},
 	}
 }
 

@@ -47,6 +47,8 @@ type record struct {
 	SchemaVersion *string         `json:"bq_schema_version,omitempty"` // of a gated forward
 	Body          json.RawMessage `json:"body"`                        // the JSON body, or a JSON string of a body that is not JSON
 	BodyEncoding  string          `json:"body_encoding,omitempty"`     // base64 when the body is not UTF-8
+	Personal      *personal       `json:"personal,omitempty"`          // the x-gdpr-sensitive fields present (-schemas, -registry)
+	Masked        bool            `json:"masked,omitempty"`            // the body's personal data is masked (-mask)
 
 	// Delivery details (peek).
 	DeliveryCount *uint32           `json:"delivery_count,omitempty"`
@@ -330,6 +332,14 @@ func (r *record) textLine() string {
 	}
 	if r.Problem != "" {
 		fmt.Fprintf(&b, " problem=%q", short(r.Problem, 120))
+	}
+	if p := r.Personal; p != nil {
+		if len(p.Encrypted) > 0 {
+			fmt.Fprintf(&b, " personal_encrypted=%s", strings.Join(p.Encrypted, ","))
+		}
+		if len(p.Clear) > 0 {
+			fmt.Fprintf(&b, " personal_in_clear=%s", strings.Join(p.Clear, ","))
+		}
 	}
 	return b.String()
 }

@@ -33,12 +33,17 @@ const (
 func setupValidate(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	var bf browseFlags
 	bf.register(fs)
-	var dir, file string
-	fs.StringVar(&dir, "schemas", "", "the schema `directory` (required): DIR/orders/created.json is the schema of urn:babel:orders:created")
+	var dir, registry, file string
+	fs.StringVar(&dir, "schemas", "", "the schema `directory` (or -registry): DIR/orders/created.json is the schema of urn:babel:orders:created")
+	fs.StringVar(&registry, "registry", "", "the schema registry's `registry.json`, instead of -schemas: each entry's urn names its schema")
 	fs.StringVar(&file, "file", "", "check the envelopes in this JSON `file` (one, an array, or one per line) instead of a queue")
 	return func(ctx context.Context, args []string) error {
-		if strings.TrimSpace(dir) == "" {
-			return usagef("-schemas DIR is required")
+		hasDir, hasRegistry := strings.TrimSpace(dir) != "", strings.TrimSpace(registry) != ""
+		switch {
+		case hasDir && hasRegistry:
+			return usagef("give -schemas DIR or -registry FILE, not both")
+		case !hasDir && !hasRegistry:
+			return usagef("-schemas DIR or -registry FILE is required")
 		}
 		if err := bf.check(); err != nil {
 			return err
@@ -59,6 +64,9 @@ func setupValidate(fs *flag.FlagSet, env *environment) func(context.Context, []s
 			return err
 		}
 		childArgs := []string{"-schemas", dir}
+		if hasRegistry {
+			childArgs = []string{"-registry", registry}
+		}
 		if bf.json {
 			childArgs = append(childArgs, "-json")
 		}

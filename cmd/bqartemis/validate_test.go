@@ -50,7 +50,8 @@ func TestValidateUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"validate", "orders"}, "-schemas DIR is required"},
+		{[]string{"validate", "orders"}, "-schemas DIR or -registry FILE is required"},
+		{[]string{"validate", "orders", "-schemas", "d", "-registry", "r.json"}, "not both"},
 		{[]string{"validate", "-schemas", "d"}, "want one queue (or -file FILE)"},
 		{[]string{"validate", "orders", "-file", "x.json", "-schemas", "d"}, "not both"},
 		{[]string{"validate", "a", "b", "-schemas", "d"}, "got 2 arguments"},
@@ -76,6 +77,12 @@ func TestValidateFileRunsTheProgram(t *testing.T) {
 		{2, exitFailed, "bqartemis-validate could not check (see above)"},
 	} {
 		fake := fakeValidator(t, tc.code)
+		if tc.code == 0 {
+			out, _, code := runCLI(t, map[string]string{envValidate: fake}, "", "validate", "-file", "records.json", "-registry", "registry.json")
+			if code != exitOK || !strings.Contains(out, "args: -registry registry.json records.json\n") {
+				t.Errorf("-registry not passed on: exit %d %q", code, out)
+			}
+		}
 		out, errOut, code := runCLI(t, map[string]string{envValidate: fake}, "", "validate", "-file", "records.json", "-schemas", "dir", "-json")
 		if code != tc.exit || !strings.Contains(errOut, tc.want) {
 			t.Errorf("program exit %d: bqartemis exit %d, stderr %q", tc.code, code, errOut)

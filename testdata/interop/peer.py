@@ -17,8 +17,16 @@ Commands (the broker URL comes from --url or ARTEMIS_URL):
   version
   publish  --queue Q --urn U [--data JSON] [--trace ID] [--count N] [--seq-key K]
            [--header NAME=VALUE ...]
+           [--gdpr-schema FILE --gdpr-key HEX]
   consume  --queue Q --urn U [--fail] [--max-attempts N] [--dead-letter]
-           [--max N] [--idle SECONDS]
+           [--max N] [--idle SECONDS] [--gdpr-schema FILE --gdpr-key HEX]
+
+With --gdpr-schema and --gdpr-key (an AES key in hex), publish encrypts the fields the
+schema marks x-gdpr-sensitive with the SDK's babelqueue.gdpr.protect before publishing, and
+consume decrypts them with babelqueue.gdpr.unprotect in the handler ("handled" then carries
+the envelope as it arrived and "cleartext", the data decrypted, or "decrypt_error"). The
+cipher is AES-GCM on the cryptography library (the SDK's gdpr extra): a random 12-byte
+nonce, then the ciphertext and tag, standard base64.
   redrive  --dlq Q [--to QUEUE]
 
 publish --header adds out-of-band headers (a W3C traceparent, say) as application properties:
@@ -69,6 +77,36 @@ def new_app(args: argparse.Namespace, queue: str, **options: Any):
     return BabelQueue(transport=transport, queue=queue, **options), transport
 
 
+class AesGcmFieldCipher:
+    """The family's field cipher (babelqueue.gdpr.Cipher) on the cryptography library."""
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._aead = AESGCM(key)
+
+    def encrypt(self, plaintext: bytes) -> str:
+        import base64
+
+        nonce = os.urandom(12)
+        return base64.b64encode(nonce + self._aead.encrypt(nonce, plaintext, None)).decode("ascii")
+
+    def decrypt(self, ciphertext: str) -> bytes:
+        import base64
+
+        raw = base64.b64decode(ciphertext, validate=True)
+        return self._aead.decrypt(raw[:12], raw[12:], None)
+
+
+def gdpr_setup(args: argparse.Namespace):
+    """The schema and cipher of --gdpr-schema/--gdpr-key, or (None, None)."""
+    if not args.gdpr_schema:
+        return None, None
+    with open(args.gdpr_schema, encoding="utf-8") as f:
+        schema = json.load(f)
+    return schema, AesGcmFieldCipher(bytes.fromhex(args.gdpr_key))
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     import babelqueue
     import proton
@@ -92,13 +130,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise SystemExit("peer.py publish: --header wants NAME=VALUE, got %r" % item)
         headers[name] = value
+    gdpr_schema, gdpr_cipher = gdpr_setup(args)
     app, transport = new_app(args, args.queue)
     emit("ready", queue=args.queue)
     try:
         for i in range(args.count):
-            payload: Dict[str, Any] = dict(data)
+            payload: Dict[str, Any] = json.loads(json.dumps(data))
             if args.seq_key:
                 payload[args.seq_key] = i
+            if gdpr_schema is not None:
+                from babelqueue.gdpr import protect
+
+                protect(payload, gdpr_schema, gdpr_cipher)
             trace_id = args.trace or None
             if headers:
                 msg_id, via = publish_with_headers(app, transport, args.urn, payload, args.queue, trace_id, headers)
@@ -135,11 +178,22 @@ def cmd_consume(args: argparse.Namespace) -> int:
         options["dead_letter"] = True
     app, transport = new_app(args, args.queue, **options)
     counts = {"ok": 0, "failed": 0}
+    gdpr_schema, gdpr_cipher = gdpr_setup(args)
 
     def handler(data: Mapping[str, Any], meta: Mapping[str, Any], envelope: Mapping[str, Any]) -> None:
         outcome = "failed" if args.fail else "ok"
         counts[outcome] += 1
-        emit("handled", outcome=outcome, envelope=envelope)
+        extra: Dict[str, Any] = {}
+        if gdpr_schema is not None:
+            from babelqueue.gdpr import unprotect
+
+            clear = json.loads(json.dumps(envelope.get("data", {})))
+            try:
+                unprotect(clear, gdpr_schema, gdpr_cipher)
+                extra["cleartext"] = clear
+            except Exception as exc:  # noqa: BLE001 - reported to the Go side
+                extra["decrypt_error"] = "%s: %s" % (type(exc).__name__, exc)
+        emit("handled", outcome=outcome, envelope=envelope, **extra)
         if args.fail:
             raise InteropFailure("python handler failed on purpose (attempts %s)" % envelope.get("attempts"))
 
@@ -226,6 +280,8 @@ def main() -> int:
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--seq-key", default="")
     p.add_argument("--header", action="append", default=[])
+    p.add_argument("--gdpr-schema", default="")
+    p.add_argument("--gdpr-key", default="")
 
     c = sub.add_parser("consume")
     c.add_argument("--queue", required=True)
@@ -235,6 +291,8 @@ def main() -> int:
     c.add_argument("--dead-letter", action="store_true")
     c.add_argument("--max", type=int, default=0)
     c.add_argument("--idle", type=float, default=0.0)
+    c.add_argument("--gdpr-schema", default="")
+    c.add_argument("--gdpr-key", default="")
 
     r = sub.add_parser("redrive")
     r.add_argument("--dlq", required=True)

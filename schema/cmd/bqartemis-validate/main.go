@@ -4,7 +4,7 @@
 // urn:babel:orders:created).
 //
 //	go install github.com/babelqueue/babelqueue-go-artemis/schema/cmd/bqartemis-validate@latest
-//	bqartemis-validate -schemas DIR [-json] [FILE | -]...
+//	bqartemis-validate (-schemas DIR | -registry registry.json) [-json] [FILE | -]...
 //
 // It reads envelopes from each FILE (- or none: standard input): a JSON
 // file holding one envelope, an array of envelopes, or any number of them
@@ -62,10 +62,11 @@ type counts struct{ valid, invalid, noSchema, notEnvelope int }
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("schemas", "", "the schema `directory` (required): DIR/orders/created.json is the schema of urn:babel:orders:created")
+	dir := fs.String("schemas", "", "the schema `directory`: DIR/orders/created.json is the schema of urn:babel:orders:created")
+	manifest := fs.String("registry", "", "the schema registry's `registry.json` (instead of -schemas): each entry's urn names its schema")
 	asJSON := fs.Bool("json", false, "print one JSON object per message")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: %s -schemas DIR [-json] [FILE | -]...\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: %s (-schemas DIR | -registry registry.json) [-json] [FILE | -]...\n\n"+
 			"Checks the data of each envelope read from FILE (- or none: standard input; one envelope,\n"+
 			"an array of them, or several one after another) against the schema of its URN.\n"+
 			"Exit status: 0 all valid (or without a schema), 1 invalid or not an envelope, 2 usage or load error.\n\nflags:\n", programName)
@@ -77,15 +78,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if strings.TrimSpace(*dir) == "" {
-		fmt.Fprintf(stderr, "%s: -schemas DIR is required\n", programName)
+	var src schema.Source
+	switch hasDir, hasManifest := strings.TrimSpace(*dir) != "", strings.TrimSpace(*manifest) != ""; {
+	case hasDir && hasManifest:
+		fmt.Fprintf(stderr, "%s: give -schemas DIR or -registry FILE, not both\n", programName)
+		return 2
+	case hasDir:
+		src = schema.Dir(*dir)
+	case hasManifest:
+		src = schema.RegistryFile(*manifest)
+	default:
+		fmt.Fprintf(stderr, "%s: -schemas DIR or -registry FILE is required\n", programName)
 		fs.Usage()
 		return 2
 	}
-	reg, err := schema.New(schema.Dir(*dir))
+	reg, err := schema.New(src)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return 2
+	}
+	for _, w := range reg.Warnings() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", programName, w)
 	}
 	inputs := fs.Args()
 	if len(inputs) == 0 {

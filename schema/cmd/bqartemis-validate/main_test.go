@@ -13,6 +13,9 @@ import (
 
 var schemaDir = filepath.Join("..", "..", "testdata", "schemas")
 
+// registryManifest is the family registry's example registry.json.
+var registryManifest = filepath.Join("..", "..", "testdata", "registry", "registry.json")
+
 func envelope(t *testing.T, urn, data string) (string, string) {
 	t.Helper()
 	env, err := artemis.NewEnvelope(urn, json.RawMessage(data), artemis.EnvelopeQueue("orders"))
@@ -112,7 +115,9 @@ func TestValidateUsageAndLoadErrors(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{"no -schemas", "", nil, "-schemas DIR is required"},
+		{"no -schemas", "", nil, "-schemas DIR or -registry FILE is required"},
+		{"both sources", "", []string{"-schemas", schemaDir, "-registry", registryManifest}, "not both"},
+		{"a bad registry", "", []string{"-registry", filepath.Join(bad, "x.json")}, `no "schemas" list`},
 		{"missing directory", "", []string{"-schemas", filepath.Join(bad, "nope")}, "schema directory"},
 		{"schema that does not compile", "", []string{"-schemas", bad}, "urn:babel:x"},
 		{"input that is not JSON", "{oops", []string{"-schemas", schemaDir}, "stdin: not JSON"},
@@ -128,5 +133,55 @@ func TestValidateUsageAndLoadErrors(t *testing.T) {
 				t.Errorf("stderr %q does not say %q", errOut, tc.want)
 			}
 		})
+	}
+}
+
+// TestValidateAgainstTheRegistry checks the registry's example messages
+// with its registry.json: each is valid under the URN its entry names.
+func TestValidateAgainstTheRegistry(t *testing.T) {
+	msgs := filepath.Join("..", "..", "testdata", "registry", "messages")
+	bad, _ := envelope(t, "urn:babel:users:registered", `{"user_id":0,"email":"a"}`)
+	out, errOut, code := runTool(t, bad, "-registry", registryManifest,
+		filepath.Join(msgs, "order-created.json"), filepath.Join(msgs, "user-registered.json"), "-")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"urn:babel:orders:created", "urn:babel:users:registered", "/email: ", "/user_id: must be >= 1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "3 messages: 2 valid, 1 invalid") {
+		t.Errorf("stderr %q", errOut)
+	}
+}
+
+// TestValidateWarnsOfRetiredURNs: a registry with a deprecated and a
+// retired URN loads, and each is named on stderr.
+func TestValidateWarnsOfRetiredURNs(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"registry.json": `{"schemas":[{"urn":"urn:babel:a:old","schema":"s.json","status":"retired","owner":"team-a"},` +
+			`{"urn":"urn:babel:a:aging","schema":"s.json","status":"deprecated"}]}`,
+		"s.json": `{"type":"object"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, _ := envelope(t, "urn:babel:a:old", `{}`)
+	_, errOut, code := runTool(t, msg, "-registry", filepath.Join(dir, "registry.json"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"warning: urn:babel:a:aging is deprecated in the schema registry",
+		"warning: urn:babel:a:old is retired in the schema registry (owner team-a)",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errOut)
+		}
 	}
 }

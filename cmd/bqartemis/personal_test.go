@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+)
+
+// The schema registry's own example (vendored by the schema module).
+var (
+	exampleRegistry = filepath.Join("..", "..", "schema", "testdata", "registry", "registry.json")
+	exampleMessage  = filepath.Join("..", "..", "schema", "testdata", "registry", "messages", "user-registered.json")
+)
+
+// exampleRecord reads the registry's user-registered message, its email
+// and its second address line replaced by ciphertexts.
+func exampleRecord(t *testing.T) *record {
+	t.Helper()
+	b, err := os.ReadFile(exampleMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := artemis.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(env.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	const ct = "7tcpi/KthBAm+6O98qyY2SpyMO26/YKFzAyl0leZbmI03yr/ZyC3lCfpFL8uPaQ=" // the Go core's, for an email
+	data["email"] = ct
+	data["addresses"] = append(data["addresses"].([]any), map[string]any{"line": ct, "country": "DE"})
+	env.Data, _ = json.Marshal(data)
+	body, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readRecord(&amqp.Message{Value: string(body)})
+}
+
+func TestPersonalFieldsListedAndMasked(t *testing.T) {
+	pf := personalFlags{registry: exampleRegistry}
+	if err := pf.load(); err != nil {
+		t.Fatal(err)
+	}
+	r := exampleRecord(t)
+	pf.apply(r)
+	if r.Personal == nil {
+		t.Fatal("no personal data found")
+	}
+	if got := strings.Join(r.Personal.Encrypted, ","); got != "addresses[1].line,email" {
+		t.Errorf("encrypted %q", got)
+	}
+	if got := strings.Join(r.Personal.Clear, ","); got != "addresses[0].line,phone,profile.full_name,profile.tckn" {
+		t.Errorf("in clear %q", got)
+	}
+	if r.Masked || !strings.Contains(string(r.Body), "Alice Örnek") {
+		t.Errorf("without -mask the body is changed: %s", r.Body)
+	}
+	line := r.textLine()
+	if !strings.Contains(line, " personal_encrypted=addresses[1].line,email personal_in_clear=addresses[0].line,phone,profile.full_name,profile.tckn") {
+		t.Errorf("text line %q", line)
+	}
+
+	pf.mask = true
+	r = exampleRecord(t)
+	pf.apply(r)
+	if !r.Masked {
+		t.Fatal("not masked")
+	}
+	body := string(r.Body)
+	for _, secret := range []string{"Alice", "lice@", "555 123", "12345678901", "Atatürk", "7tcpi"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the masked body shows %q: %s", secret, body)
+		}
+	}
+	for _, kept := range []string{`"email":"7***"`, `"full_name":"A***"`, `"tckn":"1***"`, `"line":"A***"`, `"locale":"tr-TR"`,
+		`"user_id":7781`, `"marketing_opt_in":true`, `"job":"urn:babel:users:registered"`} {
+		if !strings.Contains(body, kept) {
+			t.Errorf("the masked body has no %s: %s", kept, body)
+		}
+	}
+}
+
+func TestPersonalFlagsFromADirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "users"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	schema := `{"properties":{"card":{"type":"object","x-gdpr-sensitive":"payment","properties":{"pan":{"x-gdpr-sensitive":true}}},"n":{"type":"integer","x-gdpr-sensitive":true}}}`
+	if err := os.WriteFile(filepath.Join(dir, "users", "registered.json"), []byte(schema), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf := personalFlags{schemas: dir, mask: true}
+	if err := pf.load(); err != nil {
+		t.Fatal(err)
+	}
+	env, err := artemis.NewEnvelope("urn:babel:users:registered", json.RawMessage(`{"card":{"pan":"4111"},"n":42,"other":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := env.Encode()
+	r := readRecord(&amqp.Message{Value: string(body)})
+	pf.apply(r)
+	if r.Personal == nil || strings.Join(r.Personal.Clear, ",") != "card,n" || len(r.Personal.Encrypted) != 0 {
+		t.Fatalf("personal %+v", r.Personal)
+	}
+	if !strings.Contains(string(r.Body), `"data":{"card":"***","n":"***","other":"x"}`) {
+		t.Errorf("masked body %s", r.Body)
+	}
+}
+
+func TestPersonalFlagsUsage(t *testing.T) {
+	for _, tc := range []struct {
+		pf   personalFlags
+		want string
+	}{
+		{personalFlags{mask: true}, "-mask needs -schemas DIR or -registry FILE"},
+		{personalFlags{schemas: "a", registry: "b"}, "not both"},
+		{personalFlags{schemas: filepath.Join(t.TempDir(), "none")}, "schema directory"},
+		{personalFlags{registry: filepath.Join(t.TempDir(), "registry.json")}, "registry.json"},
+	} {
+		if err := tc.pf.load(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.pf, err, tc.want)
+		}
+	}
+	// No schemas: nothing listed, nothing changed.
+	var pf personalFlags
+	if err := pf.load(); err != nil {
+		t.Fatal(err)
+	}
+	r := exampleRecord(t)
+	pf.apply(r)
+	if r.Personal != nil || r.Masked {
+		t.Errorf("without schemas: %+v", r)
+	}
+}
