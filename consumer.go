@@ -81,8 +81,9 @@ type Consumer struct {
 	after func(time.Duration) <-chan time.Time
 	err   error // an invalid option, returned by Listen and Handle
 
-	// memory, on a cluster Client's Consume, carries attempts across the
-	// members (cluster_attempts.go); nil elsewhere.
+	// memory is the attempts of the messages retried at once; a cluster
+	// Client's Consume gives every member's loop one shared memory
+	// (cluster_attempts.go).
 	memory *attemptMemory
 }
 
@@ -243,6 +244,7 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		retryDelay:  DefaultDeadLetterRetryDelay,
 		concurrency: DefaultConcurrency,
 		schedule:    backoffSchedule(DefaultRetryBackoff()),
+		memory:      newAttemptMemory(attemptMemoryCap),
 		now:         time.Now,
 		after:       time.After,
 	}

@@ -206,3 +206,31 @@ func TestListenWarnsOfAScheduleWithoutARetrySender(t *testing.T) {
 	_ = c.Listen(ctx, fakelink.NewReceiver(t, "orders"))
 	assert.NotContains(t, quiet.String(), "retry schedule", "the default schedule is not a warning")
 }
+
+// Immediate retries of a message the broker redelivers with delivery-count
+// 0 every time (a large message on Artemis 2.40): the Consumer's memory of
+// the attempts it retried keeps maxTries.
+func TestImmediateRetriesCountWithoutADeliveryCount(t *testing.T) {
+	dlq := &fakelink.Sender{}
+	var seen []int
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		seen = append(seen, env.Attempts)
+		return errors.New("always fails")
+	}}, WithDeadLetterSender(dlq), WithRetrySchedule(nil), WithOnError(newRecorder().onError))
+	r := fakelink.NewReceiver(t, "orders")
+	src := orderMessage(t, 0)
+	for i := 0; i < 3; i++ {
+		msg := *src // each redelivery is a delivery of its own
+		r.Track(&msg)
+		_ = c.Handle(context.Background(), r, &msg)
+		d, _ := r.Disposition(&msg)
+		if i < 2 {
+			assert.Equal(t, fakelink.Failed, d)
+		} else {
+			assert.Equal(t, fakelink.Accepted, d)
+		}
+	}
+	assert.Equal(t, []int{0, 1, 2}, seen)
+	require.Len(t, dlq.Kept(), 1)
+	assert.Zero(t, c.memory.n.Load(), "forgotten once dead-lettered")
+}

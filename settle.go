@@ -286,14 +286,17 @@ func (c *Consumer) observeSettled(ev SettleEvent) {
 }
 
 // remember keeps the memory of d's consumer up to date once d was settled
-// with disp: a failed attempt is remembered, a final outcome forgets.
+// with disp: a failed attempt retried at once is remembered, a final
+// outcome forgets.
 func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 	m := d.c.memory
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
 		return
 	}
 	switch {
-	case (disp == DispositionAbandoned || disp == DispositionScheduled) && kind == KindHandlerFailed:
+	case disp == DispositionAbandoned && kind == KindHandlerFailed:
+		// Only an immediate retry: a scheduled copy carries its count in
+		// its body, durably, which the memory never lowers.
 		m.failed(d.env.Meta.ID, d.attempts+1)
 	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
 		m.forget(d.env.Meta.ID)
