@@ -508,8 +508,8 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			attempts <- env.Attempts
 			return errors.New("go handler fails on purpose")
 		},
-	}, artemis.WithMaxTries(3))
-	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender
+	}, artemis.WithMaxTries(3), artemis.WithRetryBackoff(artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}))
+	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender and the retry sender
 	var seen []int
 	for range 3 {
 		seen = append(seen, pyWait(t, attempts, "a failing attempt"))

@@ -32,9 +32,9 @@ func TestMetricsEndpointThroughTheBroker(t *testing.T) {
 babelqueue_publishes_total{outcome="accepted",queue="%[1]s"} 5
 # HELP babelqueue_settlements_total Deliveries settled, by disposition and error kind (empty on success).
 # TYPE babelqueue_settlements_total counter
-babelqueue_settlements_total{disposition="abandoned",kind="handler_failed",queue="%[1]s"} 2
 babelqueue_settlements_total{disposition="accepted",kind="",queue="%[1]s"} 4
 babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",queue="%[1]s"} 1
+babelqueue_settlements_total{disposition="scheduled",kind="handler_failed",queue="%[1]s"} 2
 `, queue)), "babelqueue_publishes_total", "babelqueue_settlements_total")
 			resp, err := http.Get(metricsURL)
 			if err != nil {
@@ -57,7 +57,7 @@ babelqueue_settlements_total{disposition="dead_lettered",kind="handler_failed",q
 	for _, want := range []string{
 		fmt.Sprintf(`babelqueue_publish_duration_seconds_count{queue="%s"} 5`, queue),
 		fmt.Sprintf(`babelqueue_settlement_duration_seconds_count{disposition="accepted",queue="%s"} 4`, queue),
-		fmt.Sprintf(`babelqueue_settlement_duration_seconds_count{disposition="abandoned",queue="%s"} 2`, queue),
+		fmt.Sprintf(`babelqueue_settlement_duration_seconds_count{disposition="scheduled",queue="%s"} 2`, queue),
 		fmt.Sprintf(`babelqueue_settlement_duration_seconds_count{disposition="dead_lettered",queue="%s"} 1`, queue),
 		fmt.Sprintf(`babelqueue_handler_duration_seconds_count{queue="%s"} 7`, queue),
 	} {
