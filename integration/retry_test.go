@@ -237,3 +237,49 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 
 // quietLogger drops the retry warnings the tests cause on purpose.
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A message published with duplicate detection, dead-lettered after its
+// retries, then redriven (same meta.id and created_at, attempts 0, the
+// dead_letter block removed: what every SDK's redrive does) and failing
+// again goes through the whole schedule again: no scheduled copy is
+// dropped by Artemis's duplicate detection as a copy of the original
+// publish or of an earlier retry, and it reaches <queue>.dlq a second time.
+func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.T) {
+	_, conn, q, c := onBrokerClient(t)
+	var log callLog
+	cons := testkit.MustConsumer(t, artemis.Handlers{urnOrder: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		log.add(env, msg)
+		return &gatewayError{}
+	}}, artemis.WithRetryBackoff(shortSchedule), artemis.WithLogger(quietLogger()))
+	testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*arrival)
+	defer cancel()
+	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
+	require.NoError(t, err)
+	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	require.NoError(t, err)
+
+	first := receiveOn(t, conn, q+".dlq", nil)
+	rec, err := artemis.Decode([]byte(valueString(t, first)))
+	require.NoError(t, err)
+	require.Equal(t, id, rec.Meta.ID)
+	firstAttempts := rec.DeadLetter.Attempts
+	rec.DeadLetter, rec.Attempts = nil, 0
+	redrive := artemis.NewPublisher(conn.NewSender(q), q)
+	_, err = redrive.PublishEnvelope(ctx, rec)
+	require.NoError(t, err)
+	second := receiveOn(t, conn, q+".dlq", nil)
+	again, err := artemis.Decode([]byte(valueString(t, second)))
+	require.NoError(t, err)
+	time.Sleep(quiet)
+	var attempts []int
+	for _, c := range log.all() {
+		attempts = append(attempts, c.attempts)
+	}
+	t.Logf("retry: published with duplicate detection, dead-lettered, redriven, failing again: attempts %v; two records on %s.dlq (attempts %d, %d), same meta.id %t",
+		attempts, q, firstAttempts, again.DeadLetter.Attempts, again.Meta.ID == id)
+	assert.Equal(t, []int{0, 1, 2, 0, 1, 2}, attempts, "the whole schedule, twice")
+	assert.Equal(t, id, again.Meta.ID)
+	assert.Equal(t, 2, again.DeadLetter.Attempts)
+	assertEmpty(t, conn, q+".dlq")
+}
