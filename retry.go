@@ -49,13 +49,9 @@ func (c *Consumer) retryWait(attempts int) (wait time.Duration) {
 	if c.schedule == nil || c.retrySender == nil {
 		return 0
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			recoverHook(c.logger, "retry schedule panicked")
-			wait = 0
-		}
-	}()
-	return c.schedule(attempts)
+	defer recoverHook(c.logger, "retry schedule panicked") // wait stays 0
+	wait = c.schedule(attempts)
+	return wait
 }
 
 // retryAddress is the address the copy is published to: the receiver's,
@@ -70,7 +66,8 @@ func (d *delivery) retryAddress() string {
 // retryCopy is the next attempt of env: the envelope re-encoded
 // canonically with attempts (unknown keys kept), the section 2 projection,
 // the source's out-of-band headers, group-id, priority and expiry, and the
-// scheduled delivery time at. It carries no duplicate id: Artemis drops,
+// scheduled delivery time at (read on this machine's clock: a broker whose
+// clock is ahead delivers it that much early). It carries no duplicate id: Artemis drops,
 // and answers accepted for, a transfer whose _AMQ_DUPL_ID it has seen, and
 // the source's id (or any id derived from the message) is shared by an
 // earlier publish or an earlier retry of a redriven message.

@@ -234,3 +234,14 @@ func TestImmediateRetriesCountWithoutADeliveryCount(t *testing.T) {
 	require.Len(t, dlq.Kept(), 1)
 	assert.Zero(t, c.memory.n.Load(), "forgotten once dead-lettered")
 }
+
+func TestAPanickingScheduleRetriesAtOnceAndIsLogged(t *testing.T) {
+	var logs fakelink.LogBuffer
+	retry := &fakelink.Sender{}
+	c, rec, _, _ := retryConsumer(t, retry, &fakelink.Sender{}, time.Minute,
+		WithRetrySchedule(func(int) time.Duration { panic("bad schedule") }), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	o := handleOne(t, c, rec, nil, orderMessage(t, 0))
+	assert.Equal(t, fakelink.Failed, o.disp)
+	assert.Empty(t, retry.Kept())
+	assert.Contains(t, logs.String(), `msg="retry schedule panicked" panic="bad schedule"`)
+}
