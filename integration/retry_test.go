@@ -141,8 +141,7 @@ func TestIntegrationRetryAFailingMessageGetsMaxTriesThenTheDLQ(t *testing.T) {
 			assert.Equal(t, 2, env.DeadLetter.Attempts)
 			assert.Equal(t, "*integration_test.gatewayError", *env.DeadLetter.Exception)
 			if b.HasCLI() {
-				st, err := b.Stat(ctx, q)
-				require.NoError(t, err)
+				st := queueStat(t, b, q)
 				assert.Zero(t, st.MessageCount+st.ScheduledCount, "nothing left on the queue, nothing scheduled")
 			}
 			assertEmpty(t, conn, q+".dlq")
@@ -207,9 +206,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	}
 	scheduled := -1
 	if b.HasCLI() {
-		st, err := b.Stat(ctx, q)
-		require.NoError(t, err)
-		scheduled = st.ScheduledCount
+		scheduled = queueStat(t, b, q).ScheduledCount
 	}
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == n }, 2*time.Minute, 100*time.Millisecond)
 	drained := time.Since(up)
@@ -233,6 +230,17 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	if scheduled >= 0 {
 		assert.Equal(t, n, scheduled, "the messages wait on the broker, scheduled")
 	}
+}
+
+// queueStat is the broker's counters for q through the Artemis CLI (a JVM
+// start: a context of its own, long enough on a loaded machine).
+func queueStat(t *testing.T, b *brokertest.Broker, q string) brokertest.QueueStat {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*brokertest.CLITimeout)
+	defer cancel()
+	st, err := b.Stat(ctx, q)
+	require.NoError(t, err)
+	return st
 }
 
 // quietLogger drops the retry warnings the tests cause on purpose.
