@@ -187,7 +187,9 @@ func (p *ClientPublisher) Close(ctx context.Context) error {
 // unsettled (cons settles every delivery itself), and, unless cons has its
 // own dead-letter sender, a sender with the "queue" capability to
 // <name>.dlq (name: cons's WithQueue, else queue) that cons dead-letters
-// through; then it runs cons.Listen. When the link or the connection drops
+// through, and, unless cons has its own retry sender or retries at once
+// (WithRetrySchedule(nil)), a sender to queue for the scheduled retry
+// copies, attached at the first one; then it runs cons.Listen. When the link or the connection drops
 // it reports the loss (ClientOptions.OnEvent and Logger), waits a capped
 // exponential backoff with jitter (ClientOptions.Backoff), re-dials if the
 // connection is gone, re-attaches and resumes Listen, for as long as ctx

@@ -50,7 +50,15 @@ func (c *Client) consume(ctx context.Context, queue string, cons *Consumer, o Co
 		run.dlq = dlq
 	}
 
-	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, credit: credit}
+	var retry *clientSender
+	if run.retrySender == nil && run.schedule != nil {
+		// Scheduled retry copies go back to the queue on this broker: on a
+		// cluster, to the member the message came from.
+		retry = c.newSender(queue)
+		run.retrySender = retry
+	}
+
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit}
 	err := l.run(ctx)
 	l.detach(ctx)
 	return err
@@ -61,6 +69,7 @@ type consumeLoop struct {
 	queue  string
 	cons   *Consumer
 	dlq    *clientSender
+	retry  *clientSender
 	credit int32
 
 	attachedBefore bool
@@ -212,7 +221,7 @@ func (l *consumeLoop) closeReceiver(ctx context.Context, r linkReceiver) {
 	_ = r.Close(cctx)
 }
 
-// detach closes the last receiver and the dead-letter sender as Consume
+// detach closes the last receiver, the dead-letter and the retry senders as Consume
 // returns, side by side, each bounded by closeGrace.
 func (l *consumeLoop) detach(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.closeGrace)
@@ -223,6 +232,9 @@ func (l *consumeLoop) detach(ctx context.Context) {
 	}
 	if l.dlq != nil {
 		wg.Go(func() { _ = l.dlq.close(gctx) })
+	}
+	if l.retry != nil {
+		wg.Go(func() { _ = l.retry.close(gctx) })
 	}
 	wg.Wait()
 }

@@ -695,7 +695,7 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	seen := newHandled()
 	var logs fakelink.LogBuffer
 	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithObserver(obs),
-		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithRetrySchedule(nil))
 	run := startConsume(h, "orders.eu", cons, nil)
 	r := attachedReceiver(t, attached)
 	msg := orderMessage(t, 0)

@@ -1,12 +1,16 @@
-// The attempts a cluster Client's consumers remember across members: Artemis
-// restarts a message's delivery-count when redistribution moves it to
-// another member, so the count alone would let a failing message get
-// maxTries more deliveries on every move.
+// The attempts a Consumer remembers of the messages it retried at once
+// (modified with delivery-failed): Artemis 2.40 redelivers a large message
+// with delivery-count 0 every time, and restarts a message's
+// delivery-count when a cluster's redistribution moves it to another
+// member, so the count alone would let a failing message get
+// max-delivery-attempts deliveries, or maxTries more on every move. A
+// cluster Client's Consume shares one memory across its members.
 
 package artemis
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // attemptMemoryCap is how many message ids with a failed delivery and no
@@ -21,6 +25,9 @@ type attemptMemory struct {
 	cap   int
 	seen  map[string]int
 	order []string // ids in the order first remembered; forgotten ones are skipped on eviction
+	// n is len(seen): a memory with nothing in it (the usual case) costs
+	// a delivery an atomic load, not a lock.
+	n atomic.Int64
 }
 
 func newAttemptMemory(capacity int) *attemptMemory {
@@ -30,7 +37,7 @@ func newAttemptMemory(capacity int) *attemptMemory {
 // reconcile is attempts raised to what was remembered for id. A nil
 // memory (a single broker's Consume) remembers nothing.
 func (m *attemptMemory) reconcile(id string, attempts int) int {
-	if m == nil || id == "" {
+	if m == nil || id == "" || m.n.Load() == 0 {
 		return attempts
 	}
 	m.mu.Lock()
@@ -51,16 +58,21 @@ func (m *attemptMemory) failed(id string, attempts int) {
 		m.order = append(m.order, id)
 	}
 	m.seen[id] = max(m.seen[id], attempts)
+	m.n.Store(int64(len(m.seen)))
 }
 
 // forget drops id once its message is settled for good.
 func (m *attemptMemory) forget(id string) {
+	if m.n.Load() == 0 {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.seen[id]; !ok {
 		return
 	}
 	delete(m.seen, id)
+	m.n.Store(int64(len(m.seen)))
 	if len(m.order) > 2*m.cap {
 		// Compact the ids already forgotten.
 		kept := m.order[:0]

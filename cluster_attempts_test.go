@@ -67,7 +67,7 @@ func TestClusterConsumeCarriesAttemptsAcrossMembers(t *testing.T) {
 		mu.Unlock()
 		calls <- struct{}{}
 		return errors.New("always fails")
-	}}, WithMaxTries(3))
+	}}, WithMaxTries(3), WithRetrySchedule(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.c.Consume(ctx, "orders", cons, nil) }()

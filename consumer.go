@@ -69,14 +69,21 @@ type Consumer struct {
 	logger      *slog.Logger // nil: see logTo
 	observer    Observer
 	payload     PayloadValidator // nil: no payload check (WithPayloadValidator)
+	// schedule is the wait before a failed message's next attempt (nil:
+	// at once); retrySender is where its scheduled copy goes (nil: every
+	// retry is at once); scheduleSet: the schedule was chosen by an option.
+	schedule    RetrySchedule
+	retrySender Sender
+	scheduleSet bool
 	now         func() time.Time
 	// after is the clock the dead-letter retry hold waits on (time.After; a
 	// test gives a channel it controls).
 	after func(time.Duration) <-chan time.Time
 	err   error // an invalid option, returned by Listen and Handle
 
-	// memory, on a cluster Client's Consume, carries attempts across the
-	// members (cluster_attempts.go); nil elsewhere.
+	// memory is the attempts of the messages retried at once; a cluster
+	// Client's Consume gives every member's loop one shared memory
+	// (cluster_attempts.go).
 	memory *attemptMemory
 }
 
@@ -92,10 +99,51 @@ func WithDeadLetterSender(s Sender) ConsumerOption {
 	return func(c *Consumer) { c.dlq = s }
 }
 
-// WithMaxTries sets how many deliveries a failing message gets before it is
-// dead-lettered (default 3). Keep it below Artemis's max-delivery-attempts.
+// WithMaxTries sets how many attempts a failing message gets before it is
+// dead-lettered (default 3), counted by the reconciled attempts whether
+// the retries are scheduled copies or immediate redeliveries (see
+// WithRetrySchedule). Keep it below Artemis's max-delivery-attempts.
 func WithMaxTries(n int) ConsumerOption {
 	return func(c *Consumer) { c.maxTries = n }
+}
+
+// WithRetrySchedule sets how long a message whose handler failed waits
+// before its next attempt (see RetrySchedule; WithRetryBackoff is the usual
+// growing schedule). A positive wait publishes the next attempt as a copy
+// scheduled on the queue (x-opt-delivery-time, body attempts + 1) through
+// the retry sender, and accepts the failed delivery once the broker
+// accepted the copy: nothing waits in this process. A wait of 0 or less,
+// or a nil schedule, retries at once: modified with delivery-failed, the
+// broker redelivers it at once. maxTries counts attempts either way.
+// Default: DefaultRetryBackoff (10s, 30s, ... capped at 10m, 20% jitter).
+func WithRetrySchedule(s RetrySchedule) ConsumerOption {
+	return func(c *Consumer) { c.schedule, c.scheduleSet = s, true }
+}
+
+// WithRetryBackoff sets a growing retry schedule: attempt n waits
+// b.Initial*b.Multiplier^n, capped at b.Max, shortened by up to b.Jitter
+// of itself at random. b must pass b.Validate. A schedule of hours is
+// fine: the wait is the broker's. Default: DefaultRetryBackoff.
+func WithRetryBackoff(b Backoff) ConsumerOption {
+	return func(c *Consumer) {
+		if err := b.Validate(); err != nil {
+			c.err = fmt.Errorf("retry backoff: %w", err)
+			return
+		}
+		c.schedule, c.scheduleSet = backoffSchedule(b), true
+	}
+}
+
+// WithRetrySender sets the sender that scheduled retry copies go to: a
+// link to the queue the consumer receives from (or an anonymous link:
+// copies carry to = that queue). It should send unsettled, so the broker's
+// outcome confirms each copy. Client.Consume attaches one of its own.
+// Without it, Listen and Handle retry every failure at once (modified with
+// delivery-failed), whatever the schedule; when the schedule was set by
+// WithRetrySchedule or WithRetryBackoff, Listen says so at warn as it
+// starts.
+func WithRetrySender(s Sender) ConsumerOption {
+	return func(c *Consumer) { c.retrySender = s }
 }
 
 // WithUnknownURN sets the unknown-URN strategy (default UnknownURNFail).
@@ -197,6 +245,8 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		dlqTimeout:  DefaultDeadLetterTimeout,
 		retryDelay:  DefaultDeadLetterRetryDelay,
 		concurrency: DefaultConcurrency,
+		schedule:    backoffSchedule(DefaultRetryBackoff()),
+		memory:      newAttemptMemory(attemptMemoryCap),
 		now:         time.Now,
 		after:       time.After,
 	}

@@ -40,7 +40,8 @@
 //	| outcome                                     | disposition                                           |
 //	|---------------------------------------------|-------------------------------------------------------|
 //	| handler returns nil                         | accept                                                |
-//	| handler fails, attempts+1 < maxTries        | modified, delivery-failed (Artemis redelivers)        |
+//	| handler fails, attempts+1 < maxTries        | copy with attempts+1 scheduled by the retry schedule, |
+//	|                                             | then accept (a wait of 0: modified, delivery-failed)  |
 //	| handler fails at the limit, DLQ sender set  | dead_letter block (failed) to <queue>.dlq, then accept|
 //	| handler fails at the limit, no DLQ sender   | accept (drop), reported                               |
 //	| unknown URN, fail (default)                 | reported; modified, delivery-failed                   |
@@ -50,6 +51,7 @@
 //	| bq_schema_version not "1"                   | forwarded as received to the DLQ, then accept (or drop)|
 //	| poison body                                 | poison record to the DLQ, then accept (or drop)       |
 //	| DLQ write not accepted by the broker        | reported; plain release after the retry delay         |
+//	| retry copy not accepted by the broker       | reported; plain release after the retry delay         |
 //
 // A dead-letter write counts only when the broker's outcome is accepted;
 // anything else (rejected, released, modified, a closed link, the timeout)

@@ -26,6 +26,9 @@ var (
 	ErrHandlerFailed = errors.New("babelqueue: handler failed")
 	// ErrDeadLetterFailed: a write to the dead-letter queue was not confirmed.
 	ErrDeadLetterFailed = errors.New("babelqueue: dead-letter write failed")
+	// ErrRetryFailed: a scheduled retry copy was not confirmed; the
+	// delivery was released (not counted) after the dead-letter retry delay.
+	ErrRetryFailed = errors.New("babelqueue: retry write failed")
 	// ErrSettlement: the disposition could not be sent to the broker (the
 	// link or connection is gone); the broker redelivers the message.
 	ErrSettlement = errors.New("babelqueue: settlement failed")
@@ -105,6 +108,10 @@ const (
 	DispositionDeadLettered
 	// DispositionDropped: accepted without a dead-letter copy.
 	DispositionDropped
+	// DispositionScheduled: a copy carrying the next attempt was confirmed
+	// on the queue, scheduled for later (the retry schedule), then the
+	// source was accepted.
+	DispositionScheduled
 )
 
 // String returns the disposition's name.
@@ -120,6 +127,8 @@ func (d Disposition) String() string {
 		return "dead_lettered"
 	case DispositionDropped:
 		return "dropped"
+	case DispositionScheduled:
+		return "scheduled"
 	}
 	return "pending"
 }
@@ -160,6 +169,8 @@ const (
 	// KindDecryptFailed: the protected data could not be restored before
 	// the payload check and the handler (ErrDecrypt).
 	KindDecryptFailed
+	// KindRetryFailed: a scheduled retry copy was not confirmed (ErrRetryFailed).
+	KindRetryFailed
 )
 
 // deliveryKinds are the kinds' labels and sentinels, indexed by kind.
@@ -178,12 +189,14 @@ var deliveryKinds = [...]struct {
 	KindGivenBack:        {"given_back", ErrGivenBack},
 	KindInvalidConfig:    {"invalid_config", ErrInvalidConfig},
 	KindDecryptFailed:    {"decrypt_failed", ErrDecrypt},
+	KindRetryFailed:      {"retry_failed", ErrRetryFailed},
 }
 
 // String is the kind's label for a metric attribute or a log field: ""
 // for KindNone, else "handler_failed", "unknown_urn", "poison",
 // "version_gated", "dead_letter_failed", "settlement_failed",
-// "invalid_payload", "given_back", "invalid_config" or "decrypt_failed"; a value outside the
+// "invalid_payload", "given_back", "invalid_config", "decrypt_failed" or
+// "retry_failed"; a value outside the
 // constants is "DeliveryKind(N)".
 func (k DeliveryKind) String() string {
 	if int(k) < len(deliveryKinds) {

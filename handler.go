@@ -47,13 +47,13 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 	return d.handlerFailed(herr)
 }
 
-// handlerFailed settles a failed attempt: redelivery below the limit,
-// dead-letter (or drop without a DLQ sender) at it.
+// handlerFailed settles a failed attempt: a retry by the schedule below the
+// limit, dead-letter (or drop without a DLQ sender) at it.
 func (d *delivery) handlerFailed(cause error) error {
 	// Written as attempts < maxTries-1, not attempts+1 < maxTries: a body
 	// attempts of math.MaxInt would overflow and be retried forever.
 	if d.attempts < d.c.maxTries-1 {
-		return d.finish(KindHandlerFailed, cause, DispositionAbandoned, d.abandon)
+		return d.retry(cause)
 	}
 	if d.c.dlq == nil {
 		return d.finish(KindHandlerFailed, cause, DispositionDropped, d.accept)

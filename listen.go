@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -72,6 +73,12 @@ func (c *Consumer) Listen(ctx context.Context, r Receiver) error {
 func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context) error { //nolint:revive // two contexts: the call's, and the connection's lost context
 	if c.err != nil {
 		return c.err
+	}
+	if c.scheduleSet && c.schedule != nil && c.retrySender == nil {
+		if l := c.logTo(ctx, slog.LevelWarn); l != nil {
+			l.LogAttrs(ctx, slog.LevelWarn, "retry schedule without a retry sender: every retry is immediate",
+				slog.String("queue", c.queueName(r)))
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -62,6 +62,9 @@ type SettleEvent struct {
 	Attempts int
 	// Handler is how long the handler ran (0 when it was not called).
 	Handler time.Duration
+	// RetryDelay is the wait of a scheduled retry (DispositionScheduled):
+	// the copy is due that long after the handler failed; 0 otherwise.
+	RetryDelay time.Duration
 	// Latency is the time from the start of the handler (for a delivery
 	// that reaches no handler: from the decision to settle it) to the end
 	// of its settlement: the handler, a dead-letter write and its retry

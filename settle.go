@@ -31,6 +31,7 @@ type delivery struct {
 	// start and handler are read only when the consumer has an observer.
 	start   time.Time
 	handler time.Duration
+	delay   time.Duration // a scheduled retry's wait
 }
 
 var failedAttempt = &amqp.ModifyMessageOptions{DeliveryFailed: true}
@@ -78,7 +79,7 @@ func (d *delivery) finish(kind DeliveryKind, cause error, disp Disposition, sett
 	var reported *DeliveryError
 	if kind != KindNone && !d.quiet {
 		reported = d.deliveryError(kind, cause, disp)
-		if kind == KindDeadLetterFailed {
+		if kind == KindDeadLetterFailed || kind == KindRetryFailed {
 			return d.reportThenSettle(kind, cause, disp, reported, settle)
 		}
 	}
@@ -225,12 +226,16 @@ func logMessage(kind DeliveryKind, disp Disposition) string {
 		what = "unsupported schema version"
 	case KindDeadLetterFailed:
 		what = "dead-letter write failed"
+	case KindRetryFailed:
+		what = "retry write failed"
 	default:
 		what = "delivery failed"
 	}
 	switch disp {
 	case DispositionAbandoned:
 		return what + ", retrying"
+	case DispositionScheduled:
+		return what + ", retry scheduled"
 	case DispositionReleased:
 		return what + ", releasing"
 	case DispositionDeadLettered:
@@ -268,7 +273,7 @@ func (d *delivery) observe(kind DeliveryKind, cause error, disp Disposition) {
 		return
 	}
 	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
-		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
+		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start), RetryDelay: d.delay}
 	if d.env != nil {
 		ev.MessageID = d.env.Meta.ID
 	}
@@ -282,7 +287,8 @@ func (c *Consumer) observeSettled(ev SettleEvent) {
 }
 
 // remember keeps the memory of d's consumer up to date once d was settled
-// with disp: a failed attempt is remembered, a final outcome forgets.
+// with disp: a failed attempt retried at once is remembered, a final
+// outcome forgets.
 func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 	m := d.c.memory
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
@@ -290,6 +296,8 @@ func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 	}
 	switch {
 	case disp == DispositionAbandoned && kind == KindHandlerFailed:
+		// Only an immediate retry: a scheduled copy carries its count in
+		// its body, durably, which the memory never lowers.
 		m.failed(d.env.Meta.ID, d.attempts+1)
 	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
 		m.forget(d.env.Meta.ID)

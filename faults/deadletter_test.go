@@ -86,6 +86,7 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		return &faultFailure{}
 	}},
 		artemis.WithMaxTries(maxTries),
+		artemis.WithRetrySchedule(nil), // retried at once: the scenario is the dead-letter writes
 		artemis.WithConcurrency(concurrency),
 		artemis.WithDeadLetterTimeout(10*time.Second),
 		artemis.WithDeadLetterRetryDelay(100*time.Millisecond),

@@ -508,8 +508,8 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			attempts <- env.Attempts
 			return errors.New("go handler fails on purpose")
 		},
-	}, artemis.WithMaxTries(3))
-	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender
+	}, artemis.WithMaxTries(3), artemis.WithRetryBackoff(artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}))
+	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender and the retry sender
 	var seen []int
 	for range 3 {
 		seen = append(seen, pyWait(t, attempts, "a failing attempt"))
@@ -756,4 +756,49 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 	assert.Positive(t, byConsumer["go"], "the Go consumer handled some")
 	assert.Positive(t, byConsumer["python"], "the Python consumer handled some")
 	assert.Empty(t, b.Dial(t).Drain(queue, ""), "nothing left on the queue")
+}
+
+// Scenario 6: a Go consumer fails a Go message once; its retry waits on the
+// broker as a scheduled copy with attempts 1, and a Python consumer on the
+// same queue handles that copy when it is due, with attempts 1: a scheduled
+// retry is an ordinary BabelQueue message to the Python SDK.
+func TestIntegrationPythonHandlesAGoScheduledRetry(t *testing.T) {
+	b, python := pyRequire(t)
+	queue := brokertest.Queue(t)
+	const urn, wait = "urn:babel:interop:retry-scheduled", 3 * time.Second
+	data := []byte(`{"order_id":7,"big":` + pyBigInt + `}`)
+	trace := pyTrace(t)
+
+	c := pyDial(t, b)
+	id := pyPublish(t, pyPublisher(t, c, queue), urn, data, trace)
+	failed := make(chan time.Time, 4)
+	cons := testkit.MustConsumer(t, artemis.Handlers{
+		urn: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+			failed <- time.Now()
+			return errors.New("go handler fails on purpose")
+		},
+	}, artemis.WithRetrySchedule(func(int) time.Duration { return wait }))
+	stop := pyConsume(t, c, queue, cons, nil)
+	failedAt := pyWait(t, failed, "the Go attempt")
+	stop() // Consume returns once the failed delivery is settled: the copy is on the broker
+	assert.Empty(t, failed, "one Go attempt")
+
+	lines := pyRun(t, b, python, "consume", "--queue", queue, "--urn", urn, "--max", "1", "--idle", "20")
+	handledAt := time.Now()
+	handled := pyEvents(lines, "handled")
+	require.Len(t, handled, 1, "the Python consumer handles the scheduled copy once: %v", lines)
+	assert.Equal(t, "ok", handled[0].Outcome)
+	env := pyDecodeHandled(t, handled[0])
+	t.Logf("python interop: a Go scheduled retry (%v) handled by Python %.1f s after the Go failure: attempts %d, same meta.id %t, same trace %t",
+		wait, handledAt.Sub(failedAt).Seconds(), env.Attempts, env.Meta.ID == id, env.TraceID == trace)
+	assert.Equal(t, 1, env.Attempts, "the copy's body count")
+	assert.Equal(t, id, env.Meta.ID)
+	assert.Equal(t, trace, env.TraceID)
+	assert.Equal(t, urn, env.Job)
+	pyJSONEqual(t, data, env.Data)
+	assert.GreaterOrEqual(t, handledAt.Sub(failedAt), wait, "handled no earlier than its time")
+
+	conn := b.Dial(t)
+	assert.Empty(t, conn.Drain(queue, ""), "the Python consumer accepted the copy")
+	assert.Empty(t, conn.Drain(queue+".dlq", ""), "nothing dead-lettered")
 }

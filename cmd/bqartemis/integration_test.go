@@ -318,6 +318,12 @@ func TestIntegrationPublishPeekStats(t *testing.T) {
 	if st["messages"] != 3.0 || st["scheduled"] != 1.0 || st["added"] != 3.0 || st["consumers"] != 0.0 || st["delivering"] != 0.0 {
 		t.Errorf("stats: %v", st)
 	}
+	sched := jsonLines(t, cli(t, env, "scheduled", queue, "-json"))
+	if len(sched) != 1 || sched[0]["urn"] != "urn:babel:orders:later" || sched[0]["attempts"] != 0.0 || sched[0]["id"] == "" {
+		t.Errorf("scheduled: %v", sched)
+	} else if due, err := time.Parse(time.RFC3339, sched[0]["due"].(string)); err != nil || time.Until(due) < 50*time.Minute {
+		t.Errorf("scheduled due %v (%v), want about an hour from now", sched[0]["due"], err)
+	}
 	r := c.NewReceiver(queue, &brokertest.ReceiverOptions{Credit: 1})
 	msg := c.Receive(r, 20*time.Second)
 	if msg == nil {

@@ -65,6 +65,8 @@ func commands() []command {
 			"publish one envelope (data JSON object, - reads it from stdin; default {}) and print its meta.id", setupPublish},
 		{"stats", "[QUEUE...] [-json]",
 			"per-queue counters from the broker's management address", setupStats},
+		{"scheduled", "QUEUE [-json] [-max N]",
+			"list the messages waiting on a queue for their delivery time (scheduled retries, delayed publishes)", setupScheduled},
 		{"validate", "(QUEUE | -file FILE) (-schemas DIR | -registry FILE) [-json] [-max N]", "check message data against JSON Schemas per URN (browsed, nothing consumed; runs bqartemis-validate)", setupValidate},
 	}
 }

@@ -41,6 +41,10 @@ const FailingOrder = 1003
 // MaxTries is how many deliveries a failing message gets.
 const MaxTries = 3
 
+// RetryBackoff spaces the failing order's attempts: 200ms, then 400ms (the
+// default, 10s then 30s, is made to ride out a dependency's outage).
+var RetryBackoff = artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}
+
 // PoisonText is the body of the poison message: plain text, not JSON.
 const PoisonText = "order 1006; qty=2; sku=A-17"
 
@@ -184,7 +188,7 @@ func consume(ctx context.Context, client *artemis.Client, queue, dlq, poisonID s
 	// Consume attaches a receiver to the queue and a dead-letter sender to
 	// <queue>.dlq, and runs until its context ends.
 	bg, err := broker.Consume(cctx, client, queue, artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithOnError(onError))
+		artemis.WithMaxTries(MaxTries), artemis.WithRetryBackoff(RetryBackoff), artemis.WithOnError(onError))
 	if err != nil {
 		return err
 	}
@@ -266,7 +270,7 @@ func (t *tracker) record(ev event, dlq string) string {
 		what = "not a valid envelope"
 	}
 	switch de.Disposition {
-	case artemis.DispositionAbandoned:
+	case artemis.DispositionAbandoned, artemis.DispositionScheduled:
 		if ours && errors.Is(de, artemis.ErrHandlerFailed) {
 			t.attempts[ev.id] = append(t.attempts[ev.id], ev.attempts)
 		}

@@ -51,12 +51,12 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 		t.Errorf("messaging.client.operation.duration count %d sum %v, want %d publishes with a positive time", h.Count, h.Sum, workload.Orders)
 	}
 
-	// Settlements: four orders accepted, the failing one abandoned twice
+	// Settlements: four orders accepted, the failing one scheduled for a retry twice
 	// then dead-lettered.
 	settled := sums(t, byName["babelqueue.settlements"])
 	want := map[string]int64{
 		proc(queue, "babelqueue.disposition", "accepted"):                                      workload.Orders - 1,
-		proc(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed"):     workload.MaxTries - 1,
+		proc(queue, "babelqueue.disposition", "scheduled", "error.type", "handler_failed"):     workload.MaxTries - 1,
 		proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed"): 1,
 	}
 	if !equal(settled, want) {

@@ -143,6 +143,8 @@ func run(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	cons, err := artemis.NewConsumer(artemis.Handlers{URNPlaced: inbox.Handle(b.charge)},
+		// The failed charge comes back 200ms later (the default waits 10s).
+		artemis.WithRetryBackoff(artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}),
 		artemis.WithOnError(func(_ context.Context, err error, _ *artemis.Envelope, _ *amqp.Message) {
 			var de *artemis.DeliveryError
 			if errors.As(err, &de) {

@@ -356,7 +356,7 @@ func TestClusterFailingMessageReachesTheDLQWithinTheBound(t *testing.T) {
 	stop := consume(t, c, q, func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		calls.Add(1)
 		return errors.New("always fails")
-	}, artemis.WithMaxTries(maxTries))
+	}, artemis.WithMaxTries(maxTries), artemis.WithRetrySchedule(nil)) // immediate retries: the broker's count and the Client's memory
 
 	dl := newTally(1)
 	var dlAttempts int
@@ -449,7 +449,7 @@ func TestClusterFailingMessageMovedByRedistributionStaysWithinTheBound(t *testin
 		}
 		mu.Unlock()
 		return errors.New("always fails")
-	}, artemis.WithMaxTries(maxTries))
+	}, artemis.WithMaxTries(maxTries), artemis.WithRetrySchedule(nil)) // immediate retries: the broker's count and the Client's memory
 	dl := newTally(1)
 	stopDL := consume(t, c, q+".dlq", func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		dl.add(env.Meta.ID)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/Azure/go-amqp"
 
@@ -29,7 +30,8 @@ const Orders = 5
 const MaxTries = 3
 
 // Settlements is how many settlements the run makes: every order but one
-// accepted, the failing one abandoned MaxTries-1 times, then dead-lettered.
+// accepted, the failing one scheduled for a retry MaxTries-1 times, then
+// dead-lettered.
 const Settlements = Orders - 1 + MaxTries
 
 // counter passes every event on to an Observer and counts the
@@ -85,7 +87,10 @@ func consume(ctx context.Context, client *artemis.Client, pub *artemis.ClientPub
 	// No WithOnError and no WithLogger: the failures are also logged, at
 	// warn, to slog.Default() (standard error).
 	cons, err := broker.Consume(ctx, client, queue, artemis.Handlers{URNCreated: handle},
-		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs))
+		artemis.WithMaxTries(MaxTries), artemis.WithObserver(obs),
+		// Short waits, so the run stays short; a retry is the "scheduled"
+		// disposition, its wait in SettleEvent.RetryDelay.
+		artemis.WithRetryBackoff(artemis.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}))
 	if err != nil {
 		return err
 	}

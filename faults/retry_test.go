@@ -1,0 +1,324 @@
+package faults_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
+)
+
+// The retry child: this test binary run again with BQFAULT_CHILD=retry.
+// Its handler fails every first attempt (attempts 0), writing
+// "F <unix ns> <meta.id>", and handles every later one, writing
+// "S <unix ns> <meta.id> <attempts>"; each line one write(2) on an
+// O_APPEND file. Its retries wait faultRetryWait.
+const (
+	faultRetryChild   = "retry"
+	faultRetryWait    = 15 * time.Second
+	faultRetryWorkers = 4
+)
+
+func init() {
+	if os.Getenv(faultChildEnv) == faultRetryChild {
+		os.Exit(faultRetryConsume())
+	}
+}
+
+func faultRetryConsume() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault retry child:", err); return 2 }
+	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	var mu sync.Mutex
+	record := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = f.WriteString(line)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		if env.Attempts == 0 {
+			record(fmt.Sprintf("F %d %s\n", time.Now().UnixNano(), env.Meta.ID))
+			return errors.New("dependency down")
+		}
+		record(fmt.Sprintf("S %d %s %d\n", time.Now().UnixNano(), env.Meta.ID, env.Attempts))
+		return nil
+	}}, artemis.WithConcurrency(faultRetryWorkers), artemis.WithLogger(slog.New(slog.DiscardHandler)),
+		artemis.WithRetrySchedule(func(int) time.Duration { return faultRetryWait }))
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons, nil); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+func startRetryChild(t *testing.T, q, logPath string) *faultChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), faultChildEnv+"="+faultRetryChild, faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	ch := &faultChild{cmd: cmd, done: make(chan error, 1)}
+	go func() { ch.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = ch.wait()
+		}
+	})
+	return ch
+}
+
+// retryLog reads the retry child's lines as they come.
+type retryLog struct {
+	r       *bufio.Reader
+	partial string
+	failed  map[string]time.Time   // meta.id -> its first failure
+	handled map[string][]time.Time // meta.id -> every successful call
+}
+
+func (l *retryLog) read(t *testing.T) {
+	t.Helper()
+	for {
+		s, err := l.r.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			l.partial += s
+			return
+		}
+		require.NoError(t, err)
+		parts := strings.Fields(strings.TrimSuffix(l.partial+s, "\n"))
+		l.partial = ""
+		require.GreaterOrEqual(t, len(parts), 3)
+		ns, err := strconv.ParseInt(parts[1], 10, 64)
+		require.NoError(t, err)
+		at, id := time.Unix(0, ns), parts[2]
+		switch parts[0] {
+		case "F":
+			if _, ok := l.failed[id]; !ok {
+				l.failed[id] = at
+			}
+		case "S":
+			l.handled[id] = append(l.handled[id], at)
+		}
+	}
+}
+
+// TestFaultScheduledRetriesSurviveAConsumerKill: a consumer process fails
+// the first attempt of 1,000 messages, each then waits 15 s on the broker
+// as a scheduled copy; the process is SIGKILLed while they wait, and a new
+// one started. Every message comes back at its time (not before its
+// failure + 15 s), is handled once, and nothing is dead-lettered or lost.
+// A message whose source's accept was in flight at the kill may come back
+// at once as well as at its time: at most one per handler goroutine.
+func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
+	fb := requireFaultBroker(t)
+	const total = 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	q := faultQueue("retrykill")
+	sent := faultPublish(t, ctx, fb, q, total, 8)
+
+	logPath := t.TempDir() + "/retry.log"
+	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
+	f, err := os.Open(logPath)
+	require.NoError(t, err)
+	defer f.Close()
+	rl := &retryLog{r: bufio.NewReader(f), failed: map[string]time.Time{}, handled: map[string][]time.Time{}}
+	poll := func(until func() bool, what string, within time.Duration) {
+		deadline := time.Now().Add(within)
+		for {
+			rl.read(t)
+			if until() {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %v waiting for %s (failed %d, handled %d of %d)", within, what, len(rl.failed), len(rl.handled), total)
+			}
+			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
+		}
+	}
+
+	child := startRetryChild(t, q, logPath)
+	poll(func() bool { return len(rl.failed) >= total }, "every first attempt failed", 2*time.Minute)
+	var firstFail, lastFail time.Time
+	for _, at := range rl.failed {
+		if firstFail.IsZero() || at.Before(firstFail) {
+			firstFail = at
+		}
+		if at.After(lastFail) {
+			lastFail = at
+		}
+	}
+	require.Less(t, time.Since(firstFail), faultRetryWait-3*time.Second, "the failures took too long to kill while all wait")
+	require.NoError(t, child.cmd.Process.Kill())
+	killedAt := time.Now()
+	require.Error(t, child.wait(), "the child exits by the SIGKILL")
+	rl.read(t)
+	early := len(rl.handled) // handled before the kill: none should be
+	scheduled := -1
+	if fb.HasCLI() {
+		st, err := fb.Stat(ctx, q)
+		require.NoError(t, err)
+		scheduled = st.ScheduledCount
+	}
+	child = startRetryChild(t, q, logPath)
+	poll(func() bool { return len(rl.handled) >= total }, "every message handled after its wait", 2*time.Minute)
+	lastHandled := time.Now()
+	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-child.done:
+		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
+	case <-time.After(faultWait):
+		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
+	}
+	rl.read(t)
+	left := faultDrain(t, fb.Broker, q)
+	dead := faultDrain(t, fb.Broker, q+".dlq")
+
+	var late []time.Duration
+	twice, beforeTime, lost := 0, 0, 0
+	for id := range sent {
+		calls := rl.handled[id]
+		if len(calls) == 0 {
+			if left.copies[id] == 0 && dead.copies[id] == 0 {
+				lost++
+			}
+			continue
+		}
+		if len(calls) > 1 {
+			twice++
+		}
+		due := rl.failed[id].Add(faultRetryWait)
+		for _, at := range calls {
+			if at.Before(due.Add(-50 * time.Millisecond)) {
+				beforeTime++ // a source whose accept was in flight at the kill
+				continue
+			}
+			late = append(late, at.Sub(due))
+		}
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	p50, worst := time.Duration(0), time.Duration(0)
+	if len(late) > 0 {
+		p50, worst = late[len(late)/2], late[len(late)-1]
+	}
+	fmt.Printf("fault: scheduled retries through a consumer SIGKILL: %d messages failed once in %.1f s and waited %v each, killed %.1f s after the first failure "+
+		"(scheduled on the broker at the kill: %d), lost %d, dead-lettered %d, left on the queue %d, handled twice %d (bound %d), handled before their time %d, "+
+		"after it: median %d ms late, at most %d ms; all handled %.1f s after the kill\n",
+		total, lastFail.Sub(firstFail).Seconds(), faultRetryWait, killedAt.Sub(firstFail).Seconds(), scheduled, lost, dead.total, left.total,
+		twice, faultRetryWorkers, beforeTime, p50.Milliseconds(), worst.Milliseconds(), lastHandled.Sub(killedAt).Seconds())
+	assert.Zero(t, early, "no message was handled before the kill: each waits its 15 s")
+	assert.Zero(t, lost, "lost")
+	assert.Zero(t, dead.total, "dead-lettered")
+	assert.Zero(t, left.total, "left on the queue")
+	assert.LessOrEqual(t, twice, faultRetryWorkers, "handled twice: at most one accept in flight per handler goroutine at the kill")
+	assert.LessOrEqual(t, beforeTime, faultRetryWorkers)
+	assert.Less(t, worst, 15*time.Second, "a message came back long after its time")
+	if scheduled >= 0 {
+		assert.GreaterOrEqual(t, scheduled, total-faultRetryWorkers, "the copies wait on the broker")
+	}
+}
+
+// TestFaultRetryOutageUnderLoad: a dependency of the handler is down for
+// 20 s while messages arrive at about 100 a second, with the default retry
+// schedule and maxTries (Client.Consume, 4 handlers). Nothing is
+// dead-lettered or lost, each message is handled once, and the backlog of
+// retries drains after the recovery.
+func TestFaultRetryOutageUnderLoad(t *testing.T) {
+	fb := requireFaultBroker(t)
+	const rate, publishFor, outageAt, outage = 100, 30 * time.Second, 5 * time.Second, 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	q := faultQueue("retryoutage")
+	c := faultDial(t, fb, nil)
+	start := time.Now()
+	down, up := start.Add(outageAt), start.Add(outageAt+outage)
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var calls, failed atomic.Int64
+	cons := testkit.MustConsumer(t, artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+		calls.Add(1)
+		if now := time.Now(); now.After(down) && now.Before(up) {
+			failed.Add(1)
+			return errors.New("database unavailable")
+		}
+		mu.Lock()
+		handled[env.Meta.ID]++
+		mu.Unlock()
+		return nil
+	}}, artemis.WithConcurrency(4), artemis.WithLogger(slog.New(slog.DiscardHandler)))
+	testkit.ConsumeInBackground(t, c, q, cons, nil, faultWait)
+
+	pub, err := c.Publisher(ctx, q)
+	require.NoError(t, err)
+	var sent []string
+	tick := time.NewTicker(time.Second / rate)
+	for time.Since(start) < publishFor {
+		<-tick.C
+		id, err := pub.Publish(ctx, faultURN, faultData{Seq: len(sent)})
+		require.NoError(t, err)
+		sent = append(sent, id)
+	}
+	tick.Stop()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
+	deadline := time.Now().Add(2 * time.Minute)
+	for count() < len(sent) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // the handlers run in this process, the retries on the broker's clock
+	}
+	drained := time.Since(up)
+	time.Sleep(faultDrainIdle)
+	dead := faultDrain(t, fb.Broker, q+".dlq")
+	left := faultDrain(t, fb.Broker, q)
+	mu.Lock()
+	defer mu.Unlock()
+	lost, twice := 0, 0
+	for _, id := range sent {
+		switch n := handled[id]; {
+		case n == 0 && left.copies[id] == 0 && dead.copies[id] == 0:
+			lost++
+		case n > 1:
+			twice++
+		}
+	}
+	fmt.Printf("fault: a 20 s outage of the handler's dependency under %d msg/s, default retry schedule and maxTries: %d published, lost %d, dead-lettered %d, "+
+		"handled twice %d, handler calls %d (failed %d), every message handled %.1f s after the recovery\n",
+		rate, len(sent), lost, dead.total, twice, calls.Load(), failed.Load(), drained.Seconds())
+	assert.Zero(t, lost, "lost")
+	assert.Zero(t, dead.total, "dead-lettered")
+	assert.Zero(t, left.total, "left on the queue")
+	assert.Zero(t, twice, "handled twice")
+	assert.Equal(t, len(sent), len(handled))
+	assert.Positive(t, failed.Load(), "the outage failed nothing: the test did not test")
+}

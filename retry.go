@@ -1,0 +1,103 @@
+// The scheduled retry: the next attempt of a failed message published as a
+// copy scheduled on its queue, confirmed by the broker before the failed
+// delivery is accepted.
+
+package artemis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// retry settles a failed attempt below maxTries by the schedule: a
+// scheduled copy when the wait is positive and there is a retry sender,
+// else modified with delivery-failed (the broker redelivers at once).
+func (d *delivery) retry(cause error) error {
+	delay := d.c.retryWait(d.attempts)
+	if delay <= 0 || d.env == nil {
+		return d.finish(KindHandlerFailed, cause, DispositionAbandoned, d.abandon)
+	}
+	now := d.c.now()
+	msg := retryCopy(d.env, d.msg, d.attempts+1, now, now.Add(delay), d.retryAddress())
+	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
+	err := sendConfirmed(ctx, d.c.retrySender, msg)
+	cancel()
+	if err == nil {
+		d.delay = delay
+		return d.finish(KindHandlerFailed, cause, DispositionScheduled, d.accept)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
+	}
+	retryErr := fmt.Errorf("%w (scheduling a retry after: %w)", err, cause)
+	// As a failed dead-letter write: a plain release after the hold, which
+	// Artemis does not count, so the attempt is not lost either.
+	return d.finish(KindRetryFailed, retryErr, DispositionReleased, func() error {
+		d.wait(d.c.retryDelay)
+		return d.release()
+	})
+}
+
+// retryWait is the schedule's wait after attempt attempts failed; 0 (at
+// once) without a schedule or a retry sender. A panic in the schedule is
+// not the delivery's loss: it retries at once.
+func (c *Consumer) retryWait(attempts int) (wait time.Duration) {
+	if c.schedule == nil || c.retrySender == nil {
+		return 0
+	}
+	defer recoverHook(c.logger, "retry schedule panicked") // wait stays 0
+	wait = c.schedule(attempts)
+	return wait
+}
+
+// retryAddress is the address the copy is published to: the receiver's,
+// else the queue option.
+func (d *delivery) retryAddress() string {
+	if a, ok := d.r.(interface{ Address() string }); ok && a.Address() != "" {
+		return a.Address()
+	}
+	return d.c.queue
+}
+
+// retryCopy is the next attempt of env: the envelope re-encoded
+// canonically with attempts (unknown keys kept), the section 2 projection,
+// the source's out-of-band headers, group-id, priority and expiry, and the
+// scheduled delivery time at (read on this machine's clock: a broker whose
+// clock is ahead delivers it that much early). It carries no duplicate id: Artemis drops,
+// and answers accepted for, a transfer whose _AMQ_DUPL_ID it has seen, and
+// the source's id (or any id derived from the message) is shared by an
+// earlier publish or an earlier retry of a redriven message.
+func retryCopy(env *Envelope, src *amqp.Message, attempts int, now, at time.Time, addr string) *amqp.Message {
+	cp := *env
+	cp.Attempts = attempts
+	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
+	msg := projection(&cp, string(body), stringProperties(src))
+	keepForRetry(msg, src, now)
+	msg.Annotations[AnnotationDeliveryTime] = at.UnixMilli()
+	setTo(msg, addr)
+	return msg
+}
+
+// keepForRetry gives a retry copy the source's group-id and priority, and
+// its expiry: the absolute expiry time unchanged (the message expires when
+// its producer said, however often it is retried) with the header ttl
+// what is left of it now (at least 1ms: a copy due after its expiry
+// expires on the broker, as the source would have).
+// A source with a header ttl and no absolute expiry time gets the same
+// ttl again, as a cluster's move does.
+func keepForRetry(msg, src *amqp.Message, now time.Time) {
+	keepForDeadLetter(msg, src)
+	if src.Properties != nil && src.Properties.AbsoluteExpiryTime != nil && !src.Properties.AbsoluteExpiryTime.IsZero() {
+		exp := *src.Properties.AbsoluteExpiryTime
+		msg.Properties.AbsoluteExpiryTime = &exp
+		msg.Header.TTL = max(exp.Sub(now), time.Millisecond).Truncate(time.Millisecond)
+		return
+	}
+	if src.Header != nil && src.Header.TTL > 0 {
+		msg.Header.TTL = src.Header.TTL
+	}
+}
