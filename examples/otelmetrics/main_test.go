@@ -79,9 +79,9 @@ func TestMetricsThroughTheBroker(t *testing.T) {
 
 	// The failing order: retried twice (attempts 1 and 2), dead-lettered
 	// once; every delivery consumed.
-	if got := sums(t, byName["babelqueue.retries"]); got[proc(queue, "babelqueue.disposition", "abandoned", "error.type", "handler_failed")] != workload.MaxTries-2 ||
+	if got := sums(t, byName["babelqueue.retries"]); got[proc(queue, "babelqueue.disposition", "scheduled", "error.type", "handler_failed")] != workload.MaxTries-2 ||
 		got[proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed")] != 1 {
-		t.Errorf("babelqueue.retries %v, want one abandoned retry and the dead-lettered one", got)
+		t.Errorf("babelqueue.retries %v, want one scheduled retry and the dead-lettered one", got)
 	}
 	if got := sums(t, byName["babelqueue.dead_letters"]); len(got) != 1 || got[proc(queue, "babelqueue.disposition", "dead_lettered", "error.type", "handler_failed")] != 1 {
 		t.Errorf("babelqueue.dead_letters %v, want the failing order", got)
