@@ -217,23 +217,40 @@ func xmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
+// xmlAttrEscape escapes s for a double-quoted attribute value.
+func xmlAttrEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
 // ConfigureHA applies the settings of a replication pair's node (role
 // "primary" or "backup") on top of ConfigureBase: connectors "artemis"
 // (this node's CORE acceptor) and "peer", the cluster user (the
 // instance's), the cluster-connection "bq-ha" over the static connector
-// (no UDP), max-hops 0, load balancing OFF, and ha-policy replication: the
-// primary checks for an active server (fail-back), the backup allows
-// fail-back and restarts as a backup.
-func ConfigureHA(xml string, core int, role string, peer int, user, password string) (string, error) {
+// (no UDP), max-hops 0, load balancing OFF, and ha-policy replication
+// with a pluggable lock manager: Artemis's file lock in the folder locks,
+// which both nodes share. A node becomes active only while it holds the
+// pair's lock and only with the newest journal (the activation sequence
+// kept beside the lock), so neither a restarted primary that cannot reach
+// its backup in time nor a slow replication can make two active nodes or
+// one active on a stale journal. The backup allows fail-back: once it has
+// synchronised a restarted primary, it hands back and becomes the backup
+// again.
+func ConfigureHA(xml string, core int, role string, peer int, user, password, locks string) (string, error) {
 	xml = dropElements(xml, "connectors", "cluster-user", "cluster-password", "cluster-connections", "ha-policy",
 		"broadcast-groups", "discovery-groups")
+	manager := fmt.Sprintf(`<manager>
+                  <class-name>org.apache.activemq.artemis.lockmanager.file.FileBasedLockManager</class-name>
+                  <properties>
+                     <property key="locks-folder" value="%s"/>
+                  </properties>
+               </manager>`, xmlAttrEscape(locks))
 	policy := `<backup>
+               ` + manager + `
                <allow-failback>true</allow-failback>
-               <restart-backup>true</restart-backup>
             </backup>`
 	if role == "primary" {
 		policy = `<primary>
-               <check-for-active-server>true</check-for-active-server>
+               ` + manager + `
             </primary>`
 	}
 	block := fmt.Sprintf(`<!-- managed by scripts/artemis: %s of a replication pair over loopback (static connectors, no UDP) -->

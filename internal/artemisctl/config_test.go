@@ -113,7 +113,7 @@ func TestConfigureHA(t *testing.T) {
 				if err != nil {
 					return "", err
 				}
-				return ConfigureHA(x, tc.core, tc.role, tc.peer, "babel", "babel")
+				return ConfigureHA(x, tc.core, tc.role, tc.peer, "babel", "babel", "/x/.artemis/ha-locks/bgoha")
 			})
 		})
 	}

@@ -28,7 +28,11 @@ func (i *Instance) configure(amqp, core int) error {
 		if peer == 0 {
 			return i.die("HA node %s has no peer port in %s (recreate the pair: ha-reset)", i.Name, i.state)
 		}
-		if xml, err = ConfigureHA(xml, core, role, peer, i.Get("USER"), i.Get("PASSWORD")); err != nil {
+		locks := i.c.haLocks(strings.TrimSuffix(i.Name, "-"+role))
+		if err := os.MkdirAll(locks, 0o755); err != nil {
+			return i.die("%v", err)
+		}
+		if xml, err = ConfigureHA(xml, core, role, peer, i.Get("USER"), i.Get("PASSWORD"), locks); err != nil {
 			return i.die("%v", err)
 		}
 	}

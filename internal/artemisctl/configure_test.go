@@ -44,11 +44,15 @@ func TestConfigureInstanceFiles(t *testing.T) {
 	if err := i.configure(20001, 20002); err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, "ha-primary.golden.xml", readEtc(t, i, "broker.xml"))
+	// The lock folder is below the Ctl's base, a temporary folder here.
+	checkGolden(t, "ha-primary.golden.xml", strings.ReplaceAll(readEtc(t, i, "broker.xml"), c.Base, "/x/.artemis"))
 	if err := i.configure(20001, 20002); err != nil { // a second start
 		t.Fatal(err)
 	}
-	checkGolden(t, "ha-primary.restart.golden.xml", readEtc(t, i, "broker.xml"))
+	checkGolden(t, "ha-primary.restart.golden.xml", strings.ReplaceAll(readEtc(t, i, "broker.xml"), c.Base, "/x/.artemis"))
+	if st, err := os.Stat(filepath.Join(c.Base, "ha-locks", "bgoha")); err != nil || !st.IsDir() {
+		t.Errorf("the pair's lock folder was not made: %v", err)
+	}
 	if got, want := readEtc(t, i, "artemis-users.properties"), "babel = ENC(not-a-real-hash)\nnodlq = nodlq-pw\n"; got != want {
 		t.Errorf("users:\n%s\nwant:\n%s", got, want)
 	}

@@ -2,6 +2,9 @@ package artemisctl
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -22,6 +25,10 @@ func (c *Ctl) Pair(name string) *Pair {
 }
 
 func (p *Pair) logName() string { return "ha:" + p.Name }
+
+// haLocks is the folder of the pair's lock and activation sequence, which
+// both nodes share (Artemis's file lock manager): Base/ha-locks/<pair>.
+func (c *Ctl) haLocks(pair string) string { return filepath.Join(c.Base, "ha-locks", pair) }
 
 // Node returns the pair's node role ("primary" or "backup").
 func (p *Pair) Node(role string) (*Instance, error) {
@@ -147,7 +154,11 @@ func (p *Pair) Env() (string, error) {
 
 // Start creates the pair on first use and starts both nodes: the primary
 // (until its AMQP acceptor is up), then the backup (until it is
-// synchronized with the primary, AMQ221024).
+// synchronized with the primary, AMQ221024). A primary whose journal is
+// older than the pair's (the pair was stopped while its backup served)
+// cannot become active on its own: it waits as a backup for the node with
+// the newest journal, so the backup is started at once then, serves,
+// synchronizes the primary and hands back to it.
 func (p *Pair) Start() error {
 	if err := p.c.need(p.logName(), "java", "a Java runtime, 17 or newer", "openjdk-17-jre-headless"); err != nil {
 		return err
@@ -163,15 +174,95 @@ func (p *Pair) Start() error {
 	}
 	pri, _ := p.Node("primary")
 	bak, _ := p.Node("backup")
-	if err := pri.StartNode(); err != nil {
-		return err
+	t0 := time.Now()
+	priDone := make(chan error, 1)
+	go func() { priDone <- pri.StartNode() }()
+	var priErr error
+	started := false
+	for wait := true; wait; {
+		select {
+		case priErr = <-priDone:
+			wait = false
+		case <-time.After(300 * time.Millisecond):
+			if _, ok := logLineSince(pri, reNotCandidate, t0); ok {
+				p.c.logf(p.logName(), "the primary's journal is older than the pair's (it waits as a backup): starting the backup, which holds the newest")
+				if err := bak.StartNode(); err != nil {
+					return err
+				}
+				started = true
+				priErr = <-priDone
+				wait = false
+			}
+		}
 	}
-	if err := bak.StartNode(); err != nil {
+	if priErr != nil {
+		return priErr
+	}
+	if !started {
+		if err := bak.StartNode(); err != nil {
+			return err
+		}
+	}
+	if err := p.waitWhole(bak, t0); err != nil {
 		return err
 	}
 	p.c.logf(p.logName(), "pair %s: primary %s, backup %s", p.Name, nodeState(pri), nodeState(bak))
 	return nil
 }
+
+// The log lines a pair's start and restart wait for: a node whose journal
+// is older than the pair's cannot become active ("Not a candidate for
+// NodeID ... activation"); a backup synchronized with its primary
+// (AMQ221024), then announced to it (AMQ221031).
+var (
+	reNotCandidate  = regexp.MustCompile(`Not a candidate for NodeID = \S+ activation`)
+	reSynchronized  = regexp.MustCompile(`AMQ221024: Backup server .* is synchronized with primary server`)
+	reBackupAnnounc = regexp.MustCompile(`AMQ221031: backup announced`)
+)
+
+// waitWhole waits until the backup, since t0, is synchronized with the
+// primary and announced (AMQ221024, then AMQ221031 in its log): the pair
+// is whole again, a failover would lose nothing.
+func (p *Pair) waitWhole(bak *Instance, t0 time.Time) error {
+	deadline := time.Now().Add(p.c.StartTimeout)
+	for {
+		if at, ok := logLineSince(bak, reSynchronized, t0); ok {
+			if _, ok := logLineSince(bak, reBackupAnnounc, at); ok {
+				p.c.logf(p.logName(), "pair whole: the backup is synchronized with the primary (AMQ221024) and announced (AMQ221031), %d ms after the start", nowMS()-t0.UnixMilli())
+				return nil
+			}
+		}
+		if !bak.running() {
+			return p.c.die(p.logName(), "the backup stopped before it synchronized with the primary (%s)", bak.LogPath())
+		}
+		if time.Now().After(deadline) {
+			return p.c.die(p.logName(), "the backup did not synchronize with the primary (AMQ221024, AMQ221031) within %d s (%s)",
+				int(p.c.StartTimeout/time.Second), bak.LogPath())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// logLineSince returns the stamp of the first line of i's log (its
+// console: the JVM's output, which a restart within the JVM keeps) stamped
+// at or after since that matches re.
+func logLineSince(i *Instance, re *regexp.Regexp, since time.Time) (time.Time, bool) {
+	since = since.Truncate(time.Millisecond)
+	for _, l := range strings.Split(i.consoleText(), "\n") {
+		if len(l) < len(logStamp) || !re.MatchString(l) {
+			continue
+		}
+		at, err := time.ParseInLocation(logStamp, l[:len(logStamp)], time.Local)
+		if err == nil && !at.Before(since) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// logStamp is the time stamp that starts each line of an Artemis log
+// (log4j2 "%d": local time, milliseconds after a comma).
+const logStamp = "2006-01-02 15:04:05,000"
 
 // Status returns one line per node; ok is false when one is stopped.
 func (p *Pair) Status() (string, bool) {
@@ -236,21 +327,30 @@ func (p *Pair) waitActive(i *Instance, t0 time.Time) (int64, error) {
 	return nowMS() - t0.UnixMilli(), nil
 }
 
-// Restart starts the node role again. A restarted primary finds the active
-// backup, synchronizes from it and takes over (fail-back); Restart returns
-// once its AMQP acceptor is up.
+// Restart starts the node role again. A restarted primary finds its
+// journal older than the pair's (the backup served meanwhile): it starts
+// as a backup, synchronizes from the active backup, which then hands back
+// and becomes the backup again (fail-back). Restart returns once the pair
+// is whole: the primary's AMQP acceptor up, and the backup synchronized
+// with it again and announced (AMQ221024, AMQ221031). A backup restarted
+// returns once it is synchronized with the primary.
 func (p *Pair) Restart(role string) error {
 	i, err := p.Node(role)
 	if err != nil {
 		return err
 	}
-	t0 := nowMS()
+	t0 := time.Now()
 	if err := i.StartNode(); err != nil {
 		return err
 	}
 	if role == "primary" {
 		bak, _ := p.Node("backup")
-		p.c.logf(p.logName(), "primary active again %d ms after its restart; backup: %s", nowMS()-t0, nodeState(bak))
+		p.c.logf(p.logName(), "primary active again %d ms after its restart; backup: %s", nowMS()-t0.UnixMilli(), nodeState(bak))
+		if nodeState(bak) == "stopped" {
+			p.c.logf(p.logName(), "the backup is stopped: the pair is not whole (ha-restart backup)")
+			return nil
+		}
+		return p.waitWhole(bak, t0)
 	}
 	return nil
 }
@@ -266,13 +366,17 @@ func (p *Pair) Stop() error {
 	return nil
 }
 
-// Reset stops and deletes both nodes.
+// Reset stops and deletes both nodes, and their lock folder (its
+// activation sequence belongs to the deleted journals).
 func (p *Pair) Reset() error {
 	for _, role := range []string{"backup", "primary"} {
 		i, _ := p.Node(role)
 		if err := i.Reset(); err != nil {
 			return err
 		}
+	}
+	if err := os.RemoveAll(p.c.haLocks(p.Name)); err != nil {
+		return p.c.die(p.logName(), "%v", err)
 	}
 	return nil
 }

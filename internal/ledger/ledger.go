@@ -37,7 +37,8 @@ type Ledger struct {
 	now         func() time.Time
 	expectCalls int
 	acked       map[string]bool
-	unknown     map[string]bool // a Publish returned ErrOutcomeUnknown for it
+	ackedAt     map[string]time.Time // the first Acked of each id
+	unknown     map[string]bool      // a Publish returned ErrOutcomeUnknown for it
 	calls       map[string]int
 	ok          map[string]int
 	running     map[string]int
@@ -74,7 +75,7 @@ func New() *Ledger { return newLedger(time.Now) }
 func newLedger(now func() time.Time) *Ledger {
 	return &Ledger{
 		now: now, expectCalls: 1,
-		acked: map[string]bool{}, unknown: map[string]bool{}, calls: map[string]int{}, ok: map[string]int{},
+		acked: map[string]bool{}, ackedAt: map[string]time.Time{}, unknown: map[string]bool{}, calls: map[string]int{}, ok: map[string]int{},
 		running: map[string]int{}, stored: map[string]int{}, left: map[string]map[string]int{},
 		marked: map[string]time.Time{}, resumeMax: map[string]time.Duration{}, resumeSeen: map[string]int{},
 	}
@@ -95,6 +96,9 @@ func (l *Ledger) set(p *int, n int) {
 func (l *Ledger) Acked(id string) {
 	l.mu.Lock()
 	l.acked[id] = true
+	if _, ok := l.ackedAt[id]; !ok {
+		l.ackedAt[id] = l.now()
+	}
 	if len(l.acked) > l.markedAck+l.pubWindow {
 		l.progress(Publish)
 	}
@@ -423,17 +427,7 @@ func (l *Ledger) Figures() Figures {
 		}
 	}
 	for id := range l.acked {
-		if l.ok[id] > 0 {
-			continue
-		}
-		found := false
-		for _, m := range l.left {
-			if m[id] > 0 {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if l.lostLocked(id) {
 			f.Lost++
 		}
 	}
