@@ -58,9 +58,11 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cs.cancel = cancel
-	go func() {
-		cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true})
-	}()
+	var opts *artemis.ConsumeOptions // credit 0: nil, the defaults a user gets
+	if credit > 0 {
+		opts = &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true}
+	}
+	go func() { cs.done <- c.Consume(cctx, queue, cons, opts) }()
 	return cs, nil
 }
 
