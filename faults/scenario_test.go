@@ -45,7 +45,7 @@ const faultDefaultCredit = 10
 
 // defaultCredit is the link credit Client.Consume grants a Consumer with
 // concurrency handlers when ConsumeOptions.Credit is 0: the default that
-// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit).
+// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit) (100).
 // (The library's unit tests hold Consume to the same figures.)
 func defaultCredit(concurrency int) int { return max(2*concurrency, artemis.MinCredit) }
 
