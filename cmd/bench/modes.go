@@ -281,7 +281,9 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 		}
 		if consuming != nil {
 			go func() {
-				consumed <- consuming.Consume(cctx, q, cons, &artemis.ConsumeOptions{Credit: 100, NoDeadLetter: true})
+				// nil: the defaults a user gets (credit 100 at one worker,
+				// the raw side's too).
+				consumed <- consuming.Consume(cctx, q, cons, nil)
 			}()
 		} else {
 			go func() { consumed <- cons.Listen(cctx, rcv) }()
