@@ -244,7 +244,10 @@ func BenchmarkRatios(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		data any
-	}{{"roundtrip-struct", benchOrderStruct()}, {"roundtrip-map", benchOrderMap()}} {
+	}{
+		{"roundtrip-struct", benchOrderStruct()}, {"roundtrip-map", benchOrderMap()},
+		{"roundtrip-struct-1k", benchOrderStruct1K()}, {"roundtrip-map-1k", benchOrderMap1K()},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			benchPair(b,
 				func() error {

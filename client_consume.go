@@ -10,8 +10,10 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// MinCredit is the smallest default receiver credit Consume grants.
-const MinCredit = 10
+// MinCredit is the smallest default receiver credit Consume grants: the
+// window at which eight workers get what the broker gives (rhea's default
+// window too). docs/consuming.md says what it bounds.
+const MinCredit = 100
 
 // defaultCredit is the link credit Consume grants a Consumer with
 // concurrency workers when ConsumeOptions.Credit is 0.
@@ -21,10 +23,16 @@ func defaultCredit(concurrency int) int { return max(2*concurrency, MinCredit) }
 type ConsumeOptions struct {
 	// Credit is the receiver's link credit: how many deliveries the broker
 	// may push ahead of the handlers. A credit below the concurrency leaves
-	// workers idle. Deliveries held on credit when ctx ends go back to the
-	// queue with the link, not counted as a delivery attempt (Artemis, on a
-	// clean detach). Default: max(2*concurrency, MinCredit), which keeps
-	// every worker of the Consumer busy.
+	// workers idle. The window refills as deliveries are settled (go-amqp
+	// grants the settled ones again), so it bounds what the process holds:
+	// at most Credit messages (memory: Credit times the largest message;
+	// lower it for messages of hundreds of KB). Deliveries held on credit
+	// when ctx ends go back to the queue with the link, not counted as a
+	// delivery attempt (Artemis, on a clean detach); after a crash Artemis
+	// may count every delivery the process held as an attempt.
+	// Default: max(2*concurrency, MinCredit), 100 up to 50 workers: the
+	// window at which eight workers get raw go-amqp's throughput, while two
+	// instances sharing a backlog still take even shares.
 	Credit int
 
 	// NoDeadLetter attaches no dead-letter sender: messages that would be

@@ -123,8 +123,9 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 		credit      int
 		wantCredit  int32
 	}{
-		{"one worker", 1, 0, 10},
-		{"eight workers", 8, 0, 16},
+		{"one worker", 1, 0, 100},
+		{"eight workers", 8, 0, 100},
+		{"sixty-four workers", 64, 0, 128},
 		{"explicit credit", 4, 3, 3},
 	}
 	for _, tc := range cases {

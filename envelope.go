@@ -2,9 +2,11 @@ package artemis
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -193,20 +195,74 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 }
 
 // newIDs returns a fresh UUID v4 for meta.id and, when mintTrace is set,
-// another for a trace id, both formatted into one allocation. They come
-// from github.com/google/uuid, so uuid.SetRand and uuid.EnableRandPool
-// apply; the trace id is drawn first.
+// another for a trace id, both formatted into one allocation, the trace id
+// drawn first. Their randomness comes from the library's own batches of
+// crypto/rand (idRandom), not from github.com/google/uuid's source: one
+// read of the system's randomness serves many messages, and the package's
+// process-wide settings (uuid.SetRand, uuid.EnableRandPool) stay the
+// program's.
 func newIDs(mintTrace bool) (id, trace string) {
 	const n = 36 // the length of a formatted UUID
+	var r [2 * 16]byte
 	if !mintTrace {
-		b := appendUUID(make([]byte, 0, n), uuid.Must(uuid.NewRandom()))
+		drawRandom(r[:16])
+		b := appendUUID(make([]byte, 0, n), uuidV4(r[:16]))
 		return unsafe.String(&b[0], n), ""
 	}
-	t := uuid.Must(uuid.NewRandom())
+	drawRandom(r[:])
 	b := make([]byte, 0, 2*n)
-	b = appendUUID(b, t)
-	b = appendUUID(b, uuid.Must(uuid.NewRandom()))
+	b = appendUUID(b, uuidV4(r[:16]))
+	b = appendUUID(b, uuidV4(r[16:]))
 	return unsafe.String(&b[n], n), unsafe.String(&b[0], n)
+}
+
+// uuidV4 makes 16 random bytes a UUID of version 4, variant RFC 4122, as
+// uuid.NewRandom does.
+func uuidV4(r []byte) uuid.UUID {
+	u := uuid.UUID(r)
+	u[6] = (u[6] & 0x0f) | 0x40
+	u[8] = (u[8] & 0x3f) | 0x80
+	return u
+}
+
+// randomBatch is how many bytes of crypto/rand one refill reads: 64 pairs
+// of UUIDs. The bytes are wiped as they are used.
+const randomBatch = 64 * 2 * 16
+
+// randomSource is the library's batch of random bytes; off is the next
+// unused one. A lock held for one copy of 16 or 32 bytes costs publishers
+// on other cores far less than a read of crypto/rand each.
+type randomSource struct {
+	mu  sync.Mutex
+	b   [randomBatch]byte
+	off int
+}
+
+var idRandom = newRandomSource()
+
+func newRandomSource() *randomSource { return &randomSource{off: randomBatch} }
+
+// idRandomRead reads the system's randomness into a batch; tests replace
+// it with a reader of their own (and a fresh idRandom).
+var idRandomRead = rand.Read
+
+// drawRandom fills dst (at most randomBatch bytes) with random bytes no
+// other call gets, and wipes them from the batch.
+func drawRandom(dst []byte) {
+	rs := idRandom
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.off+len(dst) > randomBatch {
+		if _, err := idRandomRead(rs.b[:]); err != nil {
+			// crypto/rand.Read does not fail (it ends the program instead).
+			panic(fmt.Sprintf("babelqueue: read random bytes: %v", err))
+		}
+		rs.off = 0
+	}
+	used := rs.b[rs.off : rs.off+len(dst)]
+	copy(dst, used)
+	clear(used)
+	rs.off += len(dst)
 }
 
 // appendUUID writes u in the canonical 8-4-4-4-12 lowercase form, as

@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
@@ -565,11 +566,46 @@ func TestNewEnvelopeNilDataIsAnEmptyObject(t *testing.T) {
 	}
 }
 
+// useRandom makes the library's ids draw from random (crypto/rand again
+// when nil) with empty batches, until the test ends.
+func useRandom(t *testing.T, random []byte) {
+	t.Helper()
+	read := rand.Read
+	if random != nil {
+		r := bytes.NewReader(random)
+		read = func(b []byte) (int, error) { return io.ReadFull(r, b) }
+	}
+	idRandom, idRandomRead = newRandomSource(), read
+	t.Cleanup(func() { idRandom, idRandomRead = newRandomSource(), rand.Read })
+}
+
+// TestRandomBatchesServeManyIDs: one read of the system's randomness serves
+// randomBatch/32 envelopes with two fresh ids, and every id is distinct.
+func TestRandomBatchesServeManyIDs(t *testing.T) {
+	var reads int
+	idRandom, idRandomRead = newRandomSource(), func(b []byte) (int, error) { reads++; return rand.Read(b) }
+	t.Cleanup(func() { idRandom, idRandomRead = newRandomSource(), rand.Read })
+	const envelopes = 10 * randomBatch / 32
+	seen := make(map[string]bool, 2*envelopes)
+	for range envelopes {
+		env, err := NewEnvelope(benchURN, nil)
+		require.NoError(t, err)
+		for _, id := range []string{env.TraceID, env.Meta.ID} {
+			require.False(t, seen[id], "a repeated id")
+			seen[id] = true
+		}
+	}
+	assert.Equal(t, 10, reads, "reads of crypto/rand for %d envelopes", envelopes)
+	t.Logf("%d reads of crypto/rand for %d envelopes with two ids each", reads, envelopes)
+}
+
 // TestMintedIDs: meta.id and a minted trace id are distinct UUID v4 strings
-// drawn through github.com/google/uuid (so uuid.SetRand applies), the trace
-// id first, exactly as uuid.NewString would format them.
+// drawn from the library's own batches of randomness (idRandom; the
+// process-wide settings of github.com/google/uuid are not used), the trace
+// id first, exactly as uuid.NewRandomFromReader over the same bytes would
+// make and format them.
 func TestMintedIDs(t *testing.T) {
-	random := make([]byte, 64)
+	random := make([]byte, randomBatch)
 	for i := range random {
 		random[i] = byte(i*37 + 11)
 	}
@@ -577,19 +613,27 @@ func TestMintedIDs(t *testing.T) {
 	src := bytes.NewReader(random)
 	wantTrace, wantID := want(src), want(src)
 
-	uuid.SetRand(bytes.NewReader(random))
+	useRandom(t, random)
 	env, err := NewEnvelope(benchURN, nil)
-	uuid.SetRand(nil)
 	require.NoError(t, err)
 	assert.Equal(t, wantTrace, env.TraceID)
 	assert.Equal(t, wantID, env.Meta.ID)
 
-	uuid.SetRand(bytes.NewReader(random))
+	useRandom(t, random)
 	env, err = NewEnvelope(benchURN, nil, EnvelopeTraceID(benchTrace))
-	uuid.SetRand(nil)
 	require.NoError(t, err)
 	assert.Equal(t, benchTrace, env.TraceID)
 	assert.Equal(t, wantTrace, env.Meta.ID, "with a given trace id, meta.id takes the first draw")
+
+	// The process-wide source of github.com/google/uuid is not the
+	// library's: a program's uuid.SetRand changes none of its ids.
+	uuid.SetRand(bytes.NewReader(random))
+	useRandom(t, nil)
+	env, err = NewEnvelope(benchURN, nil)
+	uuid.SetRand(nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, wantTrace, env.TraceID)
+	assert.NotEqual(t, wantID, env.Meta.ID)
 
 	seen := map[string]bool{}
 	for range 100 {

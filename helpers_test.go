@@ -429,6 +429,22 @@ func benchOrderMap() map[string]any {
 	return map[string]any{"order_id": 1042, "amount": 99.9, "currency": "USD", "note": "café ☕"}
 }
 
+// benchNote1K is a 1,000-byte note: the order then encodes to about 1 KB.
+var benchNote1K = strings.Repeat("café ☕ ", 100)[:1000]
+
+// benchOrderStruct1K and benchOrderMap1K are the order with a 1 KB note.
+func benchOrderStruct1K() benchOrder {
+	o := benchOrderStruct()
+	o.Note = benchNote1K
+	return o
+}
+
+func benchOrderMap1K() map[string]any {
+	m := benchOrderMap()
+	m["note"] = benchNote1K
+	return m
+}
+
 // benchRoundTrip is what one message costs in the codec from end to end:
 // the publisher makes and encodes it, the consumer decodes and validates it.
 func benchRoundTrip(data any) (*Envelope, error) {

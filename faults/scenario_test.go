@@ -38,21 +38,18 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
-// faultDefaultCredit is Client.Consume's default credit with 4 handlers,
-// max(2*4, 10): deliveries a receiver may hold prefetched when a fault
-// comes, which a consumer can still hand to handlers without a connection.
-const faultDefaultCredit = 10
-
 // defaultCredit is the link credit Client.Consume grants a Consumer with
 // concurrency handlers when ConsumeOptions.Credit is 0: the default that
-// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit).
+// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit) (100).
 // (The library's unit tests hold Consume to the same figures.)
 func defaultCredit(concurrency int) int { return max(2*concurrency, artemis.MinCredit) }
 
 // faultConsumeWindow is the window for ledger.ConsumeWindow: a consumer
 // with concurrency handlers resumed only once it handled more new ids than
-// it could have held when the fault came.
-func faultConsumeWindow(concurrency int) int { return faultDefaultCredit + concurrency }
+// it could have held when the fault came: its default credit (deliveries
+// a receiver may hold prefetched, which it can still hand to handlers
+// without a connection) and one in each handler.
+func faultConsumeWindow(concurrency int) int { return defaultCredit(concurrency) + concurrency }
 
 // faultDefaultClient dials urls with the default ClientOptions (only the
 // event hook set): the scenarios measure what a user gets out of the box.

@@ -238,9 +238,18 @@ func (r *runner) open(ctx context.Context, sd *side, s *scenario) error {
 		sd.pub = artemis.NewPublisher(sd.snd, sd.queue)
 		return nil
 	}
-	sd.rcv, err = queuelink.Receiver(ctx, sess, sd.queue, int32(s.credit))
+	credit := s.credit
+	if credit == 0 {
+		credit = rawDefaultCredit
+	}
+	sd.rcv, err = queuelink.Receiver(ctx, sess, sd.queue, int32(credit))
 	return err
 }
+
+// rawDefaultCredit is the raw side's credit against Client.Consume with its
+// defaults: rhea's default window, and what the library's default reaches
+// at eight workers.
+const rawDefaultCredit = 100
 
 // split gives worker i of c its share of n.
 func split(n, c, i int) int {

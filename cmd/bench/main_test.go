@@ -107,6 +107,7 @@ func TestScenariosCoverEveryConfiguredCase(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		"publish c=1", "publish c=8", "publish c=32", "pipelined w=64", "pipelined w=256",
+		"Client.Consume c=8 defaults",
 		"consume c=1 cr=100", "consume c=8 cr=100", "Client.Consume c=8 cr=100",
 		"consume c=1 cr=1000", "consume c=8 cr=1000", "Client.Consume c=8 cr=1000",
 		"grouped c=8 cr=100",

@@ -58,9 +58,11 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cs.cancel = cancel
-	go func() {
-		cs.done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true})
-	}()
+	var opts *artemis.ConsumeOptions // credit 0: nil, the defaults a user gets
+	if credit > 0 {
+		opts = &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true}
+	}
+	go func() { cs.done <- c.Consume(cctx, queue, cons, opts) }()
 	return cs, nil
 }
 
@@ -279,7 +281,9 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 		}
 		if consuming != nil {
 			go func() {
-				consumed <- consuming.Consume(cctx, q, cons, &artemis.ConsumeOptions{Credit: 100, NoDeadLetter: true})
+				// nil: the defaults a user gets (credit 100 at one worker,
+				// the raw side's too).
+				consumed <- consuming.Consume(cctx, q, cons, nil)
 			}()
 		} else {
 			go func() { consumed <- cons.Listen(cctx, rcv) }()

@@ -13,7 +13,7 @@ import (
 type scenario struct {
 	kind   string   // publish, pipelined, client-publish, client-pipelined, consume, client-consume or grouped
 	conc   int      // goroutines, workers, or the window of a pipelined publish
-	credit int      // receiver credit of the consume kinds
+	credit int      // receiver credit of the consume kinds (client-consume: 0 is nil ConsumeOptions, the defaults, against raw at rawDefaultCredit)
 	raw    []result // one per round
 	lib    []result
 	pairs  []float64 // library / raw msg/s of each pair of segments, all rounds
@@ -30,6 +30,9 @@ func (s *scenario) name() string {
 	case "consume":
 		return fmt.Sprintf("consume c=%d cr=%d", s.conc, s.credit)
 	case "client-consume":
+		if s.credit == 0 {
+			return fmt.Sprintf("Client.Consume c=%d defaults", s.conc)
+		}
 		return fmt.Sprintf("Client.Consume c=%d cr=%d", s.conc, s.credit)
 	case "grouped":
 		return fmt.Sprintf("grouped c=%d cr=%d", s.conc, s.credit)
@@ -76,6 +79,11 @@ func (r *runner) scenarios() []*scenario {
 		if cfg.clientPublish {
 			scens = append(scens, &scenario{kind: "client-pipelined", conc: w})
 		}
+	}
+	if cfg.clientConc > 0 {
+		// What a user gets with nil options, against raw go-amqp at
+		// rawDefaultCredit: first, as BENCHMARKS.md leads with it.
+		scens = append(scens, &scenario{kind: "client-consume", conc: cfg.clientConc})
 	}
 	for _, cr := range cfg.credits {
 		for _, c := range cfg.consConc {
