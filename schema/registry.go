@@ -208,10 +208,10 @@ func (r *Registry) URNs() []string {
 // It returns ctx.Err() once ctx ends, even while the validator is still at
 // work: a data object of 1 KiB or more is validated on a goroutine of its
 // own, which finishes its bounded work in the background; a smaller one,
-// whose check is bounded at under a millisecond, on the caller's. At most
-// two checks cut short run on in the background at once (see maxOrphans):
-// past that, a check of 1 KiB or more waits for one of them to end, within
-// ctx.
+// whose check is bounded at under a millisecond, on the caller's. While
+// two or more checks cut short still run in the background (see
+// maxOrphans), a check of 1 KiB or more waits for one of them to end,
+// within ctx, before it starts.
 func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.RawMessage) error {
 	sch := r.schemas[urn]
 	if sch == nil {
