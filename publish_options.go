@@ -110,8 +110,11 @@ func WithGroupID(key string) PublishOption {
 // (matching ErrNotAccepted for a rejected, released or modified transfer).
 // For PublishWithReceipt it is called when the outcome arrives, whether or
 // not the receipt is waited on, from the goroutine that resolves the
-// Publisher's receipts (in the order they were written): it must not block
-// for long, or it holds up the receipts behind it. For Publish and
+// receipts of the link it was written on (in the order they were written
+// there): it must not block for long, or it holds up the receipts behind
+// it. A Client's publisher has a link per cluster member (and a new one
+// after a re-attach), so f may be called from several goroutines at once
+// and must be safe for concurrent use. For Publish and
 // PublishEnvelope, for a publish refused or not written, and for a Sender
 // that answers synchronously, it is called on the calling goroutine before
 // the call returns. A panic in f is recovered and logged to slog.Default()

@@ -35,8 +35,13 @@ func (t *Telemetry) Handlers(hs artemis.Handlers) artemis.Handlers {
 // TraceIDOf), and then has no link. The handler's ctx carries the span, so
 // what it publishes through a Publisher is a child of it. An error or a
 // panic of h is recorded on the span (a panic goes on up to the Consumer,
-// which recovers it); h's result is returned as it is.
+// which recovers it); h's result is returned as it is. A nil h gives nil,
+// which artemis.NewConsumer refuses (ErrInvalidConfig) as it refuses any
+// nil handler, rather than a handler that panics on every message.
 func (t *Telemetry) Handler(h artemis.HandlerFunc) artemis.HandlerFunc {
+	if h == nil {
+		return nil
+	}
 	return func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) (err error) {
 		ctx, span := t.startProcess(ctx, env, msg)
 		defer func() {

@@ -198,3 +198,19 @@ func TestHandlersLeavesTheGivenMapAlone(t *testing.T) {
 		t.Fatalf("the wrapped handler ended %d spans, want 1", n)
 	}
 }
+
+// A nil handler stays nil once wrapped, so NewConsumer still refuses it
+// with ErrInvalidConfig: wrapped into a function, it would be accepted and
+// every message of its URN would panic, fail and end in the dead-letter
+// queue.
+func TestANilHandlerIsStillRefusedByNewConsumer(t *testing.T) {
+	tel := newRecorded(t, Config{})
+	_, err := artemis.NewConsumer(tel.Handlers(artemis.Handlers{urnCreated: nil}))
+	t.Logf("NewConsumer(tel.Handlers({%s: nil})): %v", urnCreated, err)
+	if !errors.Is(err, artemis.ErrInvalidConfig) {
+		t.Fatalf("NewConsumer of a wrapped nil handler: %v, want ErrInvalidConfig", err)
+	}
+	if tel.Handler(nil) != nil {
+		t.Error("Handler(nil) is not nil")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,3 +292,81 @@ func TestValidatorPanicReachesTheCaller(t *testing.T) {
 type panicking struct{}
 
 func (panicking) Validate(*jsonschema.ValidatorContext, any) { panic("validator bug") }
+
+// TestChecksCutShortAreBoundedInNumber: a check cut short by its context
+// keeps running on its goroutine, holding the decoded data (about ten
+// times the data's size); callers that give up again and again (a publish
+// retried with a short deadline) must not pile such checks up without
+// bound. Sixteen checks are cut short one after the other while their
+// validator is still at work: at most maxOrphans of them are left
+// running, and a caller past that bound waits for its turn within its
+// own context. Once the running ones end, a new check starts at once.
+func TestChecksCutShortAreBoundedInNumber(t *testing.T) {
+	b := &blocking{started: make(chan struct{}, 64), release: make(chan struct{})}
+	reg := &Registry{schemas: map[string]*jsonschema.Schema{ordersURN: {Extensions: []jsonschema.SchemaExt{b}}}}
+	data := []byte(ordinaryOrder(4 << 10))
+	// The checks other tests cut short end first.
+	waitFor(t, time.Minute, func() bool {
+		orphans.mu.Lock()
+		defer orphans.mu.Unlock()
+		return orphans.n == 0
+	})
+	const callers = 16
+	for i := range callers {
+		ctx, cancel := context.WithCancel(context.Background())
+		ret := make(chan error, 1)
+		go func() { ret <- reg.ValidatePayload(ctx, ordersURN, data) }()
+		select {
+		case <-b.started:
+		case err := <-ret:
+			cancel()
+			t.Fatalf("check %d returned %v before its context ended", i, err)
+		case <-time.After(100 * time.Millisecond): // waiting for its turn
+		}
+		cancel()
+		if err := <-ret; !errors.Is(err, context.Canceled) {
+			t.Fatalf("check %d cut short: %v, want the context's error", i, err)
+		}
+	}
+	running := b.running.Load()
+	close(b.release)
+	t.Logf("%d checks cut short one after the other: %d of them still running (bound %d)", callers, running, maxOrphans)
+	if running > maxOrphans {
+		t.Errorf("%d checks cut short still running, more than the bound %d", running, maxOrphans)
+	}
+	waitFor(t, time.Minute, func() bool { return b.running.Load() == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := reg.ValidatePayload(ctx, ordersURN, data); err != nil {
+		t.Fatalf("a check after the others ended: %v", err)
+	}
+	t.Logf("a check after the others ended: %v", time.Since(start))
+}
+
+// blocking is a schema keyword whose validation waits for release, and
+// counts the validations under way.
+type blocking struct {
+	started chan struct{}
+	release chan struct{}
+	running atomic.Int64
+}
+
+func (b *blocking) Validate(*jsonschema.ValidatorContext, any) {
+	b.running.Add(1)
+	defer b.running.Add(-1)
+	b.started <- struct{}{}
+	<-b.release
+}
+
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v", limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

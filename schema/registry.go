@@ -26,6 +26,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -247,7 +248,10 @@ func (r *Registry) URNs() []string {
 // It returns ctx.Err() once ctx ends, even while the validator is still at
 // work: a data object of 1 KiB or more is validated on a goroutine of its
 // own, which finishes its bounded work in the background; a smaller one,
-// whose check is bounded at under a millisecond, on the caller's.
+// whose check is bounded at under a millisecond, on the caller's. While
+// two or more checks cut short still run in the background (see
+// maxOrphans), a check of 1 KiB or more waits for one of them to end,
+// within ctx, before it starts.
 func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.RawMessage) error {
 	sch := r.schemas[urn]
 	if sch == nil {
@@ -257,6 +261,10 @@ func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.Ra
 		return err
 	}
 	done := ctx.Done()
+	own := done != nil && len(data) >= inlineMax // validated on a goroutine of its own
+	if own && !orphans.wait(done) {
+		return ctx.Err()
+	}
 	v, err := decodeJSON(data, done)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -268,13 +276,15 @@ func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.Ra
 		}
 		return &artemis.PayloadError{URN: urn, Violations: []artemis.PayloadViolation{{Message: "not JSON: " + err.Error()}}}
 	}
-	if done == nil || len(data) < inlineMax {
+	if !own {
 		return validate(sch, urn, v)
 	}
 	// v holds no reference to data: the caller's bytes are not read after
 	// the return.
 	res := make(chan validated, 1)
+	job := new(orphan)
 	go func() {
+		defer orphans.end(job)
 		defer func() {
 			if p := recover(); p != nil {
 				res <- validated{panicked: p}
@@ -292,7 +302,72 @@ func (r *Registry) ValidatePayload(ctx context.Context, urn string, data json.Ra
 		}
 		return r.err
 	case <-done:
+		orphans.leave(job)
 		return ctx.Err()
+	}
+}
+
+// maxOrphans bounds the checks cut short by their context that are still
+// running (each holds its decoded data, about ten times the data's size,
+// and a processor): once that many are, a check of 1 KiB or more waits,
+// within its context, until one of them ends. A caller that gives up again
+// and again (a publish retried with a short deadline) then stops piling
+// work up; at most maxOrphans plus the checks whose callers are still
+// waiting run at once.
+const maxOrphans = 2
+
+// orphans counts the checks whose caller left before they ended.
+var orphans = orphanage{wake: make(chan struct{})}
+
+type orphanage struct {
+	mu   sync.Mutex
+	n    int           // checks running whose caller left
+	wake chan struct{} // closed (and replaced) when n drops
+}
+
+// orphan is one check on a goroutine of its own.
+type orphan struct {
+	left, ended bool // guarded by orphanage.mu
+}
+
+// wait returns once fewer than maxOrphans checks cut short are running
+// (true), or when done closes first (false).
+func (o *orphanage) wait(done <-chan struct{}) bool {
+	for {
+		o.mu.Lock()
+		if o.n < maxOrphans {
+			o.mu.Unlock()
+			return true
+		}
+		wake := o.wake
+		o.mu.Unlock()
+		select {
+		case <-wake:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// leave records that the caller of job left before the check ended.
+func (o *orphanage) leave(job *orphan) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !job.ended {
+		job.left = true
+		o.n++
+	}
+}
+
+// end records that job's check ended.
+func (o *orphanage) end(job *orphan) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	job.ended = true
+	if job.left {
+		o.n--
+		close(o.wake)
+		o.wake = make(chan struct{})
 	}
 }
 
