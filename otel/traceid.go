@@ -45,17 +45,23 @@ func UUIDOf(t trace.TraceID) string {
 	return string(b[:])
 }
 
+// spanSeed prefixes the trace_id in the hash a derived parent's span id
+// is taken from; the prefix is the family's, so every SDK derives the same
+// parent for one trace_id.
+const spanSeed = "babelqueue-span:"
+
 // spanIDOf is the span id of the remote parent derived from a trace_id:
-// the first 8 bytes of the SHA-256 of "babelqueue-span:" and the
-// trace_id, never zero.
-func spanIDOf(traceID string) trace.SpanID {
-	sum := sha256.Sum256([]byte("babelqueue-span:" + traceID))
-	var s trace.SpanID
-	copy(s[:], sum[:8])
-	if !s.IsValid() {
-		s[7] = 1
+// the leading 8 bytes of SHA-256(spanSeed + trace_id). An all-zero result
+// (an invalid span id) has its last byte set to 1.
+func spanIDOf(traceID string) (id trace.SpanID) {
+	h := sha256.New()
+	h.Write([]byte(spanSeed))
+	h.Write([]byte(traceID))
+	copy(id[:], h.Sum(nil))
+	if id == (trace.SpanID{}) {
+		id[len(id)-1] = 1
 	}
-	return s
+	return id
 }
 
 // derivedParent returns ctx with the remote, sampled span context the
