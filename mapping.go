@@ -109,6 +109,11 @@ func checkPublishable(env *Envelope, cfg *publishConfig) error {
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
+	if _, err := env.canonicalData(); err != nil {
+		// Data assigned by hand: held to what NewEnvelope and Encode take,
+		// so nothing is published that a decoder refuses.
+		return fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
+	}
 	return cfg.checkPayload(env)
 }
 
