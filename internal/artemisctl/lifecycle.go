@@ -128,7 +128,15 @@ func (i *Instance) StartNode() error {
 		if err := i.ensureTLS(); err != nil {
 			return err
 		}
-		if tlsPort, err = i.pickPort("TLS", i.c.getenv("ARTEMIS_TLS_PORT"), i.Get("TLS_PORT"), "5671", append([]string{amqp, core}, avoid...)); err != nil {
+		// A taken TLS port never fails a start: nothing is configured
+		// against it but what start prints, so any free one will do.
+		strict := i.anyPort
+		if strict != "fresh" {
+			i.anyPort = "1"
+		}
+		tlsPort, err = i.pickPort("TLS", i.c.getenv("ARTEMIS_TLS_PORT"), i.Get("TLS_PORT"), "5671", append([]string{amqp, core}, avoid...))
+		i.anyPort = strict
+		if err != nil {
 			return err
 		}
 	}
