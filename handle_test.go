@@ -129,3 +129,44 @@ func TestDecodeMessageNil(t *testing.T) {
 	_, err := DecodeMessage(nil)
 	assert.ErrorIs(t, err, ErrPoison)
 }
+
+// FuzzDecodeMessageAgreesWithHandle: for any body and bq_schema_version,
+// DecodeMessage accepts exactly what Handle hands to a handler, and
+// refuses the rest with the kind and reason Handle reports.
+func FuzzDecodeMessageAgreesWithHandle(f *testing.F) {
+	for _, seed := range []struct{ body, version string }{
+		{fuzzEnvelope, ""}, {fuzzEnvelope, "1"}, {fuzzEnvelope, "2"}, {fuzzEnvelope, " "},
+		{"[]", ""}, {"[" + fuzzEnvelope + "]", ""}, {"{}", ""}, {"", ""}, {"null", "1"},
+		{strings.Replace(fuzzEnvelope, `"schema_version":1`, `"schema_version":2`, 1), ""},
+	} {
+		f.Add(seed.body, seed.version)
+	}
+	f.Fuzz(func(t *testing.T, body, version string) {
+		msg := rawMessage(body)
+		if version != "" {
+			msg.ApplicationProperties = map[string]any{PropSchemaVersion: version}
+		}
+		env, derr := DecodeMessage(msg)
+		called := false
+		c, rec, dlq := hostileConsumer(t, func(context.Context, *Envelope, *amqp.Message) error {
+			called = true
+			return nil
+		}, WithUnknownURN(UnknownURNDeadLetter))
+		got := handleOne(t, c, rec, dlq, msg)
+		if derr == nil {
+			if env.Job != urnCreated {
+				return // routed elsewhere: dead-lettered as an unknown URN, not refused
+			}
+			require.True(t, called, "DecodeMessage accepted what Handle did not hand over: %v", got.reports)
+			return
+		}
+		require.False(t, called, "Handle handed over what DecodeMessage refused: %v", derr)
+		var de *DeliveryError
+		require.ErrorAs(t, derr, &de)
+		require.Len(t, got.reports, 1)
+		var reported *DeliveryError
+		require.ErrorAs(t, got.reports[0].err, &reported)
+		require.Equal(t, reported.Kind, de.Kind)
+		require.Equal(t, reported.Err.Error(), de.Err.Error())
+	})
+}
