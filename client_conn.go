@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/Azure/go-amqp"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/wireprobe"
 )
 
 // connection is one open AMQP connection and its session.
@@ -46,7 +47,11 @@ func dialAMQP(ctx context.Context, b *broker) (amqpConn, error) {
 	if b.plain {
 		opts.SASLType = amqp.SASLTypePlain(b.user, b.pass)
 	}
-	conn, err := amqp.Dial(ctx, b.addr, &opts)
+	// A port of the other transport (plain AMQP to a TLS acceptor, or TLS
+	// to a plain one) fails at once with what to use, not at the timeout.
+	conn, err := wireprobe.Guard(ctx, b.addr, func(ctx context.Context) (*amqp.Conn, error) {
+		return amqp.Dial(ctx, b.addr, &opts)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -365,6 +365,9 @@ func marshalData(data any) (json.RawMessage, error) {
 	if !jsoncodec.IsObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
 	}
+	if err := jsoncodec.CheckMemberDepth(unsafe.String(&b[0], len(b))); err != nil {
+		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
+	}
 	// json.Marshal output is compact, so only its escapes can differ from
 	// the canonical form: \u003c \u003e \u0026 \u2028 \u2029 \ufffd of its
 	// own, and whatever a json.RawMessage or a json.Marshaler inside data

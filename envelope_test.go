@@ -650,3 +650,56 @@ func TestMintedIDs(t *testing.T) {
 		}
 	}
 }
+
+// nestedObject is a JSON object nested depth levels deep ({"a":{...{}}}),
+// the object itself the first level.
+func nestedObject(depth int) string {
+	return strings.Repeat(`{"a":`, depth-1) + "{}" + strings.Repeat("}", depth-1)
+}
+
+// nestedMap is nestedObject as Go maps.
+func nestedMap(depth int) map[string]any {
+	m := map[string]any{}
+	for i := 1; i < depth; i++ {
+		m = map[string]any{"a": m}
+	}
+	return m
+}
+
+// TestDataDepthAgreesWithDecode: data as deep as a decoder reads inside an
+// envelope is published and read back; one level deeper is refused by
+// NewEnvelope, Encode and NewMessage, never published for a consumer to
+// poison.
+func TestDataDepthAgreesWithDecode(t *testing.T) {
+	const limit = 9999 // encoding/json's 10000 levels, less the envelope's own
+	t.Run("at the limit", func(t *testing.T) {
+		for name, data := range map[string]any{"raw": json.RawMessage(nestedObject(limit)), "map": nestedMap(limit)} {
+			env, err := NewEnvelope(urnCreated, data)
+			require.NoError(t, err, name)
+			body, err := env.Encode()
+			require.NoError(t, err, name)
+			_, err = Decode(body)
+			require.NoError(t, err, name)
+			msg, err := NewMessage(env)
+			require.NoError(t, err, name)
+			_, err = DecodeMessage(msg)
+			require.NoError(t, err, name)
+		}
+	})
+	t.Run("one level deeper", func(t *testing.T) {
+		for name, data := range map[string]any{"raw": json.RawMessage(nestedObject(limit + 1)), "map": nestedMap(limit + 1)} {
+			_, err := NewEnvelope(urnCreated, data)
+			require.ErrorIs(t, err, ErrInvalidEnvelope, name)
+			assert.Contains(t, err.Error(), "nested more than 9999 levels deep", name)
+		}
+		env, err := NewEnvelope(urnCreated, nil, EnvelopeTraceID(testTrace))
+		require.NoError(t, err)
+		env.Data = json.RawMessage(nestedObject(limit + 1))
+		_, err = env.Encode()
+		require.ErrorIs(t, err, ErrInvalidEnvelope, "Encode")
+		assert.Contains(t, err.Error(), "nested more than 9999 levels deep")
+		_, err = NewMessage(env)
+		require.ErrorIs(t, err, ErrInvalidEnvelope, "NewMessage")
+		assert.Contains(t, err.Error(), "nested more than 9999 levels deep")
+	})
+}

@@ -44,14 +44,7 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 		// Routed by the annotation alone: the body is never decoded.
 		return d.unknownURN()
 	}
-	body, _, err := readBody(msg)
-	if err != nil {
-		return d.poison(unreadableBody(msg), err)
-	}
-	env, err := decodeString(body)
-	if err == nil {
-		err = env.Validate()
-	}
+	env, body, err := decodeBody(msg)
 	if err != nil {
 		return d.poison(body, err)
 	}
@@ -71,6 +64,51 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 		}
 	}
 	return d.call(withMessage(ctx, msg), h)
+}
+
+// DecodeMessage returns the envelope a Consumer hands to a handler for msg,
+// by the very rules Handle applies before routing: the bq_schema_version
+// gate, then the body read (an AMQP value holding a string or binary, or
+// data sections), decoded as one envelope and validated. When a Consumer
+// would not accept msg, the error is a *DeliveryError of KindVersionGated
+// or KindPoison (matching ErrVersionGated or ErrPoison) whose Err says
+// why; its Disposition is DispositionPending, as nothing was settled.
+// The envelope's Attempts is reconciled with the delivery count, as the
+// handler sees it.
+// Routing (the handlers, the unknown-URN strategy) and a payload check are
+// the Consumer's own and not applied here.
+func DecodeMessage(msg *amqp.Message) (*Envelope, error) {
+	if msg == nil {
+		return nil, &DeliveryError{Kind: KindPoison, Err: errNoBody}
+	}
+	if err := gateVersion(msg); err != nil {
+		return nil, &DeliveryError{Kind: KindVersionGated, URN: routingURN(msg), Err: err,
+			Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+	}
+	env, _, err := decodeBody(msg)
+	if err != nil {
+		return nil, &DeliveryError{Kind: KindPoison, URN: routingURN(msg), Err: err,
+			Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+	}
+	env.Attempts = ReconcileAttempts(env.Attempts, deliveryCount(msg))
+	return env, nil
+}
+
+// decodeBody reads msg's body and decodes it as one valid envelope. On
+// failure it returns the cause and the body as the poison record keeps it.
+func decodeBody(msg *amqp.Message) (*Envelope, string, error) {
+	body, _, err := readBody(msg)
+	if err != nil {
+		return nil, unreadableBody(msg), err
+	}
+	env, err := decodeString(body)
+	if err == nil {
+		err = env.Validate()
+	}
+	if err != nil {
+		return nil, body, err
+	}
+	return env, body, nil
 }
 
 // observeRelease reports a delivery released without being handled, for

@@ -114,6 +114,11 @@ func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) (*
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}
+	if _, err := env.canonicalData(); err != nil {
+		// Data assigned by hand: held to what NewEnvelope and Encode take,
+		// so nothing is published that a decoder refuses.
+		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
+	}
 	return cfg.checkPayload(ctx, env)
 }
 

@@ -26,6 +26,9 @@ import (
 // ErrInvalidEnvelope, and nothing is sent. body is not kept after the call
 // returns.
 func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, opts ...PublishOption) (*Receipt, error) {
+	if p.unusable() {
+		return nil, errNotBuilt
+	}
 	cfg := p.config(opts)
 	var start time.Time
 	if cfg.observer != nil {

@@ -3,6 +3,8 @@ package artemis
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +98,60 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 func err0(v any) error {
 	err, _ := v.(error)
 	return err
+}
+
+// TestEveryPublishMethodOfAZeroPublisher: every Publish* method of a zero
+// or nil Publisher and a zero ClientPublisher (found by reflection, so a
+// new one is covered) returns an error matching ErrInvalidConfig and never
+// panics, whatever valid input it is given. (Through a nil
+// *ClientPublisher, Go itself panics reading the embedded field before any
+// method runs, as for every embedded pointer.)
+func TestEveryPublishMethodOfAZeroPublisher(t *testing.T) {
+	env, err := NewEnvelope(urnCreated, nil, EnvelopeTraceID(testTrace))
+	require.NoError(t, err)
+	body, err := env.Encode()
+	require.NoError(t, err)
+	ctx := context.Background()
+	arg := func(typ reflect.Type) reflect.Value {
+		switch {
+		case typ == reflect.TypeOf((*context.Context)(nil)).Elem():
+			return reflect.ValueOf(ctx)
+		case typ.Kind() == reflect.String:
+			return reflect.ValueOf(urnCreated)
+		case typ == reflect.TypeOf(env):
+			return reflect.ValueOf(env)
+		case typ == reflect.TypeOf(body):
+			return reflect.ValueOf(body)
+		}
+		return reflect.Zero(typ) // data (any): no payload
+	}
+	for name, recv := range map[string]any{
+		"Publisher{}": &Publisher{}, "nil Publisher": (*Publisher)(nil),
+		"ClientPublisher{}": &ClientPublisher{},
+	} {
+		v := reflect.ValueOf(recv)
+		n := 0
+		for i := 0; i < v.NumMethod(); i++ {
+			m := v.Type().Method(i)
+			if !strings.HasPrefix(m.Name, "Publish") {
+				continue
+			}
+			n++
+			t.Run(name+"."+m.Name, func(t *testing.T) {
+				mt := m.Type
+				args := []reflect.Value{v}
+				for j := 1; j < mt.NumIn(); j++ {
+					if mt.IsVariadic() && j == mt.NumIn()-1 {
+						break
+					}
+					args = append(args, arg(mt.In(j)))
+				}
+				var out []reflect.Value
+				require.NotPanics(t, func() { out = m.Func.Call(args) })
+				got, _ := out[len(out)-1].Interface().(error)
+				assert.ErrorIs(t, got, ErrInvalidConfig)
+			})
+		}
+		assert.GreaterOrEqual(t, n, 5, "%s: the Publish methods were not found", name)
+	}
 }

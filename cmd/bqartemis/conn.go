@@ -15,6 +15,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/wireprobe"
 )
 
 // Environment variables the connection falls back to.
@@ -219,7 +220,9 @@ func (c *connFlags) dial(ctx context.Context) (*session, error) {
 			opts.SASLType = amqp.SASLTypePlain(t.user, t.pass)
 		}
 		dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		conn, err := amqp.Dial(dctx, t.addr, opts)
+		conn, err := wireprobe.Guard(dctx, t.addr, func(ctx context.Context) (*amqp.Conn, error) {
+			return amqp.Dial(ctx, t.addr, opts)
+		})
 		if err == nil {
 			var sess *amqp.Session
 			sess, err = conn.NewSession(dctx, nil)

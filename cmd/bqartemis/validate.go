@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
 )
 
 // The validate command checks message data against JSON Schemas. The
@@ -21,8 +22,12 @@ import (
 // module, which carries no JSON Schema validator (the schema module does).
 // So validate runs the schema module's program, bqartemis-validate, as a
 // filter: bqartemis browses the queue with its own connection (its flags,
-// TLS and credentials) and writes each message body to the program's
-// standard input; the program prints the verdicts.
+// TLS and credentials), takes each message as a consumer does
+// (artemis.DecodeMessage: the version gate, the body read, the envelope's
+// acceptance rules) and writes one line a message to the program's
+// standard input (its -messages mode): the envelope of a message a
+// consumer accepts, or the reason it is poison or version-gated. The
+// program checks the envelopes' data and prints every verdict.
 const (
 	validateProgram = "bqartemis-validate"
 	validateInstall = "go install github.com/babelqueue/babelqueue-go-artemis/schema/cmd/bqartemis-validate@latest"
@@ -79,7 +84,7 @@ func setupValidate(fs *flag.FlagSet, env *environment) func(context.Context, []s
 		}
 		defer s.Close()
 		n := 0
-		err = runValidator(exec.CommandContext(ctx, prog, childArgs...), env, func(w io.Writer) error {
+		err = runValidator(exec.CommandContext(ctx, prog, append(childArgs, "-messages")...), env, func(w io.Writer) error {
 			return browse(ctx, s, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 				n++
 				if _, err := w.Write(validatorLine(msg)); err != nil {
@@ -119,7 +124,7 @@ func validatorPath(getenv func(string) string) (string, error) {
 
 // runValidator runs the program with its output on ours. feed, when not
 // nil, writes its standard input. The program's exit status 1 (a message
-// is invalid or not an envelope) and 2 (its usage, or a schema directory
+// is invalid, poison or version-gated) and 2 (its usage, or a schema directory
 // that does not load) are errors: what went wrong was printed by it.
 func runValidator(cmd *exec.Cmd, env *environment, feed func(io.Writer) error) error {
 	cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
@@ -171,20 +176,42 @@ func childEnv(environ []string) []string {
 	return out
 }
 
-// validatorLine is one message for the validator: its body as one line of
-// JSON, or, for a body that is not JSON text, a JSON string saying so (the
-// validator reports it as not an envelope).
+// validatorLine is one message for the validator's -messages input, one
+// JSON line: {"envelope":<the body>} for a message a consumer accepts, else
+// {"refused":"poison"|"version_gated","urn":...,"error":<the reason>}.
 func validatorLine(msg *amqp.Message) []byte {
-	body, ok := bodyText(msg)
+	var line struct {
+		Envelope json.RawMessage `json:"envelope,omitempty"`
+		Refused  string          `json:"refused,omitempty"`
+		URN      string          `json:"urn,omitempty"`
+		Error    string          `json:"error,omitempty"`
+	}
+	env, err := artemis.DecodeMessage(msg)
+	if err != nil {
+		line.Refused, line.Error = "poison", err.Error()
+		var de *artemis.DeliveryError
+		if errors.As(err, &de) {
+			line.Refused, line.URN, line.Error = de.Kind.String(), de.URN, de.Err.Error()
+		}
+	} else {
+		line.Envelope, _ = bodyText(msg)
+	}
 	var b bytes.Buffer
-	if ok && json.Valid(body) && json.Compact(&b, body) == nil {
-		b.WriteByte('\n')
-		return b.Bytes()
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(line) != nil {
+		// A body the library reads that encoding/json does not: the
+		// library's own encoding of the same envelope.
+		b.Reset()
+		line.Envelope, err = env.Encode()
+		if err == nil {
+			err = enc.Encode(line)
+		}
+		if err != nil {
+			b.Reset()
+			line.Envelope, line.Refused, line.Error = nil, "poison", "the envelope cannot be re-encoded: "+err.Error()
+			_ = enc.Encode(line)
+		}
 	}
-	what := "a body that is not JSON"
-	if !ok {
-		what = "a body that is not text"
-	}
-	line, _ := json.Marshal(what)
-	return append(line, '\n')
+	return b.Bytes()
 }

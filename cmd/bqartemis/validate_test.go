@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/Azure/go-amqp"
+	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/brokertest"
 )
 
@@ -96,24 +97,45 @@ func TestValidateFileRunsTheProgram(t *testing.T) {
 	}
 }
 
+// TestValidatorLine: each message is taken as a consumer takes it; only
+// the body of one it accepts goes to the validator, the others with the
+// consumer's reason, an array body whole.
 func TestValidatorLine(t *testing.T) {
+	env, err := artemis.NewEnvelope("urn:babel:orders:created", map[string]int{"a": 1}, artemis.EnvelopeQueue("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pretty := strings.Replace(string(body), `"data":`, "\n  \"data\": ", 1)
+	v2 := strings.Replace(string(body), `"schema_version":1`, `"schema_version":2`, 1)
+	gated := &amqp.Message{Value: string(body), ApplicationProperties: map[string]any{"bq_schema_version": "2"},
+		Annotations: amqp.Annotations{"x-opt-jms-type": "urn:babel:orders:created"}}
 	for _, tc := range []struct {
+		name string
 		msg  *amqp.Message
 		want string
 	}{
-		{&amqp.Message{Value: "{\n  \"job\": \"urn:x\",\n  \"data\": {\"a\": 1}\n}"}, `{"job":"urn:x","data":{"a":1}}` + "\n"},
-		{&amqp.Message{Data: [][]byte{[]byte(`{"a":`), []byte(`2}`)}}, `{"a":2}` + "\n"},
-		{&amqp.Message{Value: "plain text"}, `"a body that is not JSON"` + "\n"},
-		{&amqp.Message{Sequence: [][]any{{1}}}, `"a body that is not text"` + "\n"},
+		{"envelope, compacted", &amqp.Message{Value: pretty}, `{"envelope":` + string(body) + "}\n"},
+		{"envelope in data sections", &amqp.Message{Data: [][]byte{body[:9], body[9:]}}, `{"envelope":` + string(body) + "}\n"},
+		{"empty array", &amqp.Message{Value: "[]"}, `{"refused":"poison","error":"babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
+		{"array of an envelope", &amqp.Message{Value: "[" + string(body) + "]"}, `{"refused":"poison","error":"babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
+		{"meta.schema_version 2", &amqp.Message{Value: v2}, `{"refused":"poison","error":"babelqueue: invalid envelope: meta.schema_version is 2, want 1"}` + "\n"},
+		{"plain text", &amqp.Message{Value: "plain text"}, `"refused":"poison"`},
+		{"sequence", &amqp.Message{Sequence: [][]any{{1}}}, `{"refused":"poison","error":"the body is an AMQP sequence section"}` + "\n"},
+		{"gated", gated, `{"refused":"version_gated","urn":"urn:babel:orders:created","error":"bq_schema_version is \"2\", not \"1\""}` + "\n"},
 	} {
-		if got := string(validatorLine(tc.msg)); got != tc.want {
-			t.Errorf("got %q, want %q", got, tc.want)
+		got := string(validatorLine(tc.msg))
+		if got != tc.want && !(strings.HasPrefix(tc.want, `"`) && strings.Contains(got, tc.want)) {
+			t.Errorf("%s:\ngot  %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
 }
 
 // TestIntegrationValidateBrowsesTheQueue: validate QUEUE hands every
-// message body to the program, one JSON line each, and consumes nothing.
+// message to the program, one -messages line each, and consumes nothing.
 func TestIntegrationValidateBrowsesTheQueue(t *testing.T) {
 	env := brokerEnv(t)
 	queue := brokertest.Queue(t)
@@ -127,6 +149,9 @@ func TestIntegrationValidateBrowsesTheQueue(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "3 messages on "+queue+" checked (browsed, nothing consumed)") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
+	if !strings.Contains(out, "args: -schemas dir -messages\n") {
+		t.Errorf("the program is not told to read messages: %s", out)
+	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var bodies []string
 	for _, l := range lines {
@@ -134,8 +159,8 @@ func TestIntegrationValidateBrowsesTheQueue(t *testing.T) {
 			bodies = append(bodies, l)
 		}
 	}
-	if len(bodies) != 3 || !strings.Contains(bodies[0], `"data":{"order_id":1}`) ||
-		!strings.Contains(bodies[1], `"data":{"orderId":2}`) || bodies[2] != `"a body that is not JSON"` {
+	if len(bodies) != 3 || !strings.Contains(bodies[0], `{"envelope":{`) || !strings.Contains(bodies[0], `"data":{"order_id":1}`) ||
+		!strings.Contains(bodies[1], `"data":{"orderId":2}`) || !strings.HasPrefix(bodies[2], `{"refused":"poison","error":"babelqueue: invalid envelope: the body is not valid JSON`) {
 		t.Fatalf("the program was given:\n%s", out)
 	}
 	if len(jsonLines(t, cli(t, env, "peek", queue, "-json"))) != 3 {

@@ -11,7 +11,7 @@ import (
 
 // configure rewrites etc/broker.xml (and the users, roles and heap) for the
 // ports amqp and core; a pair's or a cluster's node gets its settings too.
-func (i *Instance) configure(amqp, core int) error {
+func (i *Instance) configure(amqp, core, tls int) error {
 	fsync := i.c.getenv("ARTEMIS_FSYNC") == "true"
 	path := filepath.Join(i.Dir, "etc", "broker.xml")
 	b, err := os.ReadFile(path)
@@ -22,6 +22,11 @@ func (i *Instance) configure(amqp, core int) error {
 	xml, err := ConfigureBase(orig, amqp, core, fsync)
 	if err != nil {
 		return i.die("%v", err)
+	}
+	if tls != 0 {
+		if xml, err = ConfigureTLS(xml, i.tlsAcceptor(tls)); err != nil {
+			return i.die("%v", err)
+		}
 	}
 	if role := i.Get("HA_ROLE"); role != "" {
 		peer := i.getInt("HA_PEER_CORE")

@@ -41,12 +41,12 @@ func readEtc(t *testing.T, i *Instance, file string) string {
 func TestConfigureInstanceFiles(t *testing.T) {
 	c, _, _ := testCtl(t)
 	i := newInstanceDir(t, c, "bgoha-primary", "AMQP_PORT=20001", "CORE_PORT=20002", "USER=babel", "PASSWORD=babel", "HA_ROLE=primary", "HA_PEER_CORE=20004")
-	if err := i.configure(20001, 20002); err != nil {
+	if err := i.configure(20001, 20002, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The lock folder is below the Ctl's base, a temporary folder here.
 	checkGolden(t, "ha-primary.golden.xml", strings.ReplaceAll(readEtc(t, i, "broker.xml"), c.Base, "/x/.artemis"))
-	if err := i.configure(20001, 20002); err != nil { // a second start
+	if err := i.configure(20001, 20002, 0); err != nil { // a second start
 		t.Fatal(err)
 	}
 	checkGolden(t, "ha-primary.restart.golden.xml", strings.ReplaceAll(readEtc(t, i, "broker.xml"), c.Base, "/x/.artemis"))
@@ -77,7 +77,7 @@ func TestConfigureRefusesBadSettings(t *testing.T) {
 	} {
 		c, _, errb := testCtl(t, tc.env...)
 		i := newInstanceDir(t, c, "bgo-bad", append([]string{"USER=u", "PASSWORD=p"}, tc.state...)...)
-		err := i.configure(1, 2)
+		err := i.configure(1, 2, 0)
 		if ExitCode(err) != 1 || !strings.Contains(errb.String(), tc.errs) {
 			t.Errorf("%v %v: err %v, stderr %q; want exit 1 and %q", tc.env, tc.state, err, errb, tc.errs)
 		}

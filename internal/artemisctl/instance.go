@@ -230,6 +230,10 @@ func (i *Instance) Env() string {
 	fmt.Fprintf(&b, "export ARTEMIS_PASSWORD=%s\n", shellQuote(i.Get("PASSWORD")))
 	fmt.Fprintf(&b, "export ARTEMIS_HOME=%s\n", shellQuote(i.c.Dist))
 	fmt.Fprintf(&b, "export ARTEMIS_INSTANCE_DIR=%s\n", shellQuote(i.Dir))
+	if u := i.TLSURL(); u != "" {
+		fmt.Fprintf(&b, "export ARTEMIS_TLS_URL=%s\n", shellQuote(u))
+		fmt.Fprintf(&b, "export ARTEMIS_TLS_CA=%s\n", shellQuote(i.TLSCA()))
+	}
 	return b.String()
 }
 

@@ -53,8 +53,12 @@ func TestIntegrationInstanceLifecycle(t *testing.T) {
 		t.Fatal("started, but no pid")
 	}
 	listening := listeningAddrs(t, pid)
-	if len(listening) != 2 {
-		t.Errorf("the broker listens on %v, want its two acceptors", listening)
+	if len(listening) != 3 {
+		t.Errorf("the broker listens on %v, want its three acceptors (CORE, AMQP, AMQP over TLS)", listening)
+	}
+	tlsURL := envLine(t, out.String(), "ARTEMIS_TLS_URL")
+	if !strings.HasPrefix(tlsURL, "amqps://") || !strings.Contains(tlsURL, "@127.0.0.1:") || envLine(t, out.String(), "ARTEMIS_TLS_CA") != i.TLSCA() {
+		t.Errorf("ARTEMIS_TLS_URL is %s, ARTEMIS_TLS_CA %s", redactURL(tlsURL), envLine(t, out.String(), "ARTEMIS_TLS_CA"))
 	}
 	for _, a := range listening {
 		if a != "127.0.0.1" {
@@ -77,6 +81,9 @@ func TestIntegrationInstanceLifecycle(t *testing.T) {
 	}
 	if got := envLine(t, out.String(), "ARTEMIS_URL"); got != url {
 		t.Errorf("restarted on %s, not on %s", redactURL(got), redactURL(url))
+	}
+	if got := envLine(t, out.String(), "ARTEMIS_TLS_URL"); got != tlsURL {
+		t.Errorf("TLS restarted on %s, not on %s", redactURL(got), redactURL(tlsURL))
 	}
 	if err := i.Stop(); err != nil {
 		t.Fatal(err)

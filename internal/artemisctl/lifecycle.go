@@ -41,7 +41,7 @@ func (i *Instance) consoleText() string {
 var reBackupReady = regexp.MustCompile(`AMQ221024|AMQ221010`)
 
 // waitReady waits until the AMQP port accepts connections and this run's
-// log says the AMQP acceptor started; for a pair's backup, until it says it
+// log says the AMQP acceptor started (and the TLS port, if any, accepts); for a pair's backup, until it says it
 // is synchronized with the primary (AMQ221024) or active (AMQ221010).
 func (i *Instance) waitReady(pid int, amqp string) error {
 	started := regexp.MustCompile(`AMQ221020: Started [A-Z]+ Acceptor at 127\.0\.0\.1:` + regexp.QuoteMeta(amqp) + ` for protocols \[AMQP\]`)
@@ -57,7 +57,7 @@ func (i *Instance) waitReady(pid int, amqp string) error {
 			if reBackupReady.MatchString(i.consoleText()) {
 				return nil
 			}
-		} else if started.MatchString(i.consoleText()) && portOpen(amqp) {
+		} else if started.MatchString(i.consoleText()) && portOpen(amqp) && (i.Get("TLS_PORT") == "" || portOpen(i.Get("TLS_PORT"))) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -123,13 +123,36 @@ func (i *Instance) StartNode() error {
 	if err != nil {
 		return err
 	}
+	tlsPort := ""
+	if i.hasTLS() {
+		if err := i.ensureTLS(); err != nil {
+			return err
+		}
+		// A taken TLS port never fails a start: nothing is configured
+		// against it but what start prints, so any free one will do.
+		strict := i.anyPort
+		if strict != "fresh" {
+			i.anyPort = "1"
+		}
+		tlsPort, err = i.pickPort("TLS", i.c.getenv("ARTEMIS_TLS_PORT"), i.Get("TLS_PORT"), "5671", append([]string{amqp, core}, avoid...))
+		i.anyPort = strict
+		if err != nil {
+			return err
+		}
+	}
 	amqpN, _ := strconv.Atoi(amqp)
 	coreN, _ := strconv.Atoi(core)
-	if err := i.configure(amqpN, coreN); err != nil {
+	tlsN, _ := strconv.Atoi(tlsPort)
+	if err := i.configure(amqpN, coreN, tlsN); err != nil {
 		return err
 	}
 	if err := i.writeState(amqp, core, i.Get("USER"), i.Get("PASSWORD")); err != nil {
 		return i.die("%v", err)
+	}
+	if tlsPort != "" {
+		if err := i.set("TLS_PORT", tlsPort); err != nil {
+			return i.die("%v", err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(i.console), 0o755); err != nil {
 		return i.die("%v", err)
@@ -138,7 +161,11 @@ func (i *Instance) StartNode() error {
 	if err != nil {
 		return i.die("%v", err)
 	}
-	i.logf("starting broker (AMQP 127.0.0.1:%s, CORE 127.0.0.1:%s) ...", amqp, core)
+	if tlsPort != "" {
+		i.logf("starting broker (AMQP 127.0.0.1:%s, AMQP over TLS 127.0.0.1:%s, CORE 127.0.0.1:%s) ...", amqp, tlsPort, core)
+	} else {
+		i.logf("starting broker (AMQP 127.0.0.1:%s, CORE 127.0.0.1:%s) ...", amqp, core)
+	}
 	// A session of its own, no inherited stdio: the broker outlives its
 	// caller and the caller's pipes, and a terminal's Ctrl-C does not hit it.
 	cmd := exec.Command(filepath.Join(i.Dir, "bin", "artemis"), "run")

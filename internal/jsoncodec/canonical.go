@@ -26,9 +26,53 @@ func StringBytes(s string) []byte {
 // object.
 var ErrNotObject = errors.New("must be a JSON object")
 
+// MaxDepth is the deepest nesting a JSON document may have to be read:
+// encoding/json's own limit, which the decoder's checked path inherits.
+const MaxDepth = 10000
+
+// MaxMemberDepth is the deepest a value may nest and still be read as a
+// member of a top-level object (an envelope's data): MaxDepth less the
+// object around it.
+const MaxMemberDepth = MaxDepth - 1
+
+// CheckMemberDepth reports an error when the valid JSON value s nests
+// deeper than MaxMemberDepth. A value shorter than two bytes a level over
+// the limit (an opening and a closing bracket each) is never scanned.
+func CheckMemberDepth(s string) error {
+	if len(s) < 2*(MaxMemberDepth+1) {
+		return nil
+	}
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > deepest {
+				deepest = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	if deepest > MaxMemberDepth {
+		return fmt.Errorf("is nested more than %d levels deep (%d): in an envelope it would pass the %d levels a decoder reads", MaxMemberDepth, deepest, MaxDepth)
+	}
+	return nil
+}
+
 // CanonicalObject checks that raw is one JSON object (whitespace around it
-// allowed) in valid UTF-8 and returns its canonical form: raw itself when
-// it is canonical already, else a fresh copy.
+// allowed) in valid UTF-8, nested no deeper than MaxMemberDepth, and
+// returns its canonical form: raw itself when it is canonical already,
+// else a fresh copy.
 func CanonicalObject(raw []byte) (json.RawMessage, error) {
 	if len(raw) == 0 {
 		return nil, ErrNotObject
@@ -44,6 +88,9 @@ func CanonicalObject(raw []byte) (json.RawMessage, error) {
 			return nil, errors.New("is not valid UTF-8")
 		case !json.Valid(raw):
 			return nil, fmt.Errorf("is not valid JSON: %w", SyntaxError(s))
+		}
+		if err := CheckMemberDepth(s); err != nil {
+			return nil, err
 		}
 		end, clean = skipValue(s, start), false
 	}

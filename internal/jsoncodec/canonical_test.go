@@ -2,6 +2,7 @@ package jsoncodec
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -77,6 +78,37 @@ func TestReencodeStringChoices(t *testing.T) {
 		// The canonical string is what AppendString writes for that text.
 		if w := string(AppendString(nil, a)); w != got {
 			t.Errorf("AppendString(%q) = %s, the re-encode %s", a, w, got)
+		}
+	}
+}
+
+func TestCheckMemberDepth(t *testing.T) {
+	nest := func(open, close string, n int) string { // n levels, then innermost
+		return strings.Repeat(open, n) + strings.Repeat(close, n)
+	}
+	objects := func(n int) string { // an object n levels deep
+		return strings.Repeat(`{"a":`, n-1) + "{}" + strings.Repeat("}", n-1)
+	}
+	// Brackets in strings (escaped quotes among them) do not count; the
+	// padding makes each value long enough to be scanned.
+	pad := `{"s":"` + strings.Repeat(`[{\"`, 5000) + `","v":`
+	for _, tc := range []struct {
+		name string
+		s    string
+		ok   bool
+	}{
+		{"objects at the limit", objects(MaxMemberDepth), true},
+		{"objects one deeper", objects(MaxMemberDepth + 1), false},
+		{"arrays at the limit", "{\"a\":" + nest("[", "]", MaxMemberDepth-1) + "}", true},
+		{"arrays one deeper", "{\"a\":" + nest("[", "]", MaxMemberDepth) + "}", false},
+		{"brackets in strings", pad + nest("[", "]", 10) + "}", true},
+	} {
+		err := CheckMemberDepth(tc.s)
+		if tc.ok != (err == nil) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if !json.Valid([]byte(tc.s)) {
+			t.Errorf("%s: not valid JSON", tc.name)
 		}
 	}
 }

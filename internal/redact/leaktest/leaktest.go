@@ -25,13 +25,18 @@ type Case struct {
 
 // Cases are the URL forms. Every password is distinct, so the cases can run
 // in parallel, and none shares three characters with another text the
-// library or the tool prints (the user is always "svc").
+// library or the tool prints (the user is always "svc"). No piece of a
+// password is made only of digits and the characters around them in an
+// address (AddressChars): errors quote the dialling side's address too,
+// whose ephemeral port a test cannot choose, and a port such as 40782 must
+// never show a piece of a password (TestNoPieceFitsInAnAddress). A
+// password that url.Parse turns into a port starts with one digit.
 func Cases() []Case {
 	return []Case{
 		// Raw passwords that url.Parse reads wrongly: part of the password
 		// becomes the host, the port, the path, the query or the fragment.
-		{URL: "amqp://svc:2024/Xk9+q==@{host}", Secrets: []string{"2024/Xk9+q=="}},
-		{URL: "amqp://svc:7781#tops3cret@{host}", Secrets: []string{"7781#tops3cret"}},
+		{URL: "amqp://svc:9/Xk9+q==@{host}", Secrets: []string{"9/Xk9+q=="}},
+		{URL: "amqp://svc:7#tops3cret@{host}", Secrets: []string{"7#tops3cret"}},
 		{URL: "amqp://svc:/Zq8s3cret@{host}", Secrets: []string{"/Zq8s3cret"}},
 		{URL: "amqp://admin:P@ss/word1@{host}", Secrets: []string{"P@ss/word1"}},
 		{URL: "amqp://svc:qz?9Lm@{host}", Secrets: []string{"qz?9Lm"}},
@@ -54,7 +59,7 @@ func Cases() []Case {
 		// Percent-encoded, as they should be written.
 		{URL: "amqp://svc:P%40ss%2Fword2@{host}", Secrets: []string{"P@ss/word2", "P%40ss%2Fword2"}},
 		{URL: "amqp://svc:Xk7%2Bq%3D%3D@{host}", Secrets: []string{"Xk7+q==", "Xk7%2Bq%3D%3D"}},
-		{URL: "amqp://svc:7782%23tops4cret@{host}", Secrets: []string{"7782#tops4cret", "7782%23tops4cret"}},
+		{URL: "amqp://svc:8%23tops4cret@{host}", Secrets: []string{"8#tops4cret", "8%23tops4cret"}},
 		{URL: "amqp://svc:q%3Fz8Ln@{host}", Secrets: []string{"q?z8Ln", "q%3Fz8Ln"}},
 		{URL: "amqp://svc:51%25offY@{host}", Secrets: []string{"51%offY", "51%25offY"}},
 		{URL: "amqp://svc:Ef5%20Hj2@{host}", Secrets: []string{"Ef5 Hj2", "Ef5%20Hj2"}},
@@ -75,6 +80,10 @@ func Cases() []Case {
 		{URL: "amqp://svc:Mc2Rd5@{host}", EnvPassword: "Nd3Se6", Secrets: []string{"Mc2Rd5", "Nd3Se6"}},
 	}
 }
+
+// AddressChars are the characters a TCP address or port in an error text
+// is written with ("127.0.0.1:40782", "[::1]:5672", "a->b").
+const AddressChars = "0123456789.:[]->"
 
 // URLFor is c's URL with addr as its host.
 func (c Case) URLFor(addr string) string { return strings.ReplaceAll(c.URL, "{host}", addr) }
@@ -110,8 +119,8 @@ func Check(t testing.TB, c Case, where, text string) {
 }
 
 // listen opens a loopback listener whose address shares no piece with any
-// case's secrets: errors quote the address, and a port such as 37781 would
-// show a piece of "7781#tops3cret" that the password never put there.
+// case's secrets: errors quote the address. (No piece can be in an address
+// at all, see Cases; this stays as a second guard for a case added later.)
 func listen(t testing.TB) net.Listener {
 	t.Helper()
 	var pieces []string

@@ -8,14 +8,19 @@
 //
 // It reads envelopes from each FILE (- or none: standard input): a JSON
 // file holding one envelope, an array of envelopes, or any number of them
-// one after another (one per line, say). It prints one result per message:
+// one after another (one per line, say). Each is first taken as a consumer
+// takes a message body (artemis.DecodeMessage, the rules Consumer.Handle
+// applies), then its data is checked. It prints one result per message:
 // valid, invalid with each violation by JSON pointer, no schema for its
-// URN, or not an envelope. It never connects to a broker: "bqartemis
-// validate QUEUE" browses a queue and pipes its messages in.
+// URN, poison (a consumer dead-letters it unread) or version-gated, each
+// with its reason. It never connects to a broker: "bqartemis validate
+// QUEUE" browses a queue and pipes its messages in with -messages, one a
+// line, each already classified by bqartemis from the whole AMQP message
+// (application properties and body section), never split.
 //
 // Exit status: 0 every message is valid or has no schema, 1 a message is
-// invalid or not an envelope, 2 a usage error, a schema directory that does
-// not load, or input that is not JSON.
+// invalid, poison or version-gated, 2 a usage error, a schema directory
+// that does not load, or input that is not JSON.
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/schema"
 )
@@ -45,7 +51,7 @@ type result struct {
 	Source     string      `json:"source"`
 	ID         string      `json:"id,omitempty"`
 	URN        string      `json:"urn,omitempty"`
-	Result     string      `json:"result"` // valid, invalid, no_schema, not_envelope
+	Result     string      `json:"result"` // valid, invalid, no_schema, poison, version_gated
 	Violations []violation `json:"violations,omitempty"`
 	Error      string      `json:"error,omitempty"`
 	// DeadLetter is the reason of a dead-letter record ("" for another message).
@@ -57,7 +63,16 @@ type violation struct {
 	Message string `json:"message"`
 }
 
-type counts struct{ valid, invalid, noSchema, notEnvelope int }
+// browsed is one line of -messages input, as bqartemis validate writes it:
+// the envelope of a message a consumer accepts, or why it does not.
+type browsed struct {
+	Envelope json.RawMessage `json:"envelope,omitempty"`
+	Refused  string          `json:"refused,omitempty"` // poison or version_gated
+	URN      string          `json:"urn,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+type counts struct{ valid, invalid, noSchema, poison, gated int }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
@@ -65,11 +80,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	dir := fs.String("schemas", "", "the schema `directory`: DIR/orders/created.json is the schema of urn:babel:orders:created")
 	manifest := fs.String("registry", "", "the schema registry's `registry.json` (instead of -schemas): each entry's urn names its schema")
 	asJSON := fs.Bool("json", false, "print one JSON object per message")
+	messages := fs.Bool("messages", false, "read one browsed message a line, as bqartemis validate writes them (never split)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: %s (-schemas DIR | -registry registry.json) [-json] [FILE | -]...\n\n"+
-			"Checks the data of each envelope read from FILE (- or none: standard input; one envelope,\n"+
-			"an array of them, or several one after another) against the schema of its URN.\n"+
-			"Exit status: 0 all valid (or without a schema), 1 invalid or not an envelope, 2 usage or load error.\n\nflags:\n", programName)
+		fmt.Fprintf(fs.Output(), "usage: %s (-schemas DIR | -registry registry.json) [-json] [-messages] [FILE | -]...\n\n"+
+			"Checks each envelope read from FILE (- or none: standard input; one envelope, an array of\n"+
+			"them, or several one after another) as a consumer takes it, then its data against the\n"+
+			"schema of its URN.\n"+
+			"Exit status: 0 all valid (or without a schema), 1 invalid, poison or version-gated,\n"+
+			"2 usage or load error.\n\nflags:\n", programName)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -120,9 +138,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			defer f.Close()
 			r, name = f, in
 		}
-		err := eachValue(r, func(raw json.RawMessage) error {
+		each, classify := eachValue, checkEnvelope
+		if *messages {
+			each, classify = eachLine, checkBrowsed
+		}
+		err := each(r, func(raw json.RawMessage) error {
 			index++
-			res := check(reg, raw)
+			res := classify(reg, raw)
 			res.Index, res.Source = index, name
 			c.add(res.Result)
 			return printResult(out, res, *asJSON)
@@ -134,9 +156,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	out.Flush()
-	fmt.Fprintf(stderr, "%d messages: %d valid, %d invalid, %d without a schema, %d not envelopes\n",
-		index, c.valid, c.invalid, c.noSchema, c.notEnvelope)
-	if c.invalid > 0 || c.notEnvelope > 0 {
+	fmt.Fprintf(stderr, "%d messages: %d valid, %d invalid, %d without a schema, %d poison, %d version-gated\n",
+		index, c.valid, c.invalid, c.noSchema, c.poison, c.gated)
+	if c.invalid > 0 || c.poison > 0 || c.gated > 0 {
 		return 1
 	}
 	return 0
@@ -150,13 +172,16 @@ func (c *counts) add(result string) {
 		c.invalid++
 	case "no_schema":
 		c.noSchema++
+	case "version_gated":
+		c.gated++
 	default:
-		c.notEnvelope++
+		c.poison++
 	}
 }
 
-// eachValue calls fn with each message of r: each top-level JSON value,
-// and each element of a top-level array.
+// eachValue calls fn with each envelope of a file: each top-level JSON
+// value, and each element of a top-level array (a file's list of
+// envelopes, never a message body: see eachLine).
 func eachValue(r io.Reader, fn func(json.RawMessage) error) error {
 	dec := json.NewDecoder(bufio.NewReader(r))
 	for {
@@ -185,27 +210,59 @@ func eachValue(r io.Reader, fn func(json.RawMessage) error) error {
 	}
 }
 
-// check decodes one envelope and validates its data.
-func check(reg *schema.Registry, raw json.RawMessage) result {
-	if len(raw) == 0 || raw[0] != '{' {
-		what := "not a JSON object"
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			what += ": " + truncate(s, 80) // bqartemis validate says why a body could not be sent
+// eachLine calls fn with each line of r, the -messages input: one JSON
+// value a message, never split.
+func eachLine(r io.Reader, fn func(json.RawMessage) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<30)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
 		}
-		return result{Result: "not_envelope", Error: what}
+		if !json.Valid(line) {
+			return errors.New("not JSON: a -messages line is one JSON value")
+		}
+		if err := fn(append(json.RawMessage(nil), line...)); err != nil {
+			return err
+		}
 	}
-	env, err := artemis.Decode(raw)
+	return sc.Err()
+}
+
+// checkBrowsed checks one -messages line: a message bqartemis refused for
+// the consumer's reason is reported with it; an envelope is checked.
+func checkBrowsed(reg *schema.Registry, raw json.RawMessage) result {
+	var b browsed
+	if err := json.Unmarshal(raw, &b); err != nil || (b.Refused == "" && len(b.Envelope) == 0) {
+		return result{Result: "poison", Error: "not a message line of bqartemis validate (install both programs from one version)"}
+	}
+	if b.Refused != "" {
+		return result{Result: b.Refused, URN: b.URN, Error: b.Error}
+	}
+	return checkEnvelope(reg, b.Envelope)
+}
+
+// checkEnvelope takes one envelope as a consumer takes a message body
+// (artemis.DecodeMessage: the same decoder and acceptance rules) and
+// validates its data against the schema of its URN.
+func checkEnvelope(reg *schema.Registry, raw json.RawMessage) result {
+	env, err := artemis.DecodeMessage(&amqp.Message{Data: [][]byte{raw}})
 	if err != nil {
-		return result{Result: "not_envelope", Error: err.Error()}
+		res := result{Result: "poison", Error: err.Error()}
+		var de *artemis.DeliveryError
+		if errors.As(err, &de) {
+			res.Result, res.URN, res.Error = de.Kind.String(), de.URN, de.Err.Error()
+		}
+		// A poison record read back from a dead-letter queue: say so.
+		if rec, derr := artemis.Decode(raw); derr == nil && rec.DeadLetter != nil {
+			res.DeadLetter = rec.DeadLetter.Reason
+		}
+		return res
 	}
 	res := result{ID: env.Meta.ID, URN: env.Job}
 	if env.DeadLetter != nil {
 		res.DeadLetter = env.DeadLetter.Reason
-	}
-	if strings.TrimSpace(env.Job) == "" {
-		res.Result, res.Error = "not_envelope", "no URN (job)"
-		return res
 	}
 	if !reg.Has(env.Job) {
 		res.Result = "no_schema"
@@ -261,16 +318,11 @@ func printResult(w io.Writer, r result, asJSON bool) error {
 		if r.Error != "" {
 			fmt.Fprintf(&b, "    %s\n", r.Error)
 		}
+	case "version_gated":
+		fmt.Fprintf(&b, "%s: VERSION-GATED (a consumer dead-letters it as received): %s\n", who, r.Error)
 	default:
-		fmt.Fprintf(&b, "%s: not an envelope: %s\n", who, r.Error)
+		fmt.Fprintf(&b, "%s: POISON (a consumer dead-letters it unread): %s\n", who, r.Error)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func truncate(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "..."
-	}
-	return s
 }

@@ -56,14 +56,14 @@ func TestValidateAFileOfEnvelopes(t *testing.T) {
 		"    /amount: must be >= 0\n" +
 		"    /orderId: is not allowed\n" +
 		"    /order_id: is required\n" +
-		"#3 (dead_letter poison): not an envelope: no URN (job)\n"
+		"#3 (dead_letter poison): POISON (a consumer dead-letters it unread): babelqueue: invalid envelope: attempts is not an integer >= 0: it is missing\n"
 	if !strings.HasPrefix(out, want) {
 		t.Errorf("output\n%s\nwant it to start with\n%s", out, want)
 	}
 	if !strings.HasSuffix(out, "#4 "+otherID+" urn:babel:orders:shipped: no schema for this URN, not checked\n") {
 		t.Errorf("output\n%s", out)
 	}
-	if errOut != "4 messages: 1 valid, 1 invalid, 1 without a schema, 1 not envelopes\n" {
+	if errOut != "4 messages: 1 valid, 1 invalid, 1 without a schema, 1 poison, 0 version-gated\n" {
 		t.Errorf("summary %q", errOut)
 	}
 }
@@ -183,5 +183,96 @@ func TestValidateWarnsOfRetiredURNs(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut)
 		}
+	}
+}
+
+// TestValidateAppliesTheConsumersRules: an envelope the consumer would
+// poison is reported as poison with the consumer's reason, in a file as on
+// -messages lines; a -messages line is one message, never split, so an
+// array body is poison, not its elements.
+func TestValidateAppliesTheConsumersRules(t *testing.T) {
+	valid, validID := envelope(t, "urn:babel:orders:created", `{"order_id":1}`)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(valid), &m); err != nil {
+		t.Fatal(err)
+	}
+	without := func(key string) string {
+		c := map[string]any{}
+		for k, v := range m {
+			c[k] = v
+		}
+		delete(c, key)
+		b, _ := json.Marshal(c)
+		return string(b)
+	}
+	v2 := strings.Replace(valid, `"schema_version":1`, `"schema_version":2`, 1)
+	if v2 == valid {
+		t.Fatal("no schema_version in the envelope")
+	}
+	poisons := []struct{ body, why string }{
+		{without("meta"), "meta"},
+		{without("trace_id"), "trace_id is missing"},
+		{v2, "meta.schema_version is 2, want 1"},
+	}
+
+	// In a file: each envelope of an array is checked by the consumer's rules.
+	var file strings.Builder
+	file.WriteString("[" + valid)
+	for _, p := range poisons {
+		file.WriteString("," + p.body)
+	}
+	file.WriteString("]\n")
+	out, errOut, code := runTool(t, file.String(), "-schemas", schemaDir)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || lines[0] != "#1 "+validID+" urn:babel:orders:created: valid" {
+		t.Fatalf("output:\n%s", out)
+	}
+	for i, p := range poisons {
+		if !strings.Contains(lines[i+1], "POISON (a consumer dead-letters it unread): ") || !strings.Contains(lines[i+1], p.why) {
+			t.Errorf("line %d %q does not say poison: %s", i+2, lines[i+1], p.why)
+		}
+	}
+	if errOut != "4 messages: 1 valid, 0 invalid, 0 without a schema, 3 poison, 0 version-gated\n" {
+		t.Errorf("summary %q", errOut)
+	}
+
+	// -messages: one message a line, as bqartemis validate writes them.
+	line := func(b browsed) string {
+		out, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out) + "\n"
+	}
+	in := line(browsed{Envelope: json.RawMessage(valid)}) +
+		line(browsed{Refused: "poison", Error: "babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}) +
+		line(browsed{Refused: "version_gated", URN: "urn:babel:orders:created", Error: `bq_schema_version is "2", not "1"`}) +
+		line(browsed{Envelope: json.RawMessage(v2)}) +
+		"[" + valid + "]\n"
+	out, errOut, code = runTool(t, in, "-schemas", schemaDir, "-messages", "-json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("%d results, want 5 (a line is never split):\n%s", len(lines), out)
+	}
+	want := []struct{ result, err string }{
+		{"valid", ""},
+		{"poison", "it is an array"},
+		{"version_gated", `bq_schema_version is \"2\"`},
+		{"poison", "meta.schema_version is 2, want 1"},
+		{"poison", "not a message line of bqartemis validate"},
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], `"result":"`+w.result+`"`) || !strings.Contains(lines[i], w.err) {
+			t.Errorf("result %d: %s\nwant %s, %s", i+1, lines[i], w.result, w.err)
+		}
+	}
+	if errOut != "5 messages: 1 valid, 0 invalid, 0 without a schema, 3 poison, 1 version-gated\n" {
+		t.Errorf("summary %q", errOut)
 	}
 }
