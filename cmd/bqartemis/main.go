@@ -126,8 +126,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 					return exitOK
 				}
 			}
-			fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, args[1])
-			mainUsage(stderr)
+			unknownCommand(stderr, args[1])
 			return exitUsage
 		}
 		mainUsage(stdout)
@@ -161,9 +160,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitFailed
 		}
 	}
-	fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, name)
-	mainUsage(stderr)
+	unknownCommand(stderr, name)
 	return exitUsage
+}
+
+// unknownCommand says that name is no command: with the nearest ones when
+// name looks like a typo of them, else with the list of commands.
+func unknownCommand(w io.Writer, name string) {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	names = append(names, "help")
+	if near := suggest(name, names); len(near) > 0 {
+		fmt.Fprintf(w, "%s: unknown command %q; did you mean %s?\n(run '%s help' for the commands)\n", programName, name, strings.Join(near, " or "), programName)
+		return
+	}
+	fmt.Fprintf(w, "%s: unknown command %q\n", programName, name)
+	mainUsage(w)
 }
 
 // splitGlobals takes the connection flags that come before the command
