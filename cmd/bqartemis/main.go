@@ -55,10 +55,12 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N]",
+		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-from QUEUE] [-since DURATION] [-max N]",
 			"browse dead-letter records without consuming them", setupInspect},
-		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run] [-bypass]",
+		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-from QUEUE] [-max N] [-dry-run] [-bypass]",
 			"move dead-letter records back to their queue (attempts 0, dead_letter removed)", setupRedrive},
+		{"remove", "QUEUE [-id ID]... [-reason R] [-urn U] [-from QUEUE] [-yes]",
+			"take records off a queue (listed first; -yes removes them), e.g. -reason poison", setupRemove},
 		{"peek", "QUEUE [-json] [-max N]",
 			"browse any queue without consuming it", setupPeek},
 		{"publish", "QUEUE URN [JSON | -] [-trace-id ID] [-delay D] [-header K=V]... [-group G] [-ttl D] [-priority P] [-dup-detect]",
