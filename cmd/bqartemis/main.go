@@ -1,7 +1,10 @@
 // Command bqartemis is the operator's tool for BabelQueue queues on Apache
 // ActiveMQ Artemis: it browses dead-letter records (inspect), moves them
-// back to their queue (redrive), browses any queue (peek), publishes one
-// envelope (publish) and reads the broker's queue counters (stats).
+// back to their queue (redrive), takes records off a queue (remove), lists
+// and moves back what the broker itself dead-lettered or expired (inspect
+// and redrive on DLQ, ExpiryQueue), browses any queue (peek), publishes one
+// envelope (publish), reads the broker's queue counters (stats) and checks
+// message data against JSON Schemas (validate).
 //
 //	go install github.com/babelqueue/babelqueue-go-artemis/cmd/bqartemis@latest
 //	bqartemis help
@@ -263,7 +266,7 @@ connection (every command; before or after the command):
                       from the URL or $ARTEMIS_PASSWORD, never from a flag
   -tls-ca FILE, -tls-cert FILE, -tls-key FILE, -tls-server-name NAME   for amqps:// URLs
   -timeout D          give up after D (default 1m)
-  -cluster            each -url is one member of an Artemis cluster: inspect, redrive, peek and
+  -cluster            each -url is one member of an Artemis cluster: inspect, redrive, remove, peek and
                       stats run on every member and report per member
 
 exit status: 0 done, 1 runtime error, 2 usage error
