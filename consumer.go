@@ -78,6 +78,9 @@ type Consumer struct {
 	// memory, on a cluster Client's Consume, carries attempts across the
 	// members (cluster_attempts.go); nil elsewhere.
 	memory *attemptMemory
+	// limit bounds a Consume (ConsumeOptions.MaxMessages, StopWhenIdle;
+	// consume_limit.go); nil elsewhere.
+	limit *consumeLimit
 }
 
 // ConsumerOption configures a Consumer.

@@ -106,6 +106,7 @@ var flowPicture = [][]string{
 	{"deadletter.go"},
 	{"settle.go"},
 	{"consumer.go", "cluster_attempts.go"},
+	{"consume_limit.go"},
 	{"raw.go", "publisher.go", "receipt.go"},
 	{"mapping.go"},
 	{"publish_options.go", "observe.go", "payload.go"},

@@ -85,6 +85,10 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		cancel: cancel,
 	}
 	l.onSettleErr = l.settlementFailed
+	if c.limit != nil {
+		l.bound = c.limit.join()
+		defer l.bound.leave(ctx) // after the handlers settled
+	}
 	if c.concurrency > 1 {
 		l.groups = make(map[string]*group) // the workers' take joins groups
 	}
@@ -140,9 +144,12 @@ func (l *listener) serial(ctx, rctx context.Context, res chan<- error) {
 // after the handlers were halted and was given back) ok is false and err is
 // Listen's result.
 func (l *listener) receiveOne(ctx, rctx context.Context) (msg *amqp.Message, ok bool, err error) {
-	msg, err = l.r.Receive(rctx, nil)
+	msg, err = l.bound.receive(rctx, l.r)
 	if err != nil {
 		return nil, false, l.receiveFailed(ctx, err)
+	}
+	if msg == nil { // the Consume's limit is reached
+		return nil, false, l.result(ctx)
 	}
 	if l.halted() {
 		l.c.giveBack(l.hctx, l.r, msg)
@@ -173,6 +180,7 @@ type listener struct {
 	rctx        context.Context // the receives' context: Listen's, also cancelled when the link is lost
 	wg          sync.WaitGroup
 	onSettleErr func(error)
+	bound       *limitListen // the Consume's limit, or nil
 
 	lostOnce sync.Once
 	halt     atomic.Bool   // set with lost, read on every delivery
