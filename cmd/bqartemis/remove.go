@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,13 +132,41 @@ func (f *removeFlags) reportMissing(env *environment, found map[string]bool, que
 	}
 }
 
-// remove consumes the queue: a record that matches is accepted (that is
-// its removal), every other one is held unsettled and given a plain
-// release (no delivery-failed: its delivery count stays) once the queue
-// is read, as redrive keeps what it does not move. A record that came
-// after the listing and matches is removed too: the selectors, not the
-// listing, decide (name records by -id to remove exactly those).
+// recordKey tells one record from another: the same message dead-lettered
+// twice is two records (another failed_at, another broker message id).
+func recordKey(r *record) string {
+	k := r.Kind + "\x00" + r.MessageID + "\x00" + r.brokerMsgID
+	if r.FailedAt != nil {
+		k += "\x00" + strconv.FormatInt(*r.FailedAt, 10)
+	}
+	if r.ExpiredAt != nil {
+		k += "\x00e" + strconv.FormatInt(*r.ExpiredAt, 10)
+	}
+	return k
+}
+
+// remove takes exactly the records it lists: it browses the queue and
+// notes the matching records, then consumes it: a noted record is
+// accepted (that is its removal), every other one, a record that came
+// after the listing included, is held unsettled and given a plain release
+// (no delivery-failed: its delivery count stays) once the queue is read,
+// as redrive keeps what it does not move.
 func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env *environment) (err error) {
+	listed := map[string]bool{}
+	err = browse(ctx, s, queue, f.idle, func(msg *amqp.Message) (bool, error) {
+		if r := readRecord(msg); f.match(r) {
+			listed[recordKey(r)] = true
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(listed) == 0 {
+		f.reportMissing(env, nil, queue)
+		fmt.Fprintf(env.stdout, "done: nothing to remove on %s\n", queue)
+		return nil
+	}
 	r, err := queuelink.Receiver(ctx, s.sess, queue, -1)
 	if err != nil {
 		return err
@@ -157,7 +186,7 @@ func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env 
 	if err := r.IssueCredit(window); err != nil {
 		return err
 	}
-	removed := 0
+	removed, late := 0, 0
 	found := map[string]bool{}
 	for {
 		msg, err := queuelink.ReceiveOrIdle(ctx, r, f.idle)
@@ -176,6 +205,12 @@ func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env 
 			held = append(held, msg)
 			continue
 		}
+		if key := recordKey(rec); !listed[key] {
+			held = append(held, msg)
+			late++
+			continue
+		}
+		delete(listed, recordKey(rec))
 		if err := r.AcceptMessage(ctx, msg); err != nil {
 			return fmt.Errorf("remove %s id=%s from %s after %d removed: %w", rec.Kind, orDash(rec.MessageID), queue, removed, err)
 		}
@@ -184,6 +219,12 @@ func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env 
 		fmt.Fprintf(env.stdout, "removed  %s\n", rec.textLine())
 	}
 	f.reportMissing(env, found, queue)
+	if late > 0 {
+		fmt.Fprintf(env.stderr, "%s that came after the listing kept (run again to remove them)\n", plural(late, "matching record"))
+	}
+	if len(listed) > 0 {
+		fmt.Fprintf(env.stderr, "%s listed but not found when consuming (taken by another consumer?)\n", plural(len(listed), "record"))
+	}
 	fmt.Fprintf(env.stdout, "done: %d removed, %d kept on %s\n", removed, len(held), queue)
 	return nil
 }

@@ -55,3 +55,21 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordKeyTellsRecordsApart(t *testing.T) {
+	at1, at2 := int64(1), int64(2)
+	a := &record{Kind: kindDeadLetter, MessageID: "m", FailedAt: &at1}
+	b := &record{Kind: kindDeadLetter, MessageID: "m", FailedAt: &at2} // the same message, dead-lettered again
+	c := &record{Kind: kindEnvelope, MessageID: "m", brokerMsgID: "7"}
+	d := &record{Kind: kindEnvelope, MessageID: "m", brokerMsgID: "8"}
+	keys := map[string]bool{}
+	for _, r := range []*record{a, b, c, d} {
+		keys[recordKey(r)] = true
+	}
+	if len(keys) != 4 {
+		t.Errorf("%d keys for 4 records", len(keys))
+	}
+	if recordKey(a) != recordKey(&record{Kind: kindDeadLetter, MessageID: "m", FailedAt: &at1}) {
+		t.Error("one record, two keys")
+	}
+}
