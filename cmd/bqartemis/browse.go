@@ -33,10 +33,11 @@ func (f *filter) match(r *record) bool {
 		return false
 	}
 	if f.since > 0 {
-		if r.FailedAt == nil {
-			return false
+		at := r.FailedAt
+		if at == nil {
+			at = r.ExpiredAt // what the broker expired: when it did
 		}
-		if time.UnixMilli(*r.FailedAt).Before(f.now().Add(-f.since)) {
+		if at == nil || time.UnixMilli(*at).Before(f.now().Add(-f.since)) {
 			return false
 		}
 	}
@@ -128,6 +129,12 @@ func browseQueue(ctx context.Context, env *environment, queue string, idle time.
 	if err != nil || !stopped {
 		return -1, err
 	}
+	return queueDepth(ctx, s, queue)
+}
+
+// queueDepth is the queue's message count as the broker gives it
+// (management attribute MessageCount).
+func queueDepth(ctx context.Context, s *session, queue string) (int64, error) {
 	m, err := newManager(ctx, s)
 	if err != nil {
 		return -1, err

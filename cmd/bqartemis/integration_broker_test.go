@@ -113,7 +113,7 @@ func TestIntegrationBrokerExpiredRedrive(t *testing.T) {
 			break
 		}
 	}
-	lines := untilLines(t, env, 1, "inspect", "ExpiryQueue", "-from", queue, "-json", "-reason", reasonExpired)
+	lines := untilLines(t, env, 1, "inspect", "ExpiryQueue", "-from", queue, "-json", "-reason", reasonExpired, "-since", "1h")
 	if l := lines[0]; l["orig_queue"] != queue || l["message_id"] != id || l["expired_at"] == nil {
 		t.Fatalf("the expired message: %v", l)
 	}
