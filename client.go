@@ -206,7 +206,9 @@ func (p *ClientPublisher) Close(ctx context.Context) error {
 // before Consume returns; then the receiver and the dead-letter sender are
 // detached side by side, each given at most 2 s, so an unresponsive
 // network does not hold Consume longer. A failed link's detach is bounded
-// by ctx and the dial timeout.
+// by ctx and the dial timeout. With ConsumeOptions.MaxMessages or
+// StopWhenIdle, Consume also returns nil once that limit is reached, as on
+// ctx's end.
 func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
 	if c.done == nil {
 		return errNotBuilt
@@ -232,6 +234,23 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 		credit = defaultCredit(cons.concurrency)
 	}
 	credit = min(credit, math.MaxInt32)
+	switch {
+	case o.MaxMessages < 0:
+		return fmt.Errorf("%w: MaxMessages is %d, want >= 0", ErrInvalidConfig, o.MaxMessages)
+	case o.StopWhenIdle < 0:
+		return fmt.Errorf("%w: StopWhenIdle is %v, want >= 0", ErrInvalidConfig, o.StopWhenIdle)
+	case o.MaxMessages > 0 || o.StopWhenIdle > 0:
+		// A bounded Consume: the limit ends this context when reached.
+		var end context.CancelFunc
+		ctx, end = context.WithCancel(ctx)
+		defer end()
+		bounded := *cons
+		bounded.limit = newConsumeLimit(o.MaxMessages, o.StopWhenIdle, end)
+		cons = &bounded
+		if o.MaxMessages > 0 {
+			credit = min(credit, o.MaxMessages)
+		}
+	}
 	if c.members != nil {
 		return c.consumeCluster(ctx, queue, cons, o, int32(credit))
 	}

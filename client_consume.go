@@ -40,6 +40,23 @@ type ConsumeOptions struct {
 	// one. Ignored when the Consumer already has its own
 	// (WithDeadLetterSender). Default: false.
 	NoDeadLetter bool
+
+	// MaxMessages makes Consume return, nil, once it has taken this many
+	// deliveries and they were handled and settled, for a job that works
+	// a batch and exits. No delivery beyond them reaches a handler: those
+	// the broker pushed ahead on credit go back to the queue with the
+	// link, uncounted (the credit is at most MaxMessages). Default: 0, no
+	// limit.
+	MaxMessages int
+
+	// StopWhenIdle makes Consume return, nil, once no delivery has come
+	// for this long (the queue is empty, as far as a receiver can tell:
+	// AMQP has no end-of-queue mark), after the handlers in flight
+	// settled. A delivery a handler failed and the broker sends again
+	// after that stays on the queue for the next run. On a cluster Client
+	// it returns once every member's receiver was idle. With
+	// MaxMessages, whichever comes first. Default: 0, never.
+	StopWhenIdle time.Duration
 }
 
 // consume is Consume on one broker, cons and o validated and credit

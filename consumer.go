@@ -85,6 +85,9 @@ type Consumer struct {
 	// Client's Consume gives every member's loop one shared memory
 	// (cluster_attempts.go).
 	memory *attemptMemory
+	// limit bounds a Consume (ConsumeOptions.MaxMessages, StopWhenIdle;
+	// consume_limit.go); nil elsewhere.
+	limit *consumeLimit
 }
 
 // ConsumerOption configures a Consumer.

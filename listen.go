@@ -92,6 +92,10 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 		cancel: cancel,
 	}
 	l.onSettleErr = l.settlementFailed
+	if c.limit != nil {
+		l.bound = c.limit.join()
+		defer l.bound.leave(ctx) // after the handlers settled
+	}
 	if c.concurrency > 1 {
 		l.groups = make(map[string]*group) // the workers' take joins groups
 	}
@@ -147,9 +151,12 @@ func (l *listener) serial(ctx, rctx context.Context, res chan<- error) {
 // after the handlers were halted and was given back) ok is false and err is
 // Listen's result.
 func (l *listener) receiveOne(ctx, rctx context.Context) (msg *amqp.Message, ok bool, err error) {
-	msg, err = l.r.Receive(rctx, nil)
+	msg, err = l.bound.receive(rctx, l.r)
 	if err != nil {
 		return nil, false, l.receiveFailed(ctx, err)
+	}
+	if msg == nil { // the Consume's limit is reached
+		return nil, false, l.result(ctx)
 	}
 	if l.halted() {
 		l.c.giveBack(l.hctx, l.r, msg)
@@ -180,6 +187,7 @@ type listener struct {
 	rctx        context.Context // the receives' context: Listen's, also cancelled when the link is lost
 	wg          sync.WaitGroup
 	onSettleErr func(error)
+	bound       *limitListen // the Consume's limit, or nil
 
 	lostOnce sync.Once
 	halt     atomic.Bool   // set with lost, read on every delivery
@@ -203,16 +211,6 @@ type listener struct {
 type task struct {
 	msg *amqp.Message
 	g   *group
-}
-
-// group is a message group Listen has seen. While busy, one of its
-// deliveries is in a worker's hands (or about to be), and q holds the ones
-// received after it.
-type group struct {
-	id   string
-	q    []*amqp.Message
-	head int
-	busy bool // a delivery of the group is in a worker's hands or about to be
 }
 
 // take receives, under the receive lock, the next delivery for a worker to
@@ -436,12 +434,4 @@ func (l *listener) idleGroup(g *group) {
 		}
 	}
 	l.idle = 0
-}
-
-// groupID is the delivery's AMQP group-id, "" when it has none.
-func groupID(msg *amqp.Message) string {
-	if msg.Properties == nil || msg.Properties.GroupID == nil {
-		return ""
-	}
-	return *msg.Properties.GroupID
 }

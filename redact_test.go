@@ -19,7 +19,7 @@ import (
 
 func TestRedactURL(t *testing.T) {
 	cases := []struct{ in, want string }{
-		{"amqp://babel:babel@127.0.0.1:5672", "amqp://babel:xxxxx@127.0.0.1:5672"},
+		{"amqp://babel:babel@127.0.0.1:5672", "amqp://xxxxx:xxxxx@127.0.0.1:5672"}, // the user would show the password
 		{"amqps://user:p%40ss@broker.example:5671/", "amqps://user:xxxxx@broker.example:5671/"},
 		{"amqp://user@broker:5672", "amqp://user@broker:5672"},
 		{"amqp://broker:5672", "amqp://broker:5672"},

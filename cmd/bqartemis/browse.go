@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 type filter struct {
 	reason string        // "" any
 	urn    string        // "" any
+	from   string        // "" any: else only what the broker moved from this queue
 	since  time.Duration // 0 any: else failed_at within this long before now
 	now    func() time.Time
 }
@@ -27,11 +29,15 @@ func (f *filter) match(r *record) bool {
 	if f.urn != "" && r.URN != f.urn {
 		return false
 	}
+	if f.from != "" && r.OrigQueue != f.from && brokerTarget(r) != f.from {
+		return false
+	}
 	if f.since > 0 {
-		if r.FailedAt == nil {
-			return false
+		at := r.FailedAt
+		if at == nil {
+			at = r.ExpiredAt // what the broker expired: when it did
 		}
-		if time.UnixMilli(*r.FailedAt).Before(f.now().Add(-f.since)) {
+		if at == nil || time.UnixMilli(*at).Before(f.now().Add(-f.since)) {
 			return false
 		}
 	}
@@ -101,17 +107,53 @@ func browse(ctx context.Context, s *session, queue string, idle time.Duration, f
 }
 
 // browseQueue opens a session, checks that queue exists, and browses it
-// (see browse).
-func browseQueue(ctx context.Context, env *environment, queue string, idle time.Duration, fn func(*amqp.Message) (more bool, err error)) error {
+// (see browse). When fn stopped before the end of the queue, depth is
+// the queue's message count as the broker gives it (management attribute
+// MessageCount: scheduled and delivering messages included), so a count
+// can say "1 of 2"; else depth is -1 (the caller counted the whole queue).
+func browseQueue(ctx context.Context, env *environment, queue string, idle time.Duration, fn func(*amqp.Message) (more bool, err error)) (depth int64, err error) {
 	ctx, s, err := env.conn.open(ctx)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	defer s.Close()
 	if err := newQueues(s).require(ctx, queue); err != nil {
-		return err
+		return -1, err
 	}
-	return browse(ctx, s, queue, idle, fn)
+	stopped := false
+	err = browse(ctx, s, queue, idle, func(msg *amqp.Message) (bool, error) {
+		more, err := fn(msg)
+		stopped = err == nil && !more
+		return more, err
+	})
+	if err != nil || !stopped {
+		return -1, err
+	}
+	return queueDepth(ctx, s, queue)
+}
+
+// queueDepth is the queue's message count as the broker gives it
+// (management attribute MessageCount).
+func queueDepth(ctx context.Context, s *session, queue string) (int64, error) {
+	m, err := newManager(ctx, s)
+	if err != nil {
+		return -1, err
+	}
+	defer m.close(context.WithoutCancel(ctx))
+	st, err := m.queueStat(ctx, queue)
+	if err != nil {
+		return -1, fmt.Errorf("count the messages on %s: %w", queue, err)
+	}
+	return st.Messages, nil
+}
+
+// ofTotal is "N" of a count: the messages read, or the queue's depth
+// when the browse stopped early and the broker counts more.
+func ofTotal(seen int, depth int64) int {
+	if depth > int64(seen) {
+		return int(depth)
+	}
+	return seen
 }
 
 // printRecord writes one record as a JSON line or a text line.
@@ -134,7 +176,8 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 	var pf personalFlags
 	pf.register(fs)
 	f := filter{now: time.Now}
-	fs.StringVar(&f.reason, "reason", "", "only records of this `reason` (failed, unknown_urn, poison, gated)")
+	fs.StringVar(&f.reason, "reason", "", "only records of this `reason` (failed, unknown_urn, poison, gated; what the broker moved: undelivered, expired)")
+	fs.StringVar(&f.from, "from", "", "only what the broker dead-lettered or expired from this `queue` (on DLQ, ExpiryQueue)")
 	fs.StringVar(&f.urn, "urn", "", "only records of this `URN`")
 	fs.DurationVar(&f.since, "since", 0, "only records dead-lettered within this `duration` (e.g. 1h)")
 	return func(ctx context.Context, args []string) error {
@@ -152,7 +195,8 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		shown, seen := 0, 0
-		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+		origins := map[string]int{} // what the broker moved, by the queue it came from
+		depth, err := browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			seen++
 			r := readRecord(msg)
 			if !f.match(r) {
@@ -160,6 +204,9 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			}
 			shown++
 			pf.apply(r)
+			if r.OrigQueue != "" {
+				origins[brokerTarget(r)]++
+			}
 			if err := printRecord(env.stdout, r, bf.json); err != nil {
 				return false, err
 			}
@@ -169,7 +216,10 @@ func setupInspect(fs *flag.FlagSet, env *environment) func(context.Context, []st
 			return err
 		}
 		if !bf.json {
-			fmt.Fprintf(env.stderr, "%d of %s on %s shown (browsed, nothing consumed)\n", shown, plural(seen, "record"), queue)
+			if len(origins) > 0 {
+				fmt.Fprintf(env.stderr, "shown by the queue the broker moved them from: %s\n", byCount(origins))
+			}
+			fmt.Fprintf(env.stderr, "%d of %s on %s shown (browsed, nothing consumed)\n", shown, plural(ofTotal(seen, depth), "record"), queue)
 		}
 		return nil
 	}
@@ -192,7 +242,7 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 			return err
 		}
 		n := 0
-		err = browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
+		depth, err := browseQueue(ctx, env, queue, bf.idle, func(msg *amqp.Message) (bool, error) {
 			n++
 			r := readRecord(msg).withDelivery(msg)
 			pf.apply(r)
@@ -205,7 +255,7 @@ func setupPeek(fs *flag.FlagSet, env *environment) func(context.Context, []strin
 			return err
 		}
 		if !bf.json {
-			fmt.Fprintf(env.stderr, "%s on %s shown (browsed, nothing consumed)\n", plural(n, "message"), queue)
+			fmt.Fprintf(env.stderr, "%d of %s on %s shown (browsed, nothing consumed)\n", n, plural(ofTotal(n, depth), "message"), queue)
 		}
 		return nil
 	}
@@ -216,4 +266,23 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// byCount lists counts as "orders 3, billing 1", the largest first.
+func byCount(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -9,7 +9,7 @@ import (
 // clusterCommands are the commands -cluster runs once per member: a cluster
 // member has its own queues, dead-letter queues and counters. publish goes
 // to one broker and takes no -cluster.
-var clusterCommands = map[string]bool{"inspect": true, "redrive": true, "peek": true, "stats": true}
+var clusterCommands = map[string]bool{"inspect": true, "redrive": true, "remove": true, "peek": true, "stats": true}
 
 // runMembers runs the command: once, or with -cluster once per -url (each
 // URL one member of an Artemis cluster), each member's output under a

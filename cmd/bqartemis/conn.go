@@ -61,7 +61,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the client certificate's key (with -tls-cert)")
 	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "the `name` the broker's certificate must carry (default: the URL's host)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after this `duration`")
-	fs.BoolVar(&c.cluster, "cluster", false, "each -url is one member of an Artemis cluster: run on every member and report per member (inspect, redrive, peek, stats)")
+	fs.BoolVar(&c.cluster, "cluster", false, "each -url is one member of an Artemis cluster: run on every member and report per member (inspect, redrive, remove, peek, stats)")
 }
 
 // target is one broker URL as it is dialled and shown.

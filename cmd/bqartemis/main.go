@@ -1,7 +1,10 @@
 // Command bqartemis is the operator's tool for BabelQueue queues on Apache
 // ActiveMQ Artemis: it browses dead-letter records (inspect), moves them
-// back to their queue (redrive), browses any queue (peek), publishes one
-// envelope (publish) and reads the broker's queue counters (stats).
+// back to their queue (redrive), takes records off a queue (remove), lists
+// and moves back what the broker itself dead-lettered or expired (inspect
+// and redrive on DLQ, ExpiryQueue), browses any queue (peek), publishes one
+// envelope (publish), reads the broker's queue counters (stats) and checks
+// message data against JSON Schemas (validate).
 //
 //	go install github.com/babelqueue/babelqueue-go-artemis/cmd/bqartemis@latest
 //	bqartemis help
@@ -55,10 +58,12 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-since DURATION] [-max N] [-schemas DIR | -registry FILE] [-mask]",
+		{"inspect", "QUEUE.dlq [-json] [-reason R] [-urn U] [-from QUEUE] [-since DURATION] [-max N] [-schemas DIR | -registry FILE] [-mask]",
 			"browse dead-letter records without consuming them", setupInspect},
-		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-max N] [-dry-run] [-bypass]",
+		{"redrive", "QUEUE.dlq [-to QUEUE] [-reason R | -all] [-urn U] [-from QUEUE] [-max N] [-dry-run] [-bypass]",
 			"move dead-letter records back to their queue (attempts 0, dead_letter removed)", setupRedrive},
+		{"remove", "QUEUE [-id ID]... [-reason R] [-urn U] [-from QUEUE] [-yes]",
+			"take records off a queue (listed first; -yes removes them), e.g. -reason poison", setupRemove},
 		{"peek", "QUEUE [-json] [-max N] [-schemas DIR | -registry FILE] [-mask]",
 			"browse any queue without consuming it", setupPeek},
 		{"publish", "QUEUE URN [JSON | -] [-trace-id ID] [-delay D] [-header K=V]... [-group G] [-ttl D] [-priority P] [-dup-detect]",
@@ -128,8 +133,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 					return exitOK
 				}
 			}
-			fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, args[1])
-			mainUsage(stderr)
+			unknownCommand(stderr, args[1])
 			return exitUsage
 		}
 		mainUsage(stdout)
@@ -163,9 +167,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitFailed
 		}
 	}
-	fmt.Fprintf(stderr, "%s: unknown command %q\n", programName, name)
-	mainUsage(stderr)
+	unknownCommand(stderr, name)
 	return exitUsage
+}
+
+// unknownCommand says that name is no command: with the nearest ones when
+// name looks like a typo of them, else with the list of commands.
+func unknownCommand(w io.Writer, name string) {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	names = append(names, "help")
+	if near := suggest(name, names); len(near) > 0 {
+		fmt.Fprintf(w, "%s: unknown command %q; did you mean %s?\n(run '%s help' for the commands)\n", programName, name, strings.Join(near, " or "), programName)
+		return
+	}
+	fmt.Fprintf(w, "%s: unknown command %q\n", programName, name)
+	mainUsage(w)
 }
 
 // splitGlobals takes the connection flags that come before the command
@@ -249,7 +268,7 @@ connection (every command; before or after the command):
                       from the URL or $ARTEMIS_PASSWORD, never from a flag
   -tls-ca FILE, -tls-cert FILE, -tls-key FILE, -tls-server-name NAME   for amqps:// URLs
   -timeout D          give up after D (default 1m)
-  -cluster            each -url is one member of an Artemis cluster: inspect, redrive, peek and
+  -cluster            each -url is one member of an Artemis cluster: inspect, redrive, remove, peek and
                       stats run on every member and report per member
 
 exit status: 0 done, 1 runtime error, 2 usage error

@@ -45,10 +45,13 @@ type record struct {
 	Raw           *string         `json:"raw,omitempty"` // a poison record's original body
 	RawEncoding   string          `json:"raw_encoding,omitempty"`
 	SchemaVersion *string         `json:"bq_schema_version,omitempty"` // of a gated forward
-	Body          json.RawMessage `json:"body"`                        // the JSON body, or a JSON string of a body that is not JSON
-	BodyEncoding  string          `json:"body_encoding,omitempty"`     // base64 when the body is not UTF-8
-	Personal      *personal       `json:"personal,omitempty"`          // the x-gdpr-sensitive fields present (-schemas, -registry)
-	Masked        bool            `json:"masked,omitempty"`            // the body's personal data is masked (-mask)
+	OrigAddress   string          `json:"orig_address,omitempty"`      // where the broker took it from (broker.go)
+	OrigQueue     string          `json:"orig_queue,omitempty"`
+	ExpiredAt     *int64          `json:"expired_at,omitempty"`    // Unix ms, when the broker expired it
+	Body          json.RawMessage `json:"body"`                    // the JSON body, or a JSON string of a body that is not JSON
+	BodyEncoding  string          `json:"body_encoding,omitempty"` // base64 when the body is not UTF-8
+	Personal      *personal       `json:"personal,omitempty"`      // the x-gdpr-sensitive fields present (-schemas, -registry)
+	Masked        bool            `json:"masked,omitempty"`        // the body's personal data is masked (-mask)
 
 	// Delivery details (peek).
 	DeliveryCount *uint32           `json:"delivery_count,omitempty"`
@@ -60,7 +63,8 @@ type record struct {
 	Annotations   map[string]any    `json:"annotations,omitempty"`
 	Properties    map[string]string `json:"properties,omitempty"`
 
-	env *artemis.Envelope // the decoded envelope of a valid record
+	env         *artemis.Envelope // the decoded envelope of a valid record
+	brokerMsgID string            // x-opt-ORIG-MESSAGE-ID of a message the broker moved
 }
 
 // bodyText returns a message's body as bytes: an AMQP value that is a
@@ -82,8 +86,15 @@ func bodyText(msg *amqp.Message) (b []byte, ok bool) {
 	return bytes.Join(msg.Data, nil), true
 }
 
-// readRecord classifies one message and fills what can be read of it.
+// readRecord classifies one message and fills what can be read of it,
+// with where the broker took it from when the broker moved it.
 func readRecord(msg *amqp.Message) *record {
+	r := classify(msg)
+	brokerOrigin(msg, r)
+	return r
+}
+
+func classify(msg *amqp.Message) *record {
 	r := &record{MessageID: messageID(msg)}
 	body, ok := bodyText(msg)
 	r.Body, r.BodyEncoding = jsonBody(body)
@@ -292,6 +303,12 @@ func (r *record) textLine() string {
 	fmt.Fprintf(&b, " attempts=%d", r.Attempts)
 	if r.OriginalQueue != nil {
 		fmt.Fprintf(&b, " from=%s", orDash(*r.OriginalQueue))
+	}
+	if r.OrigQueue != "" && (r.OriginalQueue == nil || *r.OriginalQueue != r.OrigQueue) {
+		fmt.Fprintf(&b, " broker_from=%s", r.OrigQueue)
+	}
+	if r.ExpiredAt != nil {
+		fmt.Fprintf(&b, " expired_at=%s", time.UnixMilli(*r.ExpiredAt).UTC().Format(time.RFC3339Nano))
 	}
 	if r.FailedAt != nil {
 		fmt.Fprintf(&b, " failed_at=%s", time.UnixMilli(*r.FailedAt).UTC().Format(time.RFC3339Nano))

@@ -22,6 +22,7 @@ type redriveFlags struct {
 	reason string
 	all    bool
 	urn    string
+	from   string // only messages the broker moved from this queue
 	max    int
 	dryRun bool
 	bypass bool
@@ -70,6 +71,13 @@ type move struct {
 func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 	r := readRecord(msg)
 	m := move{rec: r}
+	if r.OrigQueue != "" {
+		return f.planBroker(msg, r, dlq)
+	}
+	if f.from != "" {
+		m.why = "not moved there by the broker (-from " + f.from + ")"
+		return m
+	}
 	switch r.Kind {
 	case kindPoison:
 		m.why = "a poison record is not an envelope: it cannot be redriven"
@@ -108,6 +116,36 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 		return m
 	}
 	m.ok, m.msg = true, out
+	return m
+}
+
+// planBroker decides about a message the broker itself dead-lettered or
+// expired: it goes back whole (brokerCopy) to the queue it was taken from,
+// or -to. -reason (undelivered, expired), -urn and -from select; without
+// -reason every one moves (the handler-failure default, failed, does not
+// apply to what the broker moved).
+func (f *redriveFlags) planBroker(msg *amqp.Message, r *record, dlq string) move {
+	m := move{rec: r}
+	switch {
+	case f.reason != "" && *r.Reason != f.reason:
+		m.why = "reason " + *r.Reason + " (-reason " + *r.Reason + " or no -reason moves it)"
+		return m
+	case f.urn != "" && r.URN != f.urn:
+		m.why = "urn " + r.URN + " does not match -urn"
+		return m
+	case f.from != "" && r.OrigQueue != f.from && brokerTarget(r) != f.from:
+		m.why = "the broker moved it from " + r.OrigQueue + ", not -from " + f.from
+		return m
+	}
+	m.target = f.to
+	if m.target == "" {
+		m.target = brokerTarget(r)
+	}
+	if m.target == dlq {
+		m.why = "it would go back to " + dlq + " itself (use -to)"
+		return m
+	}
+	m.ok, m.msg = true, brokerCopy(msg, r, dlq, f.bypass)
 	return m
 }
 
@@ -184,6 +222,14 @@ func (m *move) checkTarget(ctx context.Context, qs *queues) error {
 	return nil
 }
 
+// how says what the move changes.
+func (m *move) how() string {
+	if m.rec.OrigQueue != "" {
+		return "(as the broker took it, " + *m.rec.Reason + ")"
+	}
+	return fmt.Sprintf("(attempts %d -> 0)", m.rec.Attempts)
+}
+
 func (m *move) label() string {
 	return fmt.Sprintf("%s %s id=%s", m.rec.Kind, orDash(m.rec.URN), orDash(m.rec.MessageID))
 }
@@ -195,9 +241,10 @@ const window = 10
 func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	var f redriveFlags
 	fs.StringVar(&f.to, "to", "", "move to this `queue` instead of each record's original_queue")
-	fs.StringVar(&f.reason, "reason", "", "move records of this `reason` (default failed)")
+	fs.StringVar(&f.reason, "reason", "", "move records of this `reason` (default failed; what the broker moved: any, or undelivered, expired)")
 	fs.BoolVar(&f.all, "all", false, "move records of every reason")
 	fs.StringVar(&f.urn, "urn", "", "move only records of this `URN`")
+	fs.StringVar(&f.from, "from", "", "move only what the broker dead-lettered or expired from this `queue` (DLQ, ExpiryQueue)")
 	fs.IntVar(&f.max, "max", 0, "move at most `N` records (0: all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "browse and say what would move; change nothing")
 	fs.BoolVar(&f.bypass, "bypass", false, "mark each moved message as a deliberate replay (application property "+replayBypassHeader+"=true)")
@@ -248,7 +295,7 @@ func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, qs *queues, dlq
 			return true, nil
 		}
 		moves++
-		fmt.Fprintf(env.stdout, "would move  %s -> %s (attempts %d -> 0)\n", m.label(), m.target, m.rec.Attempts)
+		fmt.Fprintf(env.stdout, "would move  %s -> %s %s\n", m.label(), m.target, m.how())
 		return true, nil
 	})
 	if err != nil {
@@ -346,7 +393,7 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, qs *queues, dlq 
 		}
 		moved++
 		loops.moved(m.rec, m.target)
-		fmt.Fprintf(env.stdout, "moved  %s -> %s (attempts %d -> 0)\n", m.label(), m.target, m.rec.Attempts)
+		fmt.Fprintf(env.stdout, "moved  %s -> %s %s\n", m.label(), m.target, m.how())
 	}
 	if err != nil {
 		return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)

@@ -94,7 +94,11 @@ func setupValidate(fs *flag.FlagSet, env *environment) func(context.Context, []s
 			})
 		})
 		if !bf.json {
-			fmt.Fprintf(env.stderr, "%s on %s checked (browsed, nothing consumed)\n", plural(n, "message"), queue)
+			depth := int64(-1)
+			if err == nil && bf.max > 0 && n >= bf.max {
+				depth, _ = queueDepth(ctx, s, queue) // the count is a courtesy: n alone when it fails
+			}
+			fmt.Fprintf(env.stderr, "%d of %s on %s checked (browsed, nothing consumed)\n", n, plural(ofTotal(n, depth), "message"), queue)
 		}
 		return err
 	}

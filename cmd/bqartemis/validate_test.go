@@ -146,7 +146,7 @@ func TestIntegrationValidateBrowsesTheQueue(t *testing.T) {
 
 	env[envValidate] = fakeValidator(t, 1)
 	out, errOut, code := runCLI(t, env, "", "validate", queue, "-schemas", "dir")
-	if code != exitFailed || !strings.Contains(errOut, "3 messages on "+queue+" checked (browsed, nothing consumed)") {
+	if code != exitFailed || !strings.Contains(errOut, "3 of 3 messages on "+queue+" checked (browsed, nothing consumed)") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	if !strings.Contains(out, "args: -schemas dir -messages\n") {

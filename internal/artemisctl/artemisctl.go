@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/redact"
 )
 
 // Version is the Artemis release the instances run.
@@ -187,13 +189,19 @@ func urlencode(s string) string {
 	return b.String()
 }
 
-// redactURL hides the password of a URL (the first "://user:password@").
+// redactURL hides the password of a URL (the first "://user:password@")
+// behind redact.Mask, and the user too when it is the password, as the
+// library and bqartemis show a URL.
 func redactURL(u string) string {
 	loc := reURLPassword.FindStringSubmatchIndex(u)
 	if loc == nil {
 		return u
 	}
-	return u[:loc[0]] + u[loc[2]:loc[3]] + "***@" + u[loc[1]:]
+	user, pass := u[loc[4]:loc[5]], u[loc[6]:loc[7]]
+	if pass != "" && pass == user {
+		return u[:loc[0]] + "://" + redact.Mask + ":" + redact.Mask + "@" + u[loc[1]:]
+	}
+	return u[:loc[0]] + u[loc[2]:loc[3]] + redact.Mask + "@" + u[loc[1]:]
 }
 
 // shellQuote quotes s as bash's printf %q does: ” for the empty string,
@@ -268,7 +276,7 @@ func shq(s string) string {
 }
 
 var (
-	reURLPassword = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
+	reURLPassword = regexp.MustCompile(`(://([^:/@]*):)([^@]*)@`)
 	reShellPlain  = regexp.MustCompile(`^[A-Za-z0-9_./:@,=+%-]*$`)
 )
 

@@ -56,10 +56,11 @@ func TestURLEncode(t *testing.T) {
 
 func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"amqp://babel:s3cret@127.0.0.1:5672":   "amqp://babel:***@127.0.0.1:5672",
+		"amqp://babel:s3cret@127.0.0.1:5672":   "amqp://babel:xxxxx@127.0.0.1:5672",
+		"amqp://babel:babel@127.0.0.1:5672":    "amqp://xxxxx:xxxxx@127.0.0.1:5672",
 		"amqp://127.0.0.1:5672":                "amqp://127.0.0.1:5672",
-		"amqp://u:a:b@h:1,amqp://u:c@h:2":      "amqp://u:***@h:1,amqp://u:c@h:2",
-		"amqp://u%3Ax:p%40w@127.0.0.1:1/vhost": "amqp://u%3Ax:***@127.0.0.1:1/vhost",
+		"amqp://u:a:b@h:1,amqp://u:c@h:2":      "amqp://u:xxxxx@h:1,amqp://u:c@h:2",
+		"amqp://u%3Ax:p%40w@127.0.0.1:1/vhost": "amqp://u%3Ax:xxxxx@127.0.0.1:1/vhost",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %s, want %s", in, got, want)

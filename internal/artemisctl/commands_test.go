@@ -65,7 +65,7 @@ func TestCommandsWithoutABroker(t *testing.T) {
 		{[]string{"ARTEMIS_CLUSTER_NAME=bgocl-none"}, []string{"cluster-kill", "2"}, 1, "", "artemis[cluster:bgocl-none]: ERROR: the cluster bgocl-none is not created (use: scripts/artemis cluster-start)\n"},
 		{[]string{"ARTEMIS_CLUSTER_NAME=bgocl-none"}, []string{"cluster-status"}, 3, "stopped: cluster bgocl-none not created\n", ""},
 		{[]string{"ARTEMIS_URL=amqp://me:secret@broker.example:5672"}, []string{"start"}, 0, "export ARTEMIS_URL=amqp://me:secret@broker.example:5672\n",
-			"artemis[default]: ARTEMIS_URL is set: using that broker (amqp://me:***@broker.example:5672), not starting a local one\n"},
+			"artemis[default]: ARTEMIS_URL is set: using that broker (amqp://me:xxxxx@broker.example:5672), not starting a local one\n"},
 	} {
 		c, out, errb := testCtl(t, tc.env...)
 		code := ExitCode(c.run(tc.args, nil, false))

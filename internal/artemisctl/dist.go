@@ -204,11 +204,16 @@ func extractFile(f *zip.File, path string, mode os.FileMode) error {
 	return out.Close()
 }
 
+// created reports whether the instance is complete: ensure keeps it.
+func (i *Instance) created() bool {
+	return exists(filepath.Join(i.Dir, "etc", "broker.xml")) && isExecutable(filepath.Join(i.Dir, "bin", "artemis")) && exists(i.state)
+}
+
 // ensure creates the instance (artemis create) unless it exists: the
 // credentials of ARTEMIS_USER/ARTEMIS_PASSWORD (default babel/babel), host
 // 127.0.0.1, NIO journal, no web console, only the CORE and AMQP acceptors.
 func (i *Instance) ensure() error {
-	if exists(filepath.Join(i.Dir, "etc", "broker.xml")) && isExecutable(filepath.Join(i.Dir, "bin", "artemis")) && exists(i.state) {
+	if i.created() {
 		u := i.Get("USER")
 		if eu := i.c.getenv("ARTEMIS_USER"); eu != "" && eu != u {
 			i.logf("note: instance was created with user '%s'; ARTEMIS_USER=%s is ignored (run 'reset' to change)", u, eu)

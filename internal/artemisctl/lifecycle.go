@@ -101,6 +101,23 @@ func (i *Instance) StartNode() error {
 		i.logf("already running (pid %d): %s", pid, redactURL(i.URL()))
 		return nil
 	}
+	// The ports first: a taken one fails the start at once, before
+	// minutes of fetching and unpacking Artemis and creating the instance.
+	// The last ports count only of an instance that ensure keeps (one it
+	// creates anew starts from the defaults).
+	lastAMQP, lastCore := "", ""
+	if i.created() {
+		lastAMQP, lastCore = i.Get("AMQP_PORT"), i.Get("CORE_PORT")
+	}
+	avoid := strings.Fields(i.c.getenv("AVOID_PORTS"))
+	amqp, err := i.pickPort("AMQP", i.amqpPortEnv, lastAMQP, "5672", avoid)
+	if err != nil {
+		return err
+	}
+	core, err := i.pickPort("CORE", i.corePortEnv, lastCore, "61616", append([]string{amqp}, avoid...))
+	if err != nil {
+		return err
+	}
 	if err := i.c.need(i.Name, "java", "a Java runtime, 17 or newer", "openjdk-17-jre-headless"); err != nil {
 		return err
 	}
@@ -112,15 +129,6 @@ func (i *Instance) StartNode() error {
 		return err
 	}
 	if err := i.ensure(); err != nil {
-		return err
-	}
-	avoid := strings.Fields(i.c.getenv("AVOID_PORTS"))
-	amqp, err := i.pickPort("AMQP", i.amqpPortEnv, i.Get("AMQP_PORT"), "5672", avoid)
-	if err != nil {
-		return err
-	}
-	core, err := i.pickPort("CORE", i.corePortEnv, i.Get("CORE_PORT"), "61616", append([]string{amqp}, avoid...))
-	if err != nil {
 		return err
 	}
 	tlsPort := ""

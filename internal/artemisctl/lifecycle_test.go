@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,4 +99,50 @@ func TestWaitReady(t *testing.T) {
 			t.Fatalf("the half-started process was not SIGKILLed: %v", st)
 		}
 	})
+}
+
+// A start whose port is taken fails before it fetches or unpacks Artemis
+// and before it creates the instance: at once, naming the port and what
+// holds it, not minutes later.
+func TestStartChecksThePortsFirst(t *testing.T) {
+	for _, tc := range []struct{ name, env, want string }{
+		{"AMQP", "ARTEMIS_AMQP_PORT", "AMQP port 127.0.0.1:"},
+		{"CORE", "ARTEMIS_CORE_PORT", "CORE port 127.0.0.1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := t.TempDir() // no Artemis zip in it: a fetch would be attempted
+			taken := listen(t)
+			// An empty PATH for the children: a start that went on to
+			// fetch Artemis would fail at once, not reach the network.
+			env := []string{"MAVEN_REPO_LOCAL=" + repo, tc.env + "=" + taken, "PATH="}
+			if tc.name == "CORE" {
+				n, err := FreePort()
+				if err != nil {
+					t.Fatal(err)
+				}
+				env = append(env, "ARTEMIS_AMQP_PORT="+strconv.Itoa(n))
+			}
+			c, _, errb := testCtl(t, env...)
+			i, err := c.Instance("default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			err = i.StartNode()
+			if ExitCode(err) != 1 || !strings.Contains(errb.String(), tc.want+taken) || !strings.Contains(errb.String(), "is in use") {
+				t.Fatalf("StartNode: %v, stderr %q", err, errb)
+			}
+			for _, step := range []string{"not found", "unpacking", "fetching", "creating instance"} {
+				if strings.Contains(errb.String(), step) {
+					t.Errorf("it went on to %q before checking the port: %q", step, errb)
+				}
+			}
+			if exists(c.Dist) || exists(i.Dir) {
+				t.Errorf("it unpacked or created something: %s %s", c.Dist, i.Dir)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("it took %v", d)
+			}
+		})
+	}
 }

@@ -68,7 +68,8 @@ func Ambiguous(raw string) bool {
 
 // URL returns raw with its credentials masked, for printing. A URL whose
 // userinfo net/url reads as written keeps its user ("amqp://svc:xxxxx@host",
-// or "amqp://svc@host" when it has no password); any other text loses its
+// or "amqp://svc@host" when it has no password) unless the user is the
+// password ("amqp://xxxxx:xxxxx@host"); any other text loses its
 // whole userinfo ("amqp://xxxxx@host"), since the user cannot be told from
 // the password there. Text with no "@" is returned as it is: it holds no
 // credentials.
@@ -85,7 +86,20 @@ func URL(raw string) string {
 	if colon < 0 {
 		return raw
 	}
+	if sameUserAndPassword(ui[:colon], ui[colon+1:]) {
+		// The user would show the password: both are masked, as a
+		// scrubbed text masks the password wherever it appears.
+		return raw[:start] + Mask + ":" + Mask + raw[end:]
+	}
 	return raw[:start] + ui[:colon+1] + Mask + raw[end:]
+}
+
+// sameUserAndPassword reports whether a userinfo's user and password are
+// one text once decoded (amqp://babel:babel@, the development default).
+func sameUserAndPassword(user, pass string) bool {
+	u, uerr := url.PathUnescape(user)
+	p, perr := url.PathUnescape(pass)
+	return uerr == nil && perr == nil && p != "" && u == p
 }
 
 // Secrets is a set of secrets to mask. The zero value is empty and ready.

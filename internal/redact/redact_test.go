@@ -8,6 +8,8 @@ import (
 func TestURL(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"amqp://svc:pw@h:5672", "amqp://svc:xxxxx@h:5672"},
+		{"amqp://babel:babel@h:5672", "amqp://xxxxx:xxxxx@h:5672"},
+		{"amqp://b%61bel:babel@h:5672", "amqp://xxxxx:xxxxx@h:5672"},
 		{"amqp://svc@h:5672", "amqp://svc@h:5672"},
 		{"amqp://h:5672", "amqp://h:5672"},
 		{"amqp://:pw@h", "amqp://:xxxxx@h"},

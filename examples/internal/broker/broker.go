@@ -17,11 +17,17 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// Redact returns raw with its password replaced by xxxxx, for printing.
+// Redact returns raw with its password replaced by xxxxx, for printing,
+// and its user too when it is the password (amqp://xxxxx:xxxxx@host), as
+// the library and bqartemis show a URL.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(a broker URL that does not parse)"
+	}
+	if pass, ok := u.User.Password(); ok && pass != "" && pass == u.User.Username() {
+		u.User = url.UserPassword("xxxxx", "xxxxx")
+		return u.String()
 	}
 	return u.Redacted()
 }
