@@ -15,7 +15,8 @@ import (
 
 // retry settles a failed attempt below maxTries by the schedule: a
 // scheduled copy when the wait is positive and there is a retry sender,
-// else modified with delivery-failed (the broker redelivers at once).
+// else (and, after the hold, when the copy is not confirmed) modified with
+// delivery-failed (the broker redelivers at once).
 func (d *delivery) retry(cause error) error {
 	delay := d.c.retryWait(d.attempts)
 	if delay <= 0 || d.env == nil {
@@ -34,11 +35,15 @@ func (d *delivery) retry(cause error) error {
 		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
 	}
 	retryErr := fmt.Errorf("%w (scheduling a retry after: %w)", err, cause)
-	// As a failed dead-letter write: a plain release after the hold, which
-	// Artemis does not count, so the attempt is not lost either.
-	return d.finish(KindRetryFailed, retryErr, DispositionReleased, func() error {
+	// The attempt failed all the same: after the hold (no hot loop on a
+	// broken retry link), an immediate retry, modified with delivery-failed,
+	// which Artemis counts and the memory remembers. A plain release would
+	// not count it, and a copy the broker never takes (a full queue, no
+	// permission to send to it) would then run the handler for ever,
+	// never reaching maxTries.
+	return d.finish(KindRetryFailed, retryErr, DispositionAbandoned, func() error {
 		d.wait(d.c.retryDelay)
-		return d.release()
+		return d.abandon()
 	})
 }
 

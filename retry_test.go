@@ -116,7 +116,7 @@ func TestARetryCopyKeepsTheAbsoluteExpiry(t *testing.T) {
 	assert.Equal(t, time.Millisecond, retry.Kept()[1].Header.TTL)
 }
 
-func TestAFailedRetryCopyReleasesTheSourceAfterTheHold(t *testing.T) {
+func TestAFailedRetryCopyRetriesTheSourceAtOnceAfterTheHold(t *testing.T) {
 	for name, out := range map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
 		"rejected": fakelink.Reject, "released": fakelink.Release, "modified": fakelink.Modify, "closed": fakelink.Closed,
 	} {
@@ -131,14 +131,14 @@ func TestAFailedRetryCopyReleasesTheSourceAfterTheHold(t *testing.T) {
 				return ch
 			}
 			o := handleOne(t, c, rec, nil, orderMessage(t, 0))
-			assert.Equal(t, fakelink.Released, o.disp, "a plain release: not counted, not lost")
+			assert.Equal(t, fakelink.Failed, o.disp, "an immediate retry: counted, not lost")
 			assert.Equal(t, DefaultDeadLetterRetryDelay, <-held)
 			require.Len(t, o.reports, 1)
 			require.ErrorIs(t, o.reports[0].err, ErrRetryFailed)
 			evs := obs.settlements()
 			require.Len(t, evs, 1)
 			assert.Equal(t, KindRetryFailed, evs[0].Kind)
-			assert.Equal(t, DispositionReleased, evs[0].Disposition)
+			assert.Equal(t, DispositionAbandoned, evs[0].Disposition)
 		})
 	}
 }
@@ -244,4 +244,47 @@ func TestAPanickingScheduleRetriesAtOnceAndIsLogged(t *testing.T) {
 	assert.Equal(t, fakelink.Failed, o.disp)
 	assert.Empty(t, retry.Kept())
 	assert.Contains(t, logs.String(), `msg="retry schedule panicked" panic="bad schedule"`)
+}
+
+// A retry copy the broker never takes (a full queue under
+// address-full-policy FAIL, no permission to send to the queue, a member
+// that refuses the retry link) must not make the failing message loop for
+// ever: the failed attempt still counts, and the message reaches the DLQ
+// after maxTries handler calls. Each redelivery here is what Artemis does:
+// delivery-count + 1 after a delivery-failed modified, unchanged after a
+// plain release (0 throughout for a large message).
+func TestARetryCopyThatIsNeverTakenStillEndsOnTheDLQ(t *testing.T) {
+	for _, large := range []bool{false, true} {
+		t.Run(map[bool]string{false: "small", true: "large"}[large], func(t *testing.T) {
+			retry, dlq := &fakelink.Sender{Outcome: fakelink.Reject}, &fakelink.Sender{}
+			c, _, _, calls := retryConsumer(t, retry, dlq, time.Second)
+			c.after = func(time.Duration) <-chan time.Time {
+				ch := make(chan time.Time, 1)
+				ch <- time.Time{}
+				return ch
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			src := orderMessage(t, 0)
+			var count uint32
+			for i := 0; i < 10; i++ {
+				msg := *src // each redelivery is a delivery of its own
+				h := *src.Header
+				h.DeliveryCount = count
+				msg.Header = &h
+				r.Track(&msg)
+				_ = c.Handle(context.Background(), r, &msg)
+				d, ok := r.Disposition(&msg)
+				require.True(t, ok, "delivery %d was not settled", i)
+				if d == fakelink.Accepted {
+					break
+				}
+				if d.DeliveryFailed && !large {
+					count++
+				}
+			}
+			assert.Equal(t, int32(3), calls.Load(), "maxTries handler calls, not one per uncounted release")
+			require.Len(t, dlq.Kept(), 1, "dead-lettered at the limit")
+			assert.Equal(t, 2, dlqEnvelope(t, dlq.Kept()[0]).DeadLetter.Attempts)
+		})
+	}
 }

@@ -295,9 +295,10 @@ func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 		return
 	}
 	switch {
-	case disp == DispositionAbandoned && kind == KindHandlerFailed:
-		// Only an immediate retry: a scheduled copy carries its count in
-		// its body, durably, which the memory never lowers.
+	case disp == DispositionAbandoned && (kind == KindHandlerFailed || kind == KindRetryFailed):
+		// Only an immediate retry (also the one after a retry copy that
+		// was not confirmed): a scheduled copy carries its count in its
+		// body, durably, which the memory never lowers.
 		m.failed(d.env.Meta.ID, d.attempts+1)
 	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
 		m.forget(d.env.Meta.ID)
