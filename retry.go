@@ -69,7 +69,7 @@ func (d *delivery) retryAddress() string {
 }
 
 // retryCopy is the next attempt of env: the envelope re-encoded
-// canonically with attempts (unknown keys kept), the section 2 projection,
+// canonically with attempts (unknown keys kept, no dead_letter block), the section 2 projection,
 // the source's out-of-band headers, group-id, priority and expiry, and the
 // scheduled delivery time at (read on this machine's clock: a broker whose
 // clock is ahead delivers it that much early). It carries no duplicate id: Artemis drops,
@@ -79,6 +79,7 @@ func (d *delivery) retryAddress() string {
 func retryCopy(env *Envelope, src *amqp.Message, attempts int, now, at time.Time, addr string) *amqp.Message {
 	cp := *env
 	cp.Attempts = attempts
+	cp.DeadLetter = nil // only ever on a dead-letter queue; a message moved back with it retries without it
 	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
 	msg := projection(&cp, string(body), stringProperties(src))
 	keepForRetry(msg, src, now)

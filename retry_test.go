@@ -288,3 +288,28 @@ func TestARetryCopyThatIsNeverTakenStillEndsOnTheDLQ(t *testing.T) {
 		})
 	}
 }
+
+// A message moved back to its queue with its dead_letter block (by hand,
+// or by a tool that does not remove it) that fails again: the block is
+// only ever on a dead-letter queue (CONTRACT section 1), so its next
+// attempt on the queue carries none; everything else, unknown keys
+// included, rides along.
+func TestARetryCopyCarriesNoDeadLetterBlock(t *testing.T) {
+	retry := &fakelink.Sender{}
+	c, _, _, _ := retryConsumer(t, retry, &fakelink.Sender{}, time.Second)
+	body := `{"job":"` + urnCreated + `","trace_id":"` + testTrace + `","data":{"order_id":1042},` +
+		`"meta":{"schema_version":1,"id":"m-1","lang":"python","created_at":1749132700000},"attempts":0,"x_kept":[1,2],` +
+		`"dead_letter":{"reason":"failed","error":"earlier","exception":null,"failed_at":1749132730000,"original_queue":"orders","attempts":2,"lang":"python"}}`
+	src := orderMessage(t, 0)
+	src.Value = body
+	o := handleOne(t, c, newRecorder(), nil, src)
+	require.Equal(t, fakelink.Accepted, o.disp)
+	require.Len(t, retry.Kept(), 1)
+	cp := retry.Kept()[0].Value.(string)
+	env, err := Decode([]byte(cp))
+	require.NoError(t, err)
+	assert.Nil(t, env.DeadLetter, "the next attempt on the queue carries no dead_letter block: %s", cp)
+	assert.NotContains(t, cp, "dead_letter")
+	assert.Contains(t, cp, `"x_kept":[1,2]`, "unknown keys kept")
+	assert.Equal(t, 1, env.Attempts)
+}
