@@ -5,8 +5,6 @@
 package artemis
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -24,15 +22,10 @@ func (d *delivery) retry(cause error) error {
 	}
 	now := d.c.now()
 	msg := retryCopy(d.env, d.msg, d.attempts+1, now, now.Add(delay), d.retryAddress())
-	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
-	err := sendConfirmed(ctx, d.c.retrySender, msg)
-	cancel()
+	err := d.writeCopy(d.c.retrySender, msg)
 	if err == nil {
 		d.delay = delay
 		return d.finish(KindHandlerFailed, cause, DispositionScheduled, d.accept)
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
 	}
 	retryErr := fmt.Errorf("%w (scheduling a retry after: %w)", err, cause)
 	// The attempt failed all the same: after the hold (no hot loop on a
