@@ -313,3 +313,29 @@ func TestARetryCopyCarriesNoDeadLetterBlock(t *testing.T) {
 	assert.Contains(t, cp, `"x_kept":[1,2]`, "unknown keys kept")
 	assert.Equal(t, 1, env.Attempts)
 }
+
+// The copy confirmed, then the source's accept fails (the link dropped in
+// between): the delivery is reported unsettled (the broker redelivers it,
+// and the copy comes at its time: the documented second chain), and the
+// observer hears no scheduled wait for a delivery that was not scheduled.
+func TestARetryCopyWhoseAcceptFailsIsReportedUnsettled(t *testing.T) {
+	retry := &fakelink.Sender{}
+	c, rec, obs, _ := retryConsumer(t, retry, &fakelink.Sender{}, 10*time.Second)
+	r := fakelink.NewReceiver(t, "orders")
+	r.SetSettleErr(&amqp.LinkError{})
+	src := r.Track(orderMessage(t, 0))
+	err := c.Handle(context.Background(), r, src)
+	require.ErrorIs(t, err, ErrSettlement)
+	require.ErrorIs(t, err, ErrHandlerFailed)
+	assert.Len(t, retry.Kept(), 1, "the copy was written before the accept")
+	evs := obs.settlements()
+	require.Len(t, evs, 1)
+	assert.Equal(t, DispositionPending, evs[0].Disposition)
+	assert.Equal(t, KindSettlement, evs[0].Kind)
+	assert.Zero(t, evs[0].RetryDelay, "RetryDelay is a scheduled retry's wait; this one's source was not settled")
+	var de *DeliveryError
+	reps := rec.all()
+	require.NotEmpty(t, reps)
+	require.ErrorAs(t, reps[0].err, &de)
+	assert.Equal(t, DispositionPending, de.Disposition)
+}

@@ -273,7 +273,10 @@ func (d *delivery) observe(kind DeliveryKind, cause error, disp Disposition) {
 		return
 	}
 	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
-		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start), RetryDelay: d.delay}
+		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
+	if disp == DispositionScheduled {
+		ev.RetryDelay = d.delay // not when the source's accept after the copy failed
+	}
 	if d.env != nil {
 		ev.MessageID = d.env.Meta.ID
 	}
