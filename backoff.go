@@ -73,6 +73,12 @@ func (b Backoff) Delay(attempt int, random float64) time.Duration {
 		base = float64(b.Max)
 	}
 	random = min(max(random, 0), 1)
-	d := time.Duration(base * (1 - b.Jitter*random))
+	f := base * (1 - b.Jitter*random)
+	if f >= float64(b.Max) {
+		// Only the cap itself: float64 rounds a Max near the largest
+		// Duration up to 2^63, which converts to a negative Duration.
+		return b.Max
+	}
+	d := time.Duration(f)
 	return max(d, 0)
 }

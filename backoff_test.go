@@ -21,6 +21,25 @@ func TestBackoffDelayGrowsAndCaps(t *testing.T) {
 	assert.Equal(t, 100*time.Millisecond, b.Delay(-3, 0), "a negative attempt is the first")
 }
 
+// A cap at the largest Duration ("no cap", e.g. a retry schedule of
+// hours that may grow without bound): float64 rounds it up to 2^63, which
+// does not convert back to a Duration; the wait must stay the cap, not
+// wrap to a negative number and come out as 0 (an immediate retry).
+func TestBackoffDelayAtTheLargestCap(t *testing.T) {
+	for _, jitter := range []float64{0, 0.2} {
+		b := Backoff{Initial: time.Hour, Max: time.Duration(math.MaxInt64), Multiplier: 2, Jitter: jitter}
+		for _, attempt := range []int{3, 40, 62, 63, 64, 100, math.MaxInt} {
+			for _, random := range []float64{0, 0.5, 0.999} {
+				d := b.Delay(attempt, random)
+				want := min(float64(time.Hour)*math.Pow(2, float64(attempt)), float64(b.Max))
+				assert.LessOrEqual(t, float64(d), want, "attempt %d jitter %v random %v", attempt, jitter, random)
+				assert.GreaterOrEqual(t, float64(d), want*(1-jitter*random)*0.999999,
+					"attempt %d jitter %v random %v: %v", attempt, jitter, random, d)
+			}
+		}
+	}
+}
+
 func TestBackoffJitter(t *testing.T) {
 	b := Backoff{Initial: time.Second, Max: 8 * time.Second, Multiplier: 2, Jitter: 0.25}
 	cases := []struct {

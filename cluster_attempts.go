@@ -21,17 +21,39 @@ const attemptMemoryCap = 1 << 16
 // attemptMemory maps meta.id to the failed deliveries seen so far, for the
 // consume loops a cluster Client runs on every member for one queue.
 type attemptMemory struct {
-	mu    sync.Mutex
-	cap   int
-	seen  map[string]int
-	order []string // ids in the order first remembered; forgotten ones are skipped on eviction
+	mu   sync.Mutex
+	cap  int
+	seen map[string]remembered
+	// order is the ids in the order remembered, each with the stamp it got
+	// then: a place whose stamp is not the id's current one (forgotten, or
+	// forgotten and remembered again since) is skipped on eviction.
+	order []stamped
+	next  uint64
 	// n is len(seen): a memory with nothing in it (the usual case) costs
 	// a delivery an atomic load, not a lock.
 	n atomic.Int64
 }
 
+// remembered is an id's failed attempts and the stamp of its place in
+// order.
+type remembered struct {
+	attempts int
+	stamp    uint64
+}
+
+type stamped struct {
+	id    string
+	stamp uint64
+}
+
 func newAttemptMemory(capacity int) *attemptMemory {
-	return &attemptMemory{cap: capacity, seen: map[string]int{}}
+	return &attemptMemory{cap: capacity, seen: map[string]remembered{}}
+}
+
+// live reports whether o is its id's current place in the order.
+func (m *attemptMemory) live(o stamped) bool {
+	r, ok := m.seen[o.id]
+	return ok && r.stamp == o.stamp
 }
 
 // reconcile is attempts raised to what was remembered for id. A nil
@@ -42,22 +64,28 @@ func (m *attemptMemory) reconcile(id string, attempts int) int {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return max(attempts, m.seen[id])
+	return max(attempts, m.seen[id].attempts)
 }
 
 // failed remembers that id has had attempts failed deliveries.
 func (m *attemptMemory) failed(id string, attempts int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.seen[id]; !ok {
+	r, ok := m.seen[id]
+	if !ok {
 		for len(m.seen) >= m.cap && len(m.order) > 0 {
 			oldest := m.order[0]
 			m.order = m.order[1:]
-			delete(m.seen, oldest)
+			if m.live(oldest) {
+				delete(m.seen, oldest.id)
+			}
 		}
-		m.order = append(m.order, id)
+		m.next++
+		r.stamp = m.next
+		m.order = append(m.order, stamped{id, r.stamp})
 	}
-	m.seen[id] = max(m.seen[id], attempts)
+	r.attempts = max(r.attempts, attempts)
+	m.seen[id] = r
 	m.n.Store(int64(len(m.seen)))
 }
 
@@ -77,7 +105,7 @@ func (m *attemptMemory) forget(id string) {
 		// Compact the ids already forgotten.
 		kept := m.order[:0]
 		for _, o := range m.order {
-			if _, ok := m.seen[o]; ok {
+			if m.live(o) {
 				kept = append(kept, o)
 			}
 		}

@@ -49,6 +49,21 @@ func TestAttemptMemoryForgetsTheOldestPastItsCap(t *testing.T) {
 	assert.LessOrEqual(t, len(m.order), 2*m.cap+1)
 }
 
+// An id forgotten and remembered again is as new: past the cap, the
+// memory forgets the one remembered longest ago, not the re-remembered id
+// through its first, stale place in the order.
+func TestAttemptMemoryEvictsTheOldestLiveEntry(t *testing.T) {
+	m := newAttemptMemory(2)
+	m.failed("a", 1)
+	m.failed("b", 1)
+	m.forget("a")
+	m.failed("a", 1) // a again, after b
+	m.failed("c", 1) // past the cap: b is the oldest
+	assert.Equal(t, 0, m.reconcile("b", 0), "the oldest, b, is forgotten")
+	assert.Equal(t, 1, m.reconcile("a", 0), "a, remembered after b, is kept")
+	assert.Equal(t, 1, m.reconcile("c", 0))
+}
+
 // A message that fails on one member and then shows up on another with a
 // delivery-count of 0 (as redistribution delivers it) keeps its attempts:
 // it reaches the dead-letter queue after maxTries calls in all.

@@ -176,7 +176,8 @@ func WithDeadLetterTimeout(d time.Duration) ConsumerOption {
 
 // WithDeadLetterRetryDelay sets how long a delivery whose dead-letter write
 // failed is held before its plain release (default 1s), so a broken DLQ is
-// not a hot loop.
+// not a hot loop; a delivery whose scheduled retry copy failed is held as
+// long before its immediate retry.
 func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.retryDelay = d }
 }

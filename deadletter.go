@@ -212,23 +212,30 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	return msg
 }
 
-// deadLetter writes dlqMsg and accepts the source only once the broker
-// accepted the copy. A failed write is reported, the source is held for the
-// retry delay and then plainly released, so it is never lost and does not
-// count toward Artemis's max-delivery-attempts.
-func (d *delivery) deadLetter(kind DeliveryKind, cause error, dlqMsg *amqp.Message) error {
+// writeCopy sends msg (a dead-letter or a retry copy) on s and succeeds
+// only on the broker's accepted outcome within the dead-letter timeout.
+func (d *delivery) writeCopy(s Sender, msg *amqp.Message) error {
 	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
-	err := sendConfirmed(ctx, d.c.dlq, dlqMsg)
-	cancel()
-	if err == nil {
-		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	defer cancel()
+	err := sendConfirmed(ctx, s, msg)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Not only ctx.Err() itself: a transfer still waiting for link
 		// credit when the time runs out (Artemis grants none to a link on a
 		// full address) comes back from go-amqp as its own
 		// amqp:link:transfer-limit-exceeded error.
 		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
+	}
+	return err
+}
+
+// deadLetter writes dlqMsg and accepts the source only once the broker
+// accepted the copy. A failed write is reported, the source is held for the
+// retry delay and then plainly released, so it is never lost and does not
+// count toward Artemis's max-delivery-attempts.
+func (d *delivery) deadLetter(kind DeliveryKind, cause error, dlqMsg *amqp.Message) error {
+	err := d.writeCopy(d.c.dlq, dlqMsg)
+	if err == nil {
+		return d.finish(kind, cause, DispositionDeadLettered, d.accept)
 	}
 	dlqErr := fmt.Errorf("%w (dead-lettering after: %w)", err, cause)
 	return d.finish(KindDeadLetterFailed, dlqErr, DispositionReleased, func() error {

@@ -51,7 +51,7 @@
 //	| bq_schema_version not "1"                   | forwarded as received to the DLQ, then accept (or drop)|
 //	| poison body                                 | poison record to the DLQ, then accept (or drop)       |
 //	| DLQ write not accepted by the broker        | reported; plain release after the retry delay         |
-//	| retry copy not accepted by the broker       | reported; plain release after the retry delay         |
+//	| retry copy not accepted by the broker       | reported; modified, delivery-failed after the delay   |
 //
 // A dead-letter write counts only when the broker's outcome is accepted;
 // anything else (rejected, released, modified, a closed link, the timeout)

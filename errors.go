@@ -26,8 +26,9 @@ var (
 	ErrHandlerFailed = errors.New("babelqueue: handler failed")
 	// ErrDeadLetterFailed: a write to the dead-letter queue was not confirmed.
 	ErrDeadLetterFailed = errors.New("babelqueue: dead-letter write failed")
-	// ErrRetryFailed: a scheduled retry copy was not confirmed; the
-	// delivery was released (not counted) after the dead-letter retry delay.
+	// ErrRetryFailed: a scheduled retry copy was not confirmed; after the
+	// dead-letter retry delay the delivery was retried at once (modified
+	// with delivery-failed: the failed attempt counts toward maxTries).
 	ErrRetryFailed = errors.New("babelqueue: retry write failed")
 	// ErrSettlement: the disposition could not be sent to the broker (the
 	// link or connection is gone); the broker redelivers the message.

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
 
 // checkPayload is the consume side's check, run before the handler. It
@@ -33,6 +35,14 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 			return true, d.undecryptable(uerr)
 		}
 		if !bytes.Equal(restored, data) {
+			// Canonical, as every decoded Envelope.Data is (a protector may
+			// hand back another SDK's escapes, or encoding/json's); the
+			// error names no piece of the restored data.
+			canon, cerr := jsoncodec.CanonicalObject(restored)
+			if cerr != nil {
+				return true, d.undecryptable(fmt.Errorf("%w: the restored data is not a JSON object", ErrDecrypt))
+			}
+			restored = canon
 			// The handler reads the restored data; every record of the
 			// message (a dead-letter copy) keeps it as it travelled.
 			cp := *d.env

@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -283,4 +284,38 @@ func TestConsumeUndecryptableIsDeadLetteredAtOnce(t *testing.T) {
 	got = handleOne(t, c, rec, nil, protectedMessage(t, `"enc:!"`))
 	assert.Equal(t, fakelink.Accepted, got.disp)
 	requireReport(t, got, ErrDecrypt, DispositionDropped)
+}
+
+// TestConsumeRestoredDataIsCanonical: the data a PayloadProtector restores
+// (here re-marshalled by encoding/json, which escapes <, > and &, around a
+// value another SDK wrote with \u escapes) reaches the check and the
+// handler in the canonical form every decoded Envelope.Data has; data
+// restored to something that is not a JSON object is ErrDecrypt, with no
+// piece of it in the error.
+func TestConsumeRestoredDataIsCanonical(t *testing.T) {
+	v := &fieldProtector{}
+	var seen string
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		seen = string(env.Data)
+		return nil
+	}}, WithPayloadValidator(v))
+	plain := base64.StdEncoding.EncodeToString([]byte(`"al\u00efce <a&b>"`))
+	got := handleOne(t, c, newRecorder(), nil, protectedMessage(t, `"enc:`+plain+`"`))
+	assert.Equal(t, fakelink.Accepted, got.disp)
+	assert.Equal(t, `{"email":"alïce <a&b>","order_id":7}`, seen, "the handler reads canonical data")
+	assert.Equal(t, `{"email":"alïce <a&b>","order_id":7}`, *v.seen.Load(), "the check reads canonical data")
+
+	rec := newRecorder()
+	dlq := &fakelink.Sender{}
+	c = mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithPayloadValidator(&brokenRestore{}), WithOnError(rec.onError), WithDeadLetterSender(dlq))
+	got = handleOne(t, c, rec, dlq, protectedMessage(t, `"enc:x"`))
+	de := requireReport(t, got, ErrDecrypt, DispositionDeadLettered)
+	assert.NotContains(t, de.Error(), "secret", "no piece of the restored data in the error")
+}
+
+// brokenRestore restores data to something that is not a JSON object.
+type brokenRestore struct{ fieldProtector }
+
+func (*brokenRestore) UnprotectPayload(string, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{"email":"top secret"`), nil
 }

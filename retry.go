@@ -5,8 +5,6 @@
 package artemis
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -15,7 +13,8 @@ import (
 
 // retry settles a failed attempt below maxTries by the schedule: a
 // scheduled copy when the wait is positive and there is a retry sender,
-// else modified with delivery-failed (the broker redelivers at once).
+// else (and, after the hold, when the copy is not confirmed) modified with
+// delivery-failed (the broker redelivers at once).
 func (d *delivery) retry(cause error) error {
 	delay := d.c.retryWait(d.attempts)
 	if delay <= 0 || d.env == nil {
@@ -23,22 +22,21 @@ func (d *delivery) retry(cause error) error {
 	}
 	now := d.c.now()
 	msg := retryCopy(d.env, d.msg, d.attempts+1, now, now.Add(delay), d.retryAddress())
-	ctx, cancel := context.WithTimeout(d.settleCtx(), d.c.dlqTimeout)
-	err := sendConfirmed(ctx, d.c.retrySender, msg)
-	cancel()
+	err := d.writeCopy(d.c.retrySender, msg)
 	if err == nil {
 		d.delay = delay
 		return d.finish(KindHandlerFailed, cause, DispositionScheduled, d.accept)
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("no outcome within %v: %w", d.c.dlqTimeout, err)
-	}
 	retryErr := fmt.Errorf("%w (scheduling a retry after: %w)", err, cause)
-	// As a failed dead-letter write: a plain release after the hold, which
-	// Artemis does not count, so the attempt is not lost either.
-	return d.finish(KindRetryFailed, retryErr, DispositionReleased, func() error {
+	// The attempt failed all the same: after the hold (no hot loop on a
+	// broken retry link), an immediate retry, modified with delivery-failed,
+	// which Artemis counts and the memory remembers. A plain release would
+	// not count it, and a copy the broker never takes (a full queue, no
+	// permission to send to it) would then run the handler for ever,
+	// never reaching maxTries.
+	return d.finish(KindRetryFailed, retryErr, DispositionAbandoned, func() error {
 		d.wait(d.c.retryDelay)
-		return d.release()
+		return d.abandon()
 	})
 }
 
@@ -64,7 +62,7 @@ func (d *delivery) retryAddress() string {
 }
 
 // retryCopy is the next attempt of env: the envelope re-encoded
-// canonically with attempts (unknown keys kept), the section 2 projection,
+// canonically with attempts (unknown keys kept, no dead_letter block), the section 2 projection,
 // the source's out-of-band headers, group-id, priority and expiry, and the
 // scheduled delivery time at (read on this machine's clock: a broker whose
 // clock is ahead delivers it that much early). It carries no duplicate id: Artemis drops,
@@ -74,6 +72,7 @@ func (d *delivery) retryAddress() string {
 func retryCopy(env *Envelope, src *amqp.Message, attempts int, now, at time.Time, addr string) *amqp.Message {
 	cp := *env
 	cp.Attempts = attempts
+	cp.DeadLetter = nil // only ever on a dead-letter queue; a message moved back with it retries without it
 	body := cp.appendEncode(make([]byte, 0, cp.encodedSizeHint()))
 	msg := projection(&cp, string(body), stringProperties(src))
 	keepForRetry(msg, src, now)

@@ -116,7 +116,7 @@ func TestARetryCopyKeepsTheAbsoluteExpiry(t *testing.T) {
 	assert.Equal(t, time.Millisecond, retry.Kept()[1].Header.TTL)
 }
 
-func TestAFailedRetryCopyReleasesTheSourceAfterTheHold(t *testing.T) {
+func TestAFailedRetryCopyRetriesTheSourceAtOnceAfterTheHold(t *testing.T) {
 	for name, out := range map[string]func(context.Context, *amqp.Message) (amqp.DeliveryState, error){
 		"rejected": fakelink.Reject, "released": fakelink.Release, "modified": fakelink.Modify, "closed": fakelink.Closed,
 	} {
@@ -131,14 +131,14 @@ func TestAFailedRetryCopyReleasesTheSourceAfterTheHold(t *testing.T) {
 				return ch
 			}
 			o := handleOne(t, c, rec, nil, orderMessage(t, 0))
-			assert.Equal(t, fakelink.Released, o.disp, "a plain release: not counted, not lost")
+			assert.Equal(t, fakelink.Failed, o.disp, "an immediate retry: counted, not lost")
 			assert.Equal(t, DefaultDeadLetterRetryDelay, <-held)
 			require.Len(t, o.reports, 1)
 			require.ErrorIs(t, o.reports[0].err, ErrRetryFailed)
 			evs := obs.settlements()
 			require.Len(t, evs, 1)
 			assert.Equal(t, KindRetryFailed, evs[0].Kind)
-			assert.Equal(t, DispositionReleased, evs[0].Disposition)
+			assert.Equal(t, DispositionAbandoned, evs[0].Disposition)
 		})
 	}
 }
@@ -244,4 +244,98 @@ func TestAPanickingScheduleRetriesAtOnceAndIsLogged(t *testing.T) {
 	assert.Equal(t, fakelink.Failed, o.disp)
 	assert.Empty(t, retry.Kept())
 	assert.Contains(t, logs.String(), `msg="retry schedule panicked" panic="bad schedule"`)
+}
+
+// A retry copy the broker never takes (a full queue under
+// address-full-policy FAIL, no permission to send to the queue, a member
+// that refuses the retry link) must not make the failing message loop for
+// ever: the failed attempt still counts, and the message reaches the DLQ
+// after maxTries handler calls. Each redelivery here is what Artemis does:
+// delivery-count + 1 after a delivery-failed modified, unchanged after a
+// plain release (0 throughout for a large message).
+func TestARetryCopyThatIsNeverTakenStillEndsOnTheDLQ(t *testing.T) {
+	for _, large := range []bool{false, true} {
+		t.Run(map[bool]string{false: "small", true: "large"}[large], func(t *testing.T) {
+			retry, dlq := &fakelink.Sender{Outcome: fakelink.Reject}, &fakelink.Sender{}
+			c, _, _, calls := retryConsumer(t, retry, dlq, time.Second)
+			c.after = func(time.Duration) <-chan time.Time {
+				ch := make(chan time.Time, 1)
+				ch <- time.Time{}
+				return ch
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			src := orderMessage(t, 0)
+			var count uint32
+			for i := 0; i < 10; i++ {
+				msg := *src // each redelivery is a delivery of its own
+				h := *src.Header
+				h.DeliveryCount = count
+				msg.Header = &h
+				r.Track(&msg)
+				_ = c.Handle(context.Background(), r, &msg)
+				d, ok := r.Disposition(&msg)
+				require.True(t, ok, "delivery %d was not settled", i)
+				if d == fakelink.Accepted {
+					break
+				}
+				if d.DeliveryFailed && !large {
+					count++
+				}
+			}
+			assert.Equal(t, int32(3), calls.Load(), "maxTries handler calls, not one per uncounted release")
+			require.Len(t, dlq.Kept(), 1, "dead-lettered at the limit")
+			assert.Equal(t, 2, dlqEnvelope(t, dlq.Kept()[0]).DeadLetter.Attempts)
+		})
+	}
+}
+
+// A message moved back to its queue with its dead_letter block (by hand,
+// or by a tool that does not remove it) that fails again: the block is
+// only ever on a dead-letter queue (CONTRACT section 1), so its next
+// attempt on the queue carries none; everything else, unknown keys
+// included, rides along.
+func TestARetryCopyCarriesNoDeadLetterBlock(t *testing.T) {
+	retry := &fakelink.Sender{}
+	c, _, _, _ := retryConsumer(t, retry, &fakelink.Sender{}, time.Second)
+	body := `{"job":"` + urnCreated + `","trace_id":"` + testTrace + `","data":{"order_id":1042},` +
+		`"meta":{"schema_version":1,"id":"m-1","lang":"python","created_at":1749132700000},"attempts":0,"x_kept":[1,2],` +
+		`"dead_letter":{"reason":"failed","error":"earlier","exception":null,"failed_at":1749132730000,"original_queue":"orders","attempts":2,"lang":"python"}}`
+	src := orderMessage(t, 0)
+	src.Value = body
+	o := handleOne(t, c, newRecorder(), nil, src)
+	require.Equal(t, fakelink.Accepted, o.disp)
+	require.Len(t, retry.Kept(), 1)
+	cp := retry.Kept()[0].Value.(string)
+	env, err := Decode([]byte(cp))
+	require.NoError(t, err)
+	assert.Nil(t, env.DeadLetter, "the next attempt on the queue carries no dead_letter block: %s", cp)
+	assert.NotContains(t, cp, "dead_letter")
+	assert.Contains(t, cp, `"x_kept":[1,2]`, "unknown keys kept")
+	assert.Equal(t, 1, env.Attempts)
+}
+
+// The copy confirmed, then the source's accept fails (the link dropped in
+// between): the delivery is reported unsettled (the broker redelivers it,
+// and the copy comes at its time: the documented second chain), and the
+// observer hears no scheduled wait for a delivery that was not scheduled.
+func TestARetryCopyWhoseAcceptFailsIsReportedUnsettled(t *testing.T) {
+	retry := &fakelink.Sender{}
+	c, rec, obs, _ := retryConsumer(t, retry, &fakelink.Sender{}, 10*time.Second)
+	r := fakelink.NewReceiver(t, "orders")
+	r.SetSettleErr(&amqp.LinkError{})
+	src := r.Track(orderMessage(t, 0))
+	err := c.Handle(context.Background(), r, src)
+	require.ErrorIs(t, err, ErrSettlement)
+	require.ErrorIs(t, err, ErrHandlerFailed)
+	assert.Len(t, retry.Kept(), 1, "the copy was written before the accept")
+	evs := obs.settlements()
+	require.Len(t, evs, 1)
+	assert.Equal(t, DispositionPending, evs[0].Disposition)
+	assert.Equal(t, KindSettlement, evs[0].Kind)
+	assert.Zero(t, evs[0].RetryDelay, "RetryDelay is a scheduled retry's wait; this one's source was not settled")
+	var de *DeliveryError
+	reps := rec.all()
+	require.NotEmpty(t, reps)
+	require.ErrorAs(t, reps[0].err, &de)
+	assert.Equal(t, DispositionPending, de.Disposition)
 }

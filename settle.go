@@ -273,7 +273,10 @@ func (d *delivery) observe(kind DeliveryKind, cause error, disp Disposition) {
 		return
 	}
 	ev := SettleEvent{Queue: d.queue(), URN: d.urn, Disposition: disp, Kind: kind, Err: cause,
-		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start), RetryDelay: d.delay}
+		Attempts: d.attempts, Handler: d.handler, Latency: d.c.now().Sub(d.start)}
+	if disp == DispositionScheduled {
+		ev.RetryDelay = d.delay // not when the source's accept after the copy failed
+	}
 	if d.env != nil {
 		ev.MessageID = d.env.Meta.ID
 	}
@@ -295,9 +298,10 @@ func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
 		return
 	}
 	switch {
-	case disp == DispositionAbandoned && kind == KindHandlerFailed:
-		// Only an immediate retry: a scheduled copy carries its count in
-		// its body, durably, which the memory never lowers.
+	case disp == DispositionAbandoned && (kind == KindHandlerFailed || kind == KindRetryFailed):
+		// Only an immediate retry (also the one after a retry copy that
+		// was not confirmed): a scheduled copy carries its count in its
+		// body, durably, which the memory never lowers.
 		m.failed(d.env.Meta.ID, d.attempts+1)
 	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
 		m.forget(d.env.Meta.ID)

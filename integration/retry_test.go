@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +291,58 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 	assert.Equal(t, id, again.Meta.ID)
 	assert.Equal(t, 2, again.DeadLetter.Attempts)
 	assertEmpty(t, conn, q+".dlq")
+}
+
+// A retry copy the broker refuses every time (here a full queue:
+// bqtest.tinydlq.# holds one message under address-full-policy FAIL, and
+// the failing message itself fills it) must not run the handler for ever:
+// each refused copy is reported, the failed attempt still counts, and the
+// message reaches <queue>.dlq after maxTries handler calls.
+func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
+	b := brokertest.Require(t)
+	conn := b.Dial(t)
+	q := brokertest.TinyDLQ()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*arrival)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	var log callLog
+	var refused atomic.Int32
+	cons := testkit.MustConsumer(t, artemis.Handlers{urnOrder: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
+		log.add(env, msg)
+		return &gatewayError{}
+	}}, artemis.WithRetryBackoff(shortSchedule), artemis.WithDeadLetterTimeout(time.Second),
+		artemis.WithDeadLetterRetryDelay(100*time.Millisecond), artemis.WithLogger(quietLogger()),
+		artemis.WithOnError(func(_ context.Context, err error, _ *artemis.Envelope, _ *amqp.Message) {
+			if errors.Is(err, artemis.ErrRetryFailed) {
+				refused.Add(1)
+			}
+		}))
+	pub := artemis.NewPublisher(conn.NewSender(q), q)
+	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	require.NoError(t, err)
+	testkit.ConsumeInBackground(t, c, q, cons, nil, 2*arrival)
+
+	r := conn.NewReceiver(q+".dlq", nil)
+	dl := conn.Receive(r, 20*time.Second)
+	if dl != nil {
+		conn.Accept(r, dl)
+	}
+	time.Sleep(quiet)
+	var attempts []int
+	for _, c := range log.all() {
+		attempts = append(attempts, c.attempts)
+	}
+	t.Logf("retry: every copy refused (full queue): %d handler calls (maxTries 3), attempts %v, %d copies refused, on %s.dlq: %t",
+		len(attempts), attempts, refused.Load(), q, dl != nil)
+	require.NotNil(t, dl, "the message never reached the DLQ")
+	env, err := artemis.Decode([]byte(valueString(t, dl)))
+	require.NoError(t, err)
+	assert.Equal(t, id, env.Meta.ID)
+	assert.Equal(t, []int{0, 1, 2}, attempts, "exactly maxTries calls, counting up")
+	assert.Equal(t, int32(2), refused.Load(), "each refused copy reported")
+	require.NotNil(t, env.DeadLetter)
+	assert.Equal(t, 2, env.DeadLetter.Attempts)
 }
