@@ -170,7 +170,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	cancel()
 	if err != nil {
 		if refusedSelector(err, l.src.selector) {
-			return a, fmt.Errorf("%w: the broker refused selector %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
+			return a, fmt.Errorf("%w %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
 		}
 		l.c.linkFailed(cn, err)
 		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
