@@ -128,7 +128,23 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 			t.Errorf("stats %s: %v, want %v messages", q, st, want)
 		}
 	}
-	if st := statOf(t, env, dlq); st["added"] != float64(events) {
-		t.Errorf("stats %s: %v, want %d added", dlq, st, events)
+	if st := statOf(t, env, dlq); st["added"] != float64(events) || st["routing"] != "anycast" || st["address"] != dlq {
+		t.Errorf("stats %s: %v, want %d added, on an anycast address of its own", dlq, st, events)
+	}
+
+	// stats -address lists the topic's subscriptions.
+	subs := jsonLines(t, cli(t, env, "stats", "-address", topic, "-json"))
+	if len(subs) != 2 {
+		t.Fatalf("stats -address %s: %v, want the 2 subscriptions", topic, subs)
+	}
+	// Billing's queue got each event and the redriven copies; shipping's
+	// each event only.
+	for i, want := range []struct {
+		q     string
+		added float64
+	}{{billing, 2 * events}, {shipping, events}} {
+		if subs[i]["queue"] != want.q || subs[i]["address"] != topic || subs[i]["routing"] != "multicast" || subs[i]["durable"] != true || subs[i]["added"] != want.added {
+			t.Errorf("stats -address %s, row %d: %v, want %s, multicast, durable, %v added", topic, i, subs[i], want.q, want.added)
+		}
 	}
 }
