@@ -169,6 +169,11 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	lr, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit, l.src))
 	cancel()
 	if err != nil {
+		if filterMismatch(err) {
+			// Artemis closes the connection with this answer.
+			l.c.linkFailed(cn, err)
+			return a, fmt.Errorf("%w: %s exists with another selector than %q (delete the subscription queue or subscribe under a new name): %w", errSelectorRefused, l.queue, l.src.selector, l.c.red.error(err))
+		}
 		if refusedSelector(err, l.src.selector) {
 			return a, fmt.Errorf("%w %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
 		}

@@ -51,7 +51,10 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // The queue outlives its consumers until it is deleted (bqartemis or the
 // broker's console), unless the broker's address settings auto-delete
 // queues (docs/pubsub.md). Its filter is fixed when it is created: to
-// change a subscription's Selector, delete the queue or use a new name.
+// change a subscription's Selector (or OnlyHandledURNs's URN list), delete
+// the queue or use a new name. Artemis refuses an attach with another
+// selector than the existing queue's filter, and Subscribe then returns at
+// once with an error matching ErrInvalidConfig.
 func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer, opts *ConsumeOptions) error {
 	if c.done == nil {
 		return errNotBuilt

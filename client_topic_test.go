@@ -183,3 +183,30 @@ func TestDeadLetterQueueOfASubscription(t *testing.T) {
 	assert.Equal(t, "billing.dlq", dlqAddress("orders.events::billing"), "the subscription's own, never on the topic's address")
 	assert.Equal(t, "", dlqAddress(""))
 }
+
+func TestSubscribeEndsWhenTheSubscriptionHasAnotherSelector(t *testing.T) {
+	// What Artemis 2.40 answers an attach whose selector differs from the
+	// filter of the existing subscription queue; it closes the connection
+	// with it.
+	mismatch := &amqp.Error{Condition: amqp.ErrCondInternalError,
+		Description: "Unrecoverable error: Queue: billing filter mismatch [region = 'us'] is different than existing filter [region = 'eu']"}
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.attachErr = func(_ string, receiver bool) error {
+				if receiver {
+					return mismatch
+				}
+				return nil
+			}
+		}
+	})
+	require.NoError(t, h.dial())
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := h.c.Subscribe(ctx, "orders", "billing", cons, &ConsumeOptions{Selector: "region = 'us'"})
+	require.ErrorIs(t, err, ErrInvalidConfig, "at once, not re-attached (and the connection re-dialled) until ctx ends")
+	require.NoError(t, ctx.Err())
+	assert.Contains(t, err.Error(), "another selector")
+	assert.Contains(t, err.Error(), "filter mismatch")
+}

@@ -106,3 +106,13 @@ func refusedSelector(err error, sel string) bool {
 	var ae *amqp.Error
 	return sel != "" && errors.As(err, &ae) && ae.Condition == amqp.ErrCondInvalidField
 }
+
+// filterMismatch reports Artemis's answer to an attach to an existing
+// subscription queue (address::queue) with a selector other than the
+// queue's filter: amqp:internal-error, "... filter mismatch [...] is
+// different than existing filter [...]". Artemis closes the connection
+// with it, and no later attach with the same selector would succeed.
+func filterMismatch(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Condition == amqp.ErrCondInternalError && strings.Contains(ae.Description, "filter mismatch")
+}

@@ -41,3 +41,10 @@ func TestRefusedSelector(t *testing.T) {
 	assert.False(t, refusedSelector(refusal, ""), "no selector was sent: some other field")
 	assert.False(t, refusedSelector(&amqp.Error{Condition: "amqp:not-found"}, "a = 1"))
 }
+
+func TestFilterMismatch(t *testing.T) {
+	assert.True(t, filterMismatch(&amqp.Error{Condition: amqp.ErrCondInternalError,
+		Description: "Unrecoverable error: Queue: q filter mismatch [a = 2] is different than existing filter [a = 1]"}))
+	assert.False(t, filterMismatch(&amqp.Error{Condition: amqp.ErrCondInternalError, Description: "something else"}))
+	assert.False(t, filterMismatch(&amqp.Error{Condition: amqp.ErrCondInvalidField, Description: "filter mismatch"}))
+}

@@ -450,3 +450,37 @@ func statOrSkip(t *testing.T, b *brokertest.Broker, q string) (brokertest.QueueS
 	require.NoError(t, err)
 	return st, nil
 }
+
+func TestIntegrationTopicSubscriptionWithAnotherSelectorIsRefused(t *testing.T) {
+	b := brokertest.Require(t)
+	topic := brokertest.Queue(t)
+	sub := topic + ".eu"
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: newTally().handler("eu", nil)})
+	require.NoError(t, err)
+	subscribe(t, b.URL, topic, sub, cons, &artemis.ConsumeOptions{Selector: "region = 'eu'"}).stop(t)
+
+	// The same subscription with another selector: Artemis refuses the
+	// attach (and closes the connection); Subscribe ends at once, and the
+	// Client's publisher goes on over a new connection.
+	ctx, cancel := context.WithTimeout(context.Background(), arrival)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	pub, err := c.TopicPublisher(ctx, topic)
+	require.NoError(t, err)
+	err = c.Subscribe(ctx, topic, sub, cons, &artemis.ConsumeOptions{Selector: "region = 'us'"})
+	require.ErrorIs(t, err, artemis.ErrInvalidConfig)
+	require.NoError(t, ctx.Err(), "at once, not retried")
+	assert.Contains(t, err.Error(), "another selector")
+	t.Logf("refused: %v", err)
+	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 1}, artemis.WithHeaders(map[string]string{"region": "eu"}))
+	require.NoError(t, err, "the Client's other links recover")
+
+	// The same selector, or none, is taken.
+	ta := newTally()
+	cons2, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("eu", nil)})
+	require.NoError(t, err)
+	subscribe(t, b.URL, topic, sub, cons2, nil)
+	ta.await(t, "eu", 1, arrival)
+}
