@@ -130,20 +130,31 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 // alive but stops settling is re-dialled, and no receipt stays pending
 // for ever.
 func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOption) (*ClientPublisher, error) {
+	return c.publisher(ctx, queue, false, opts)
+}
+
+// publisher is Publisher, to a topic's multicast address when topic is set
+// (TopicPublisher).
+func (c *Client) publisher(ctx context.Context, queue string, topic bool, opts []PublishOption) (*ClientPublisher, error) {
 	if c.done == nil {
 		return nil, errNotBuilt
 	}
+	what := "queue"
+	if topic {
+		what = "topic"
+	}
 	if strings.TrimSpace(queue) == "" {
-		return nil, fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: the %s name is blank", ErrInvalidConfig, what)
 	}
 	if c.members != nil {
-		s, err := c.clusterSender(ctx, queue)
+		s, err := c.clusterSender(ctx, queue, topic)
 		if err != nil {
 			return nil, err
 		}
 		return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), cluster: s}, nil
 	}
 	s := c.newSender(queue)
+	s.topic = topic
 	if _, err := s.link(ctx, !c.failFast); err != nil {
 		return nil, err
 	}
@@ -213,19 +224,30 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	if c.done == nil {
 		return errNotBuilt
 	}
+	if strings.TrimSpace(queue) == "" {
+		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
+	}
+	return c.consumeOn(ctx, queue, false, cons, opts)
+}
+
+// consumeOn is Consume on queue, a subscription's address::queue when
+// topic is set (Subscribe); queue was checked.
+func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *Consumer, opts *ConsumeOptions) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
 	}
 	if cons.err != nil {
 		return cons.err
 	}
-	if strings.TrimSpace(queue) == "" {
-		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
-	}
 	var o ConsumeOptions
 	if opts != nil {
 		o = *opts
 	}
+	sel, err := composeSelector(o.Selector, o.OnlyHandledURNs, cons.handlers)
+	if err != nil {
+		return err
+	}
+	src := source{topic: topic, selector: sel}
 	credit := o.Credit
 	switch {
 	case credit < 0:
@@ -252,9 +274,9 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 		}
 	}
 	if c.members != nil {
-		return c.consumeCluster(ctx, queue, cons, o, int32(credit))
+		return c.consumeCluster(ctx, queue, src, cons, o, int32(credit))
 	}
-	return c.consume(ctx, queue, cons, o, int32(credit))
+	return c.consume(ctx, queue, src, cons, o, int32(credit))
 }
 
 // Status reports whether the Client is connected right now, to which URL,

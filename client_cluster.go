@@ -119,14 +119,17 @@ type clusterSender struct {
 	members []*clientSender
 }
 
-// clusterSender attaches a sender to queue on every member, for a cluster
+// clusterSender attaches a sender to queue (a topic's multicast address
+// when topic is set) on every member, for a cluster
 // Client's Publisher. It succeeds when at least one member attached: one
 // that cannot be connected to now attaches on its first publish. A refusal
 // (an address the user may not send to, say) is returned.
-func (c *Client) clusterSender(ctx context.Context, queue string) (*clusterSender, error) {
+func (c *Client) clusterSender(ctx context.Context, queue string, topic bool) (*clusterSender, error) {
 	s := &clusterSender{c: c, addr: queue}
 	for _, m := range c.members {
-		s.members = append(s.members, m.newSender(queue))
+		ms := m.newSender(queue)
+		ms.topic = topic
+		s.members = append(s.members, ms)
 	}
 	if err := s.attachAll(ctx); err != nil {
 		_ = s.close(context.WithoutCancel(ctx))
@@ -291,7 +294,7 @@ var (
 
 // consumeCluster runs Consume on every member side by side. cons and o
 // were validated, and credit settled, by Consume.
-func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *Client) consumeCluster(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One memory of failed attempts for every member's loop: a message that
@@ -300,7 +303,7 @@ func (c *Client) consumeCluster(ctx context.Context, queue string, cons *Consume
 	shared.memory = newAttemptMemory(attemptMemoryCap)
 	errs := make(chan error, len(c.members))
 	for _, m := range c.members {
-		go func() { errs <- m.consume(mctx, queue, &shared, o, credit) }()
+		go func() { errs <- m.consume(mctx, queue, src, &shared, o, credit) }()
 	}
 	var first error
 	for range c.members {

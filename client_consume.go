@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -57,16 +58,48 @@ type ConsumeOptions struct {
 	// it returns once every member's receiver was idle. With
 	// MaxMessages, whichever comes first. Default: 0, never.
 	StopWhenIdle time.Duration
+
+	// Selector is a JMS message selector the broker applies before it
+	// delivers: a message it excludes is never sent to this consumer, so it
+	// is neither decoded, handled nor dead-lettered here (see
+	// docs/pubsub.md). It reads the message's properties: JMSType (the
+	// URN), the bq_ properties and the application headers, for example
+	// "bq_source_lang = 'java'" or "region IN ('eu','uk')". On a queue it
+	// filters this consumer only: the messages it excludes stay on the
+	// queue for other consumers. On a subscription (Client.Subscribe) it
+	// is the subscription queue's filter, set when the broker creates the
+	// queue: the messages it excludes never enter it. It is checked when
+	// Consume or Subscribe starts (ErrInvalidConfig), and a selector the
+	// broker refuses ends them at the attach with an error matching
+	// ErrInvalidConfig that quotes it. Default: none.
+	Selector string
+
+	// OnlyHandledURNs has the broker deliver only the URNs the Consumer
+	// has handlers for (JMSType IN (...), AND-ed with Selector): an event
+	// of another URN is never delivered, so the unknown-URN strategy never
+	// sees it. Default: false, every message is delivered.
+	OnlyHandledURNs bool
+}
+
+// source is what a consume loop's receiver asks of the broker besides the
+// queue: the "topic" capability of a subscription (Subscribe) and the
+// selector (ConsumeOptions.Selector and OnlyHandledURNs, composed and
+// checked; "" for none).
+type source struct {
+	topic    bool
+	selector string
 }
 
 // consume is Consume on one broker, cons and o validated and credit
 // settled.
-func (c *Client) consume(ctx context.Context, queue string, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *Client) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
 	// The Consumer is immutable; give this loop its own copy wired to the
 	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a
 	// faithful one.)
 	run := *cons
-	if run.queue == "" {
+	if run.queue == "" || src.topic {
+		// A subscription's name is always its address::queue: that is
+		// where a dead letter's redrive must go.
 		run.queue = queue
 	}
 	var dlq *clientSender
@@ -83,7 +116,7 @@ func (c *Client) consume(ctx context.Context, queue string, cons *Consumer, o Co
 		run.retrySender = retry
 	}
 
-	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit}
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit, src: src}
 	err := l.run(ctx)
 	l.detach(ctx)
 	return err
@@ -96,6 +129,8 @@ type consumeLoop struct {
 	dlq    *clientSender
 	retry  *clientSender
 	credit int32
+
+	src source
 
 	attachedBefore bool
 	last           linkReceiver // the receiver attached when ctx ended, detached on the way out
@@ -113,6 +148,9 @@ func (l *consumeLoop) run(ctx context.Context) error {
 		a, err := l.attachment(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errSelectorRefused) {
+			return err // no attach will take it: fail at once
 		}
 		if l.c.isClosed() {
 			return ErrClosed
@@ -162,9 +200,17 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	}
 	a.cn = cn
 	actx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
-	lr, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit))
+	lr, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit, l.src))
 	cancel()
 	if err != nil {
+		if filterMismatch(err) {
+			// Artemis closes the connection with this answer.
+			l.c.linkFailed(cn, err)
+			return a, fmt.Errorf("%w: %s exists with another selector than %q (delete the subscription queue or subscribe under a new name): %w", errSelectorRefused, l.queue, l.src.selector, l.c.red.error(err))
+		}
+		if refusedSelector(err, l.src.selector) {
+			return a, fmt.Errorf("%w %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
+		}
 		l.c.linkFailed(cn, err)
 		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
 	}
@@ -264,13 +310,19 @@ func (l *consumeLoop) detach(ctx context.Context) {
 	wg.Wait()
 }
 
-// receiverOptions attach with the queue capability and ask the broker to
-// send unsettled, so no delivery is settled before the consumer decides.
-func receiverOptions(credit int32) *amqp.ReceiverOptions {
+// receiverOptions attach with the "queue" capability (the "topic" one for
+// a subscription) and the selector as the source's filter, and ask the
+// broker to send unsettled, so no delivery is settled before the consumer
+// decides.
+func receiverOptions(credit int32, src source) *amqp.ReceiverOptions {
 	mode := amqp.SenderSettleModeUnsettled
-	return &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
+	o := &amqp.ReceiverOptions{
+		SourceCapabilities:        []string{capability(src.topic)},
 		Credit:                    credit,
 		RequestedSenderSettleMode: &mode,
 	}
+	if src.selector != "" {
+		o.Filters = []amqp.LinkFilter{amqp.NewSelectorFilter(src.selector)}
+	}
+	return o
 }

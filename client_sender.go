@@ -17,8 +17,9 @@ import (
 // address, re-attaching when the link or the connection was lost. The
 // publishers and the consume loop's dead-letter writes go through it.
 type clientSender struct {
-	c    *Client
-	addr string
+	c     *Client
+	addr  string
+	topic bool // attach with the "topic" capability (a multicast address)
 
 	sem      chan struct{}              // held while attaching; a waiting caller's ctx can abandon it
 	cur      atomic.Pointer[senderLink] // the current link, nil before the first attach and after a loss
@@ -58,11 +59,21 @@ func (c *Client) newSender(addr string) *clientSender {
 	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}
 }
 
-// senderOptions attach with the queue capability and unsettled sends, so
-// every transfer gets the broker's outcome.
-func senderOptions() *amqp.SenderOptions {
+// senderOptions attach with the "queue" capability (the "topic" one for a
+// multicast address) and unsettled sends, so every transfer gets the
+// broker's outcome.
+func senderOptions(topic bool) *amqp.SenderOptions {
 	mode := amqp.SenderSettleModeUnsettled
-	return &amqp.SenderOptions{TargetCapabilities: []string{"queue"}, SettlementMode: &mode}
+	return &amqp.SenderOptions{TargetCapabilities: []string{capability(topic)}, SettlementMode: &mode}
+}
+
+// capability is the terminus capability Artemis reads as the routing type:
+// "topic" for multicast, "queue" for anycast.
+func capability(topic bool) string {
+	if topic {
+		return "topic"
+	}
+	return "queue"
 }
 
 // link returns a live link, attaching one when needed. The connection is
@@ -111,7 +122,7 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 		s.retire(sl)
 	}
 	actx, cancel := context.WithTimeout(ctx, s.c.dialTimeout)
-	link, err := cn.sess.NewSender(actx, s.addr, senderOptions())
+	link, err := cn.sess.NewSender(actx, s.addr, senderOptions(s.topic))
 	cancel()
 	if err != nil {
 		s.c.linkFailed(cn, err)

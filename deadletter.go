@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -100,8 +101,15 @@ func isAnonymous(err error) bool {
 	return false
 }
 
-// dlqAddress is where dead-letter copies of a queue's messages go.
+// dlqAddress is where dead-letter copies of a queue's messages go. For a
+// fully qualified name (address::queue, a subscription queue on a topic) it
+// is the queue's own <queue>.dlq, an anycast queue of that subscription
+// alone: <address>::<queue>.dlq would be a queue on the topic's address,
+// fed every publish.
 func dlqAddress(queue string) string {
+	if i := strings.LastIndex(queue, "::"); i >= 0 {
+		queue = queue[i+2:]
+	}
 	if queue == "" {
 		return ""
 	}

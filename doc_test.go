@@ -90,9 +90,11 @@ func TestLayoutTiers(t *testing.T) {
 // its files in the same order. A file may name only the files after it; so
 // a reader following a publish or a delivery goes down and never back up.
 var flowPicture = [][]string{
+	{"client_topic.go"},
 	{"client.go"},
 	{"client_cluster.go"},
 	{"client_consume.go"},
+	{"selector.go"},
 	{"client_receipt.go", "client_sender.go"},
 	{"client_dial.go"},
 	{"client_loss.go"},

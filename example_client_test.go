@@ -137,6 +137,60 @@ func ExampleClient_Consume() {
 	}
 }
 
+// A topic: TopicPublisher publishes each event once to the multicast
+// address orders.events; every subscription on it gets a copy.
+func ExampleClient_TopicPublisher() {
+	ctx := context.Background()
+	client, err := artemis.Dial(ctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer client.Close()
+	pub, err := client.TopicPublisher(ctx, "orders.events")
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	// Accepted, and dropped by the broker, when nobody is subscribed.
+	if _, err := pub.Publish(ctx, "urn:babel:orders:created", OrderCreated{OrderID: 42}); err != nil {
+		log.Print(err)
+	}
+}
+
+// A subscription: every instance of the billing service subscribes under
+// the same name, so they share the durable queue orders.events::billing
+// and billing handles each event once. The broker delivers only the URNs
+// billing handles; its dead letters go to billing.dlq.
+func ExampleClient_Subscribe() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	client, err := artemis.Dial(ctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer client.Close()
+	cons, err := artemis.NewConsumer(artemis.Handlers{
+		"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			var order OrderCreated
+			if err := env.Bind(&order); err != nil {
+				return err
+			}
+			log.Printf("charge order %d", order.OrderID)
+			return nil
+		},
+	}, artemis.WithConcurrency(8))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	err = client.Subscribe(ctx, "orders.events", "billing", cons, &artemis.ConsumeOptions{OnlyHandledURNs: true})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
 // A DLQ reader: the records on orders.dlq are envelopes with a dead_letter
 // block; a handler for their URN sees why each one failed (to look without
 // taking them off the queue, use bqartemis inspect, which browses). A

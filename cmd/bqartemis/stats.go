@@ -39,6 +39,9 @@ type queueStat struct {
 	Delivering int64  `json:"delivering"`
 	Scheduled  int64  `json:"scheduled"`
 	Added      int64  `json:"added"`
+	Address    string `json:"address"` // the address the queue is bound to
+	Routing    string `json:"routing"` // "anycast", or "multicast" for a topic's subscription
+	Durable    bool   `json:"durable"`
 	temporary  bool
 }
 
@@ -200,7 +203,9 @@ func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error
 	for _, a := range statAttributes {
 		reqs = append(reqs, request{resource: "queue." + queue, attribute: a.name})
 	}
-	reqs = append(reqs, request{resource: "queue." + queue, attribute: "Temporary"})
+	for _, a := range []string{"Temporary", "Address", "RoutingType", "Durable"} {
+		reqs = append(reqs, request{resource: "queue." + queue, attribute: a})
+	}
 	res, err := m.call(ctx, reqs)
 	if err != nil {
 		return st, fmt.Errorf("queue %s (no such queue?): %w", queue, err)
@@ -212,8 +217,28 @@ func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error
 		}
 		*a.dst(&st) = n
 	}
-	st.temporary = string(res[len(statAttributes)]) == "true"
+	k := len(statAttributes)
+	st.temporary = string(res[k]) == "true"
+	var addr, routing string
+	if json.Unmarshal(res[k+1], &addr) != nil || json.Unmarshal(res[k+2], &routing) != nil {
+		return st, fmt.Errorf("queue %s: address %s, routing type %s: not strings", queue, res[k+1], res[k+2])
+	}
+	st.Address, st.Routing, st.Durable = addr, strings.ToLower(routing), string(res[k+3]) == "true"
 	return st, nil
+}
+
+// addressQueues lists the queues bound to an address: a topic's
+// subscription queues.
+func (m *manager) addressQueues(ctx context.Context, address string) ([]string, error) {
+	res, err := m.call(ctx, []request{{resource: "address." + address, attribute: "QueueNames"}})
+	if err != nil {
+		return nil, fmt.Errorf("address %s (no such address?): %w", address, err)
+	}
+	var names []string
+	if err := json.Unmarshal(res[0], &names); err != nil {
+		return nil, fmt.Errorf("address %s QueueNames: %w", address, err)
+	}
+	return names, nil
 }
 
 // internalQueue is a queue the broker keeps for itself: stats without
@@ -224,7 +249,11 @@ func internalQueue(name string) bool {
 
 func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	address := fs.String("address", "", "the queues bound to this `address` (a topic's subscriptions), with no QUEUE arguments")
 	return func(ctx context.Context, args []string) error {
+		if *address != "" && len(args) > 0 {
+			return usagef("-address lists the queues of an address: give no QUEUE with it")
+		}
 		for _, a := range args {
 			if strings.TrimSpace(a) == "" {
 				return usagef("a blank queue name")
@@ -242,7 +271,13 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 		defer m.close(context.WithoutCancel(ctx))
 		all := len(args) == 0
 		names := args
-		if all {
+		switch {
+		case *address != "":
+			if names, err = m.addressQueues(ctx, *address); err != nil {
+				return err
+			}
+			sort.Strings(names)
+		case all:
 			if names, err = m.queueNames(ctx); err != nil {
 				return err
 			}
@@ -299,9 +334,9 @@ func printStats(w io.Writer, rows []queueStat, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED")
+	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED\tADDRESS\tROUTING\tDURABLE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%t\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added, r.Address, r.Routing, r.Durable)
 	}
 	return tw.Flush()
 }
