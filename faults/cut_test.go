@@ -23,7 +23,10 @@ import (
 //
 // The cuts happen inside the proxy, so the bound on handler duplicates is
 // taken where the Client sees each loss (EventDisconnected): the
-// deliveries in a handler then, plus one accept in flight per handler.
+// deliveries in a handler then, plus the consume window per cut
+// (faultConsumeWindow: the credit's deliveries, which the broker may have
+// sent within one round trip and whose accepts the cut may swallow before
+// the loss is seen, and one in each handler).
 func TestFaultCutsWithLatency(t *testing.T) {
 	const (
 		consumes    = 5000
@@ -41,7 +44,7 @@ func TestFaultCutsWithLatency(t *testing.T) {
 		},
 		onEvent: func(ev artemis.ConnectionEvent, l *ledger.Ledger) {
 			if ev.Kind == artemis.EventDisconnected {
-				l.Cut(concurrency)
+				l.Cut(faultConsumeWindow(concurrency))
 			}
 		},
 	})
