@@ -133,7 +133,7 @@ func TestConformanceEnvelopeCases(t *testing.T) {
 			switch {
 			case x.DeadLetter == nil && env.DeadLetter != nil:
 				t.Errorf("decoded a dead_letter block %+v the suite does not expect", env.DeadLetter)
-			case x.DeadLetter != nil && (env.DeadLetter == nil || string(env.DeadLetter.Reason) != x.DeadLetter.Reason ||
+			case x.DeadLetter != nil && (env.DeadLetter == nil || env.DeadLetter.Reason != x.DeadLetter.Reason ||
 				env.DeadLetter.OriginalQueue != x.DeadLetter.OriginalQueue):
 				t.Errorf("decoded dead_letter %+v, the suite expects %+v", env.DeadLetter, *x.DeadLetter)
 			}

@@ -283,7 +283,7 @@ func TestConsumeUndecryptableIsDeadLetteredAtOnce(t *testing.T) {
 	c = mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError), WithPayloadValidator(v))
 	got = handleOne(t, c, rec, nil, protectedMessage(t, `"enc:!"`))
 	assert.Equal(t, fakelink.Accepted, got.disp)
-	requireReport(t, got, ErrDecrypt, DispositionDropped)
+	_ = requireReport(t, got, ErrDecrypt, DispositionDropped)
 }
 
 // TestConsumeRestoredDataIsCanonical: the data a PayloadProtector restores

@@ -79,7 +79,7 @@ func faultChildHold() int {
 // bounds it.
 func TestFaultConsumerKilledHoldingCredit(t *testing.T) {
 	fb := requireFaultBroker(t)
-	fb.Broker.RequireCLI(t)
+	fb.RequireCLI(t)
 	credit := defaultCredit(faultChildWorkers)
 	total := credit + 200 // a backlog beyond the window: the window fills
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -105,19 +105,19 @@ func TestFaultConsumerKilledHoldingCredit(t *testing.T) {
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-done
+			t.Logf("the consumer process, killed at the cleanup: %v", <-done)
 		}
 	})
 
 	// Every handler holds a delivery and the broker has pushed the whole
 	// window: the broker's delivering count is the credit.
-	started := map[string]bool{}
+	var started map[string]bool
 	var stat brokertest.QueueStat
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		started = faultStarted(t, logPath)
 		var err error
-		stat, err = fb.Broker.Stat(ctx, q)
+		stat, err = fb.Stat(ctx, q)
 		require.NoError(t, err)
 		if len(started) == faultChildWorkers && stat.DeliveringCount == credit {
 			break

@@ -120,7 +120,7 @@ func TestDocumentsNameOnlyCommandsAndFlagsThatExist(t *testing.T) {
 						break
 					}
 					k++
-					if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !(ok && bf.IsBoolFlag()) && !strings.Contains(words[k-1], "=") {
+					if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); (!ok || !bf.IsBoolFlag()) && !strings.Contains(words[k-1], "=") {
 						k++ // its value
 					}
 				}

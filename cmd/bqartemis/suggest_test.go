@@ -11,7 +11,7 @@ func TestEditDistance(t *testing.T) {
 		want int
 	}{
 		{"", "", 0}, {"", "abc", 3}, {"redrive", "redrive", 0}, {"redirve", "redrive", 1},
-		{"inpsect", "inspect", 1}, {"stat", "stats", 1}, {"kitten", "sitting", 3}, {"peek", "publish", 6},
+		{"inspcet", "inspect", 1}, {"stat", "stats", 1}, {"kitten", "sitting", 3}, {"peek", "publish", 6},
 	} {
 		if got := editDistance(c.a, c.b); got != c.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
@@ -25,7 +25,7 @@ func TestDidYouMean(t *testing.T) {
 		want  string // "" no suggestion: the whole help instead
 	}{
 		{"redirve", "did you mean redrive?"},
-		{"inpsect", "did you mean inspect?"},
+		{"inspectt", "did you mean inspect?"},
 		{"stat", "did you mean stats?"},
 		{"PEEK", "did you mean peek?"},
 		{"valid", "did you mean validate?"},

@@ -78,7 +78,7 @@ func (i *Instance) ensureTLS() error {
 				cmd.Env = i.c.childEnv()
 				out, err := cmd.CombinedOutput()
 				if err != nil {
-					err = fmt.Errorf("keytool %s: %v\n%s", args[0], err, strings.TrimSpace(string(out)))
+					err = fmt.Errorf("keytool %s: %w\n%s", args[0], err, strings.TrimSpace(string(out)))
 				}
 				errs <- err
 			}()

@@ -47,9 +47,10 @@ func CheckMemberDepth(s string) error {
 		c := s[i]
 		switch {
 		case inString:
-			if c == '\\' {
+			switch c {
+			case '\\':
 				i++
-			} else if c == '"' {
+			case '"':
 				inString = false
 			}
 		case c == '"':
