@@ -286,9 +286,14 @@ func TestPublishDuringAnOutageEndsWithItsContext(t *testing.T) {
 }
 
 func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
+	hanging := make(chan struct{}, 1)
 	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
 		fb.block = func(ctx context.Context, _ *broker) error {
 			if fb.connCount() > 0 {
+				select {
+				case hanging <- struct{}{}:
+				default:
+				}
 				<-ctx.Done() // the re-dial hangs: only Close can end it
 				return ctx.Err()
 			}
@@ -314,6 +319,13 @@ func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the publishers did not share the dial")
 		}
+	}
+	// Close once the re-dial hangs: the publishers may join the dial round
+	// before its dial has begun, on a slow machine.
+	select {
+	case <-hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-dial never began")
 	}
 	require.NoError(t, h.c.Close())
 	for range waiting {
