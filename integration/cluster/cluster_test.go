@@ -182,12 +182,12 @@ func TestClusterKeepsTheOrderOfEachGroup(t *testing.T) {
 func TestClusterSurvivesAKilledMember(t *testing.T) {
 	cl := brokertest.RequireCluster(t)
 	const n, publishers, concurrency = 3000, 4, 8
-	const credit = 2 * concurrency // Consume's default credit at this concurrency
+	credit := max(2*concurrency, artemis.MinCredit) // Consume's default credit at this concurrency
 	// What a SIGKILL can bring back to the handlers: the deliveries the
 	// killed member held unsettled on the link (at most its credit), plus
 	// the accepts already sent for which the link had refilled its credit
 	// but that the broker had not yet journaled (at most a credit more).
-	const bound = 2 * credit
+	bound := 2 * credit
 	victim := 2 // 1-based
 	qc, qp := queueName(t, "kill.consume"), queueName(t, "kill.publish")
 	c := dialCluster(t, cl, nil)
