@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -271,6 +272,21 @@ func rawOf(body []byte) (*string, string) {
 }
 
 // marshal writes JSON without HTML escaping, as the envelope does.
+// printJSONLines writes rows to w, one JSON object a line (the -json
+// output of the listing commands).
+func printJSONLines[T any](w io.Writer, rows []T) error {
+	for _, r := range rows {
+		b, err := marshal(r)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -234,10 +234,6 @@ func (m *move) label() string {
 	return fmt.Sprintf("%s %s id=%s", m.rec.Kind, orDash(m.rec.URN), orDash(m.rec.MessageID))
 }
 
-// window is the redrive receiver's credit: how many records the broker
-// may send ahead.
-const window = 10
-
 func setupRedrive(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	var f redriveFlags
 	fs.StringVar(&f.to, "to", "", "move to this `queue` instead of each record's original_queue")
@@ -314,69 +310,47 @@ func (f *redriveFlags) dryRunOn(ctx context.Context, s *session, qs *queues, dlq
 // record is still on the DLQ and the next run publishes it again under the
 // same duplicate id, which Artemis stores once.
 func (f *redriveFlags) redrive(ctx context.Context, s *session, qs *queues, dlq string, env *environment) (err error) {
-	r, err := queuelink.Receiver(ctx, s.sess, dlq, -1)
+	h, err := openHolding(ctx, s, dlq, f.idle)
 	if err != nil {
 		return err
 	}
-	var held []*amqp.Message
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, m := range held {
-			if rerr := r.ReleaseMessage(sctx, m); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("release a record on %s: %w (it returns to the queue when the link closes)", dlq, rerr))
-				break
-			}
-		}
-		_ = r.Close(sctx)
-	}()
-	if err := r.IssueCredit(window); err != nil {
-		return err
-	}
+	defer func() { err = errors.Join(err, h.close(ctx)) }()
 	senders := map[string]*amqp.Sender{}
 	moved := 0
 	var loops loopGuard
 	for {
-		var msg *amqp.Message
-		if f.max > 0 && moved >= f.max {
-			// Done: take back what the broker sent ahead, without asking
-			// for more, and keep it.
-			msg, err = queuelink.ReceiveOrIdle(ctx, r, f.idle)
-			if err != nil || msg == nil {
-				break
-			}
-			held = append(held, msg)
-			continue
-		}
-		msg, err = queuelink.ReceiveOrIdle(ctx, r, f.idle)
+		// Once -max is reached, take back what the broker sent ahead,
+		// without asking for more, and keep it.
+		done := f.max > 0 && moved >= f.max
+		msg, err := h.next(ctx, !done)
 		if err != nil {
 			return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
 		}
 		if msg == nil {
 			break
 		}
-		if err := r.IssueCredit(1); err != nil {
-			held = append(held, msg)
-			return err
+		if done {
+			h.hold(msg)
+			continue
 		}
 		m := f.plan(msg, dlq)
 		if err := loops.check(m.rec, dlq); err != nil {
-			held = append(held, msg)
+			h.hold(msg)
 			return fmt.Errorf("stopped after %d moved: %w", moved, err)
 		}
 		if err := m.checkTarget(ctx, qs); err != nil {
-			held = append(held, msg)
+			h.hold(msg)
 			return err
 		}
 		if !m.ok {
-			held = append(held, msg)
+			h.hold(msg)
 			fmt.Fprintf(env.stdout, "kept   %s: %s\n", m.label(), m.why)
 			continue
 		}
 		snd := senders[m.target]
 		if snd == nil {
 			if snd, err = queuelink.Sender(ctx, s.sess, m.target); err != nil {
-				held = append(held, msg)
+				h.hold(msg)
 				return err
 			}
 			senders[m.target] = snd
@@ -384,24 +358,21 @@ func (f *redriveFlags) redrive(ctx context.Context, s *session, qs *queues, dlq 
 		// 1. The copy, confirmed: the broker accepted it (or dropped it as
 		// a duplicate of an earlier run's copy, which it also accepts).
 		if err := queuelink.SendAccepted(ctx, snd, m.msg); err != nil {
-			held = append(held, msg)
+			h.hold(msg)
 			return fmt.Errorf("%s stays on %s: publish to %s: %w", m.label(), dlq, m.target, err)
 		}
 		// 2. Only now the record leaves the DLQ.
-		if err := r.AcceptMessage(ctx, msg); err != nil {
+		if err := h.take(ctx, msg); err != nil {
 			return fmt.Errorf("%s was published to %s but not taken off %s (%w): a re-run publishes it again under the same duplicate id, which Artemis drops", m.label(), m.target, dlq, err)
 		}
 		moved++
 		loops.moved(m.rec, m.target)
 		fmt.Fprintf(env.stdout, "moved  %s -> %s %s\n", m.label(), m.target, m.how())
 	}
-	if err != nil {
-		return fmt.Errorf("receive from %s after %d moved: %w", dlq, moved, err)
-	}
 	for _, snd := range senders {
 		_ = snd.Close(ctx)
 	}
-	fmt.Fprintf(env.stdout, "done: %d moved, %d kept on %s\n", moved, len(held), dlq)
+	fmt.Fprintf(env.stdout, "done: %d moved, %d kept on %s\n", moved, h.kept(), dlq)
 	return nil
 }
 

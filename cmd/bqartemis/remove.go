@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
-	"github.com/babelqueue/babelqueue-go-artemis/internal/queuelink"
 )
 
 const reasonPoison = "poison"
@@ -167,51 +166,33 @@ func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env 
 		fmt.Fprintf(env.stdout, "done: nothing to remove on %s\n", queue)
 		return nil
 	}
-	r, err := queuelink.Receiver(ctx, s.sess, queue, -1)
+	h, err := openHolding(ctx, s, queue, f.idle)
 	if err != nil {
 		return err
 	}
-	var held []*amqp.Message
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, m := range held {
-			if rerr := r.ReleaseMessage(sctx, m); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("release a record on %s: %w (it returns to the queue when the link closes)", queue, rerr))
-				break
-			}
-		}
-		_ = r.Close(sctx)
-	}()
-	if err := r.IssueCredit(window); err != nil {
-		return err
-	}
+	defer func() { err = errors.Join(err, h.close(ctx)) }()
 	removed, late := 0, 0
 	found := map[string]bool{}
 	for {
-		msg, err := queuelink.ReceiveOrIdle(ctx, r, f.idle)
+		msg, err := h.next(ctx, true)
 		if err != nil {
 			return fmt.Errorf("receive from %s after %d removed: %w", queue, removed, err)
 		}
 		if msg == nil {
 			break
 		}
-		if err := r.IssueCredit(1); err != nil {
-			held = append(held, msg)
-			return err
-		}
 		rec := readRecord(msg)
 		if !f.match(rec) {
-			held = append(held, msg)
+			h.hold(msg)
 			continue
 		}
 		if key := recordKey(rec); !listed[key] {
-			held = append(held, msg)
+			h.hold(msg)
 			late++
 			continue
 		}
 		delete(listed, recordKey(rec))
-		if err := r.AcceptMessage(ctx, msg); err != nil {
+		if err := h.take(ctx, msg); err != nil {
 			return fmt.Errorf("remove %s id=%s from %s after %d removed: %w", rec.Kind, orDash(rec.MessageID), queue, removed, err)
 		}
 		removed++
@@ -225,6 +206,6 @@ func (f *removeFlags) remove(ctx context.Context, s *session, queue string, env 
 	if len(listed) > 0 {
 		fmt.Fprintf(env.stderr, "%s listed but not found when consuming (taken by another consumer?)\n", plural(len(listed), "record"))
 	}
-	fmt.Fprintf(env.stdout, "done: %d removed, %d kept on %s\n", removed, len(held), queue)
+	fmt.Fprintf(env.stdout, "done: %d removed, %d kept on %s\n", removed, h.kept(), queue)
 	return nil
 }

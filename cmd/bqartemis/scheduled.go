@@ -122,16 +122,7 @@ func contains(list []string, s string) bool {
 
 func printScheduled(w io.Writer, rows []scheduledMessage, asJSON bool, now time.Time) error {
 	if asJSON {
-		for _, r := range rows {
-			b, err := marshal(r)
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
-				return err
-			}
-		}
-		return nil
+		return printJSONLines(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DUE\tIN\tATTEMPTS\tURN\tID")

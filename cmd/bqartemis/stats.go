@@ -322,16 +322,7 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 
 func printStats(w io.Writer, rows []queueStat, asJSON bool) error {
 	if asJSON {
-		for _, r := range rows {
-			b, err := marshal(r)
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
-				return err
-			}
-		}
-		return nil
+		return printJSONLines(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED\tADDRESS\tROUTING\tDURABLE")
