@@ -76,6 +76,7 @@ func (d *delivery) queue() string { return d.c.queueName(d.r) }
 // report for a dead-letter failure goes out before the hold, so the
 // callback hears of it at once.
 func (d *delivery) finish(kind DeliveryKind, cause error, disp Disposition, settle func() error) error {
+	d.rememberFailure(kind, disp)
 	var reported *DeliveryError
 	if kind != KindNone && !d.quiet {
 		reported = d.deliveryError(kind, cause, disp)
@@ -127,7 +128,7 @@ func (d *delivery) settled(kind DeliveryKind, cause error, disp Disposition, rep
 		return settleErr
 	}
 	d.observe(kind, cause, disp)
-	d.remember(kind, disp)
+	d.remember(disp)
 	if reported == nil {
 		d.logSettled(disp)
 		return nil
@@ -289,21 +290,33 @@ func (c *Consumer) observeSettled(ev SettleEvent) {
 	c.observer.Settled(ev)
 }
 
-// remember keeps the memory of d's consumer up to date once d was settled
-// with disp: a failed attempt retried at once is remembered, a final
-// outcome forgets.
-func (d *delivery) remember(kind DeliveryKind, disp Disposition) {
+// rememberFailure notes in the memory of d's consumer, before the
+// disposition goes to the broker, a failed attempt that is retried at
+// once: on a cluster the broker may hand the message to another member's
+// consumer as soon as it has the disposition, and that consumer must see
+// the attempt. (A settlement that then fails leaves the attempt
+// remembered: the handler did fail.)
+func (d *delivery) rememberFailure(kind DeliveryKind, disp Disposition) {
 	m := d.c.memory
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
 		return
 	}
-	switch {
-	case disp == DispositionAbandoned && (kind == KindHandlerFailed || kind == KindRetryFailed):
+	if disp == DispositionAbandoned && (kind == KindHandlerFailed || kind == KindRetryFailed) {
 		// Only an immediate retry (also the one after a retry copy that
 		// was not confirmed): a scheduled copy carries its count in its
 		// body, durably, which the memory never lowers.
 		m.failed(d.env.Meta.ID, d.attempts+1)
-	case disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped:
+	}
+}
+
+// remember keeps the memory of d's consumer up to date once d was settled
+// with disp: a final outcome forgets.
+func (d *delivery) remember(disp Disposition) {
+	m := d.c.memory
+	if m == nil || d.env == nil || d.env.Meta.ID == "" {
+		return
+	}
+	if disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped {
 		m.forget(d.env.Meta.ID)
 	}
 }
