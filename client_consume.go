@@ -116,7 +116,7 @@ func (c *Client) consume(ctx context.Context, queue string, src source, cons *Co
 		run.retrySender = retry
 	}
 
-	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit, src: src}
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit, creditBytes: DefaultCreditBytes, src: src}
 	err := l.run(ctx)
 	l.detach(ctx)
 	return err
@@ -129,6 +129,9 @@ type consumeLoop struct {
 	dlq    *clientSender
 	retry  *clientSender
 	credit int32
+	// creditBytes is the link's byte budget (see creditWindow): 0 leaves
+	// the credit to go-amqp, granted again as deliveries are settled.
+	creditBytes int64
 
 	src source
 
@@ -200,7 +203,11 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	}
 	a.cn = cn
 	actx, cancel := context.WithTimeout(ctx, l.c.dialTimeout)
-	lr, err := cn.sess.NewReceiver(actx, l.queue, receiverOptions(l.credit, l.src))
+	opts := receiverOptions(l.credit, l.src)
+	if l.creditBytes > 0 {
+		opts.Credit = -1 // granted by hand: see creditWindow
+	}
+	lr, err := cn.sess.NewReceiver(actx, l.queue, opts)
 	cancel()
 	if err != nil {
 		if filterMismatch(err) {
@@ -213,6 +220,12 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 		}
 		l.c.linkFailed(cn, err)
 		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
+	}
+	if l.creditBytes > 0 {
+		if lr, err = l.windowed(ctx, lr); err != nil {
+			l.c.linkFailed(cn, err)
+			return a, err
+		}
 	}
 	r := &countingReceiver{linkReceiver: lr}
 	if l.dlq != nil {
@@ -247,6 +260,22 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 		l.c.emit(ConnectionEvent{Kind: EventConsumerLost, URL: cn.url, Address: l.queue, Err: err})
 	}
 	return a, err
+}
+
+// windowed puts lr, attached with manual credit, under a creditWindow of
+// the loop's credit and byte budget, and grants its first credit. A link
+// that cannot be given credit by hand (a test's fake) is used as it is.
+func (l *consumeLoop) windowed(ctx context.Context, lr linkReceiver) (linkReceiver, error) {
+	issuer, ok := lr.(interface{ IssueCredit(uint32) error })
+	if !ok {
+		return lr, nil
+	}
+	w := newCreditWindow(issuer.IssueCredit, int(l.credit), l.creditBytes)
+	if err := w.start(); err != nil {
+		l.closeReceiver(ctx, lr)
+		return nil, fmt.Errorf("babelqueue: grant credit on %s: %w", l.queue, l.c.red.error(err))
+	}
+	return &windowReceiver{linkReceiver: lr, w: w}, nil
 }
 
 // countingReceiver notes that a delivery was settled on its link.

@@ -139,7 +139,7 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			r := attachedReceiver(t, attached)
 			assert.Equal(t, "orders", r.Address())
 			assert.Equal(t, []string{"queue"}, r.Options.SourceCapabilities)
-			assert.Equal(t, tc.wantCredit, r.Options.Credit)
+			assert.Equal(t, int32(-1), r.Options.Credit, "credit granted by hand: the count and byte window")
 			require.NotNil(t, r.Options.RequestedSenderSettleMode)
 			assert.Equal(t, amqp.SenderSettleModeUnsettled, *r.Options.RequestedSenderSettleMode, "the consumer settles every delivery itself")
 
@@ -156,6 +156,11 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			require.NoError(t, r.WaitSettled(context.Background(), 1))
 			d, _ := r.Disposition(msg)
 			assert.Equal(t, fakelink.Accepted, d)
+			// One delivery first; its size opens the window to the credit.
+			grants := r.Grants()
+			require.GreaterOrEqual(t, len(grants), 2, "grants %v", grants)
+			assert.Equal(t, uint32(1), grants[0], "the first grant is one delivery")
+			assert.Equal(t, tc.wantCredit, int32(grants[0]+grants[1]), "the window opens to the credit")
 			kept := h.keptOn("orders.dlq")
 			require.Len(t, kept, 1)
 			assert.Contains(t, kept[0].Value, `"reason":"failed"`)

@@ -94,6 +94,7 @@ var flowPicture = [][]string{
 	{"client.go"},
 	{"client_cluster.go"},
 	{"client_consume.go"},
+	{"credit_window.go"},
 	{"selector.go"},
 	{"client_receipt.go", "client_sender.go"},
 	{"client_dial.go"},

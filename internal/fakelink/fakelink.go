@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,25 @@ type Receiver struct {
 	// nothing: they only count.
 	counting                               bool
 	accepted, released, modified, failures atomic.Int64
+
+	grants []uint32 // IssueCredit's calls, guarded by mu
+}
+
+// IssueCredit records a grant of link credit (a link attached with manual
+// credit). The fake broker does not hold deliveries back for want of
+// credit: a test reads the grants with Grants.
+func (r *Receiver) IssueCredit(n uint32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.grants = append(r.grants, n)
+	return nil
+}
+
+// Grants are the credits IssueCredit was given, in order.
+func (r *Receiver) Grants() []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.grants)
 }
 
 // NewReceiver returns a receiver on addr holding msgs. It checks at the end
