@@ -93,6 +93,7 @@ var flowPicture = [][]string{
 	{"client_topic.go"},
 	{"client.go"},
 	{"client_cluster.go"},
+	{"client_single.go"},
 	{"client_consume.go"},
 	{"selector.go"},
 	{"client_receipt.go", "client_sender.go"},
