@@ -76,8 +76,9 @@ func newClusterHarnessDialling(t *testing.T, n int, opts *ClientOptions, prepare
 	}
 	cl, err := newCluster(nodes, &o, dial)
 	require.NoError(t, err)
-	h.cl, h.c = cl, clientOver(cl, &o)
-	t.Cleanup(func() { _ = h.c.Close() })
+	c := clientOver(cl, &o)
+	h.cl, h.c = cl, c
+	t.Cleanup(func() { _ = c.Close() })
 	return h
 }
 

@@ -400,8 +400,9 @@ func newHarness(t *testing.T, urls []string, opts *ClientOptions, prepare func(*
 	require.NoError(t, err)
 	b.random = func() float64 { return 0.5 }
 	b.after = h.timers.after
-	h.b, h.c = b, clientOver(b, &o)
-	t.Cleanup(func() { _ = h.c.Close() })
+	c := clientOver(b, &o)
+	h.b, h.c = b, c
+	t.Cleanup(func() { _ = c.Close() })
 	return h
 }
 
