@@ -109,7 +109,9 @@ type backend interface {
 	// consume runs Consume (or Subscribe) with cons and o validated and
 	// credit settled.
 	consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error
+	// status is Status (ClientStatus.Members set by a cluster).
 	status() ClientStatus
+	// close is Close: later calls return nil.
 	close() error
 }
 
