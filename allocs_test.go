@@ -147,9 +147,9 @@ func TestClientAllocationBudgets(t *testing.T) {
 	// go-amqp's do (the fake is one; attach marks go-amqp's links), the
 	// ClientPublisher projects onto pooled messages, as a Publisher over an
 	// *amqp.Sender does: fewer allocations than a fresh message.
-	cp.sender.cur.Load().goAMQP = true
+	senderOf(cp).cur.Load().goAMQP = true
 	pooledAllocs := testing.AllocsPerRun(200, publish(cp.Publisher))
-	cp.sender.cur.Load().goAMQP = false
+	senderOf(cp).cur.Load().goAMQP = false
 	t.Logf("Publish: ClientPublisher on pooled messages %.0f allocations", pooledAllocs)
 	assert.Less(t, pooledAllocs, bareAllocs, "the ClientPublisher uses the message pool")
 

@@ -298,10 +298,11 @@ func BenchmarkRatios(b *testing.B) {
 		// The Client's reconnecting publisher against the Publisher, both
 		// over a link that accepts at once and keeps nothing.
 		ctx := context.Background()
-		c, err := newClient([]string{"amqp://bench:5672"}, nil, benchDial)
+		bc, err := newClient([]string{"amqp://bench:5672"}, nil, benchDial)
 		if err != nil {
 			b.Fatal(err)
 		}
+		c := clientOver(bc, nil)
 		defer c.Close()
 		cp, err := c.Publisher(ctx, benchQueue)
 		if err != nil {

@@ -1,6 +1,8 @@
 // The Client's entries, where a user's call comes in: Dial and DialCluster
-// build a Client; Publisher, Consume, Status and Close each choose the
-// cluster's way (client_cluster.go) or one broker's (the files below it).
+// build a Client over its backend, one broker's (brokerClient, the files
+// below client_cluster.go) or a cluster's (clusterClient,
+// client_cluster.go); Publisher, Consume, Status and Close check the call
+// and hand it to the backend.
 
 package artemis
 
@@ -22,11 +24,12 @@ import (
 // the host and port it names, with the same credentials, at most 3 hops. For
 // a cluster of several live brokers see DialCluster.
 func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, error) {
-	c, err := newClient(urls, opts, dialAMQP)
+	b, err := newClient(urls, opts, dialAMQP)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.connection(ctx); err != nil {
+	c := clientOver(b, opts)
+	if _, err := b.connection(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -73,15 +76,58 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 //   - Status: Members reports each member.
 //   - Close: closes every member.
 func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*Client, error) {
-	c, err := newCluster(nodes, opts, dialAMQP)
+	cl, err := newCluster(nodes, opts, dialAMQP)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.dialMembers(ctx); err != nil {
+	c := clientOver(cl, opts)
+	if err := cl.dialMembers(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// Client owns the connections to Artemis (one broker's, from Dial, or a
+// cluster's members', from DialCluster), re-dialing them when they are
+// lost, and hands out publishers (Client.Publisher) and a supervised
+// consume loop (Client.Consume) that survive the loss. It is optional:
+// Publisher and Consumer work on any go-amqp link you manage. A Client is
+// safe for concurrent use.
+type Client struct {
+	be       backend  // nil in a zero Client: nothing was opened
+	observer Observer // every Client.Publisher's, unless it has its own
+}
+
+// backend is what a Client runs on: one broker (brokerClient) or a
+// cluster of them (clusterClient). The Client checks each call; the
+// backend does it.
+type backend interface {
+	// publishSender attaches a reconnecting sender to queue (a topic's
+	// multicast address when topic is set) for a Publisher.
+	publishSender(ctx context.Context, queue string, topic bool) (publishLink, error)
+	// consume runs Consume (or Subscribe) with cons and o validated and
+	// credit settled.
+	consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error
+	// status is Status (ClientStatus.Members set by a cluster).
+	status() ClientStatus
+	// close is Close: later calls return nil.
+	close() error
+}
+
+var (
+	_ backend = (*brokerClient)(nil)
+	_ backend = (*clusterClient)(nil)
+)
+
+// clientOver is the user's Client over be, with opts's Observer (nil opts:
+// none).
+func clientOver(be backend, opts *ClientOptions) *Client {
+	c := &Client{be: be}
+	if opts != nil {
+		c.observer = opts.Observer
+	}
+	return c
 }
 
 // Publisher attaches a sender to queue with the "queue" capability (an
@@ -136,7 +182,7 @@ func (c *Client) Publisher(ctx context.Context, queue string, opts ...PublishOpt
 // publisher is Publisher, to a topic's multicast address when topic is set
 // (TopicPublisher).
 func (c *Client) publisher(ctx context.Context, queue string, topic bool, opts []PublishOption) (*ClientPublisher, error) {
-	if c.done == nil {
+	if c.be == nil {
 		return nil, errNotBuilt
 	}
 	what := "queue"
@@ -146,19 +192,11 @@ func (c *Client) publisher(ctx context.Context, queue string, topic bool, opts [
 	if strings.TrimSpace(queue) == "" {
 		return nil, fmt.Errorf("%w: the %s name is blank", ErrInvalidConfig, what)
 	}
-	if c.members != nil {
-		s, err := c.clusterSender(ctx, queue, topic)
-		if err != nil {
-			return nil, err
-		}
-		return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), cluster: s}, nil
-	}
-	s := c.newSender(queue)
-	s.topic = topic
-	if _, err := s.link(ctx, !c.failFast); err != nil {
+	s, err := c.be.publishSender(ctx, queue, topic)
+	if err != nil {
 		return nil, err
 	}
-	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), sender: s}, nil
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), link: s}, nil
 }
 
 // publishOptions puts the Client's Observer (ClientOptions.Observer) before
@@ -176,20 +214,16 @@ func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
 // PublishEnvelope come from the embedded Publisher.
 type ClientPublisher struct {
 	*Publisher
-	sender  *clientSender
-	cluster *clusterSender // DialCluster's publisher: sender is nil
+	link publishLink // one broker's reconnecting sender, or a cluster's
 }
 
 // Close detaches the publisher's link. Later publishes fail with ErrClosed.
 // The Client's connection stays open.
 func (p *ClientPublisher) Close(ctx context.Context) error {
-	if p.cluster != nil {
-		return p.cluster.close(ctx)
-	}
-	if p.sender == nil {
+	if p.link == nil {
 		return errNotBuilt
 	}
-	return p.sender.close(ctx)
+	return p.link.close(ctx)
 }
 
 // Consume runs cons on queue under supervision until ctx ends, then
@@ -221,7 +255,7 @@ func (p *ClientPublisher) Close(ctx context.Context) error {
 // StopWhenIdle, Consume also returns nil once that limit is reached, as on
 // ctx's end.
 func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
-	if c.done == nil {
+	if c.be == nil {
 		return errNotBuilt
 	}
 	if strings.TrimSpace(queue) == "" {
@@ -273,10 +307,7 @@ func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *
 			credit = min(credit, o.MaxMessages)
 		}
 	}
-	if c.members != nil {
-		return c.consumeCluster(ctx, queue, src, cons, o, int32(credit))
-	}
-	return c.consume(ctx, queue, src, cons, o, int32(credit))
+	return c.be.consume(ctx, queue, src, cons, o, int32(credit))
 }
 
 // Status reports whether the Client is connected right now, to which URL,
@@ -288,10 +319,10 @@ func (c *Client) Status() ClientStatus {
 	if c == nil {
 		return ClientStatus{LastError: errNotBuilt}
 	}
-	if c.members != nil {
-		return c.clusterStatus()
+	if c.be == nil {
+		return ClientStatus{} // a zero Client: never connected, nothing failed
 	}
-	return c.status()
+	return c.be.status()
 }
 
 // Close closes the connection and every link on it, and cuts short a dial
@@ -301,14 +332,8 @@ func (c *Client) Status() ClientStatus {
 // ErrClosed). It waits for no dial. Cancel Consume's context first for a
 // graceful stop that lets handlers in flight settle.
 func (c *Client) Close() error {
-	if c == nil || c.done == nil {
+	if c == nil || c.be == nil {
 		return nil // a nil or zero Client: nothing was opened
 	}
-	if c.members != nil {
-		if _, first := c.shut(); !first {
-			return nil
-		}
-		return c.closeMembers()
-	}
-	return c.close()
+	return c.be.close()
 }

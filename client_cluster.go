@@ -1,7 +1,7 @@
-// A Client over an Artemis cluster: one member Client per node (each with
-// its own URL list, re-dialled on its own), publishes spread over the
-// members or pinned to one by their key, and a consume loop on every
-// member.
+// The Client over an Artemis cluster, as the Client's backend: one
+// single-broker client per member (each with its own URL list, re-dialled
+// on its own), publishes spread over the members or pinned to one by their
+// key, and a consume loop on every member.
 
 package artemis
 
@@ -11,13 +11,25 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/Azure/go-amqp"
 )
 
-// newCluster builds DialCluster's Client, its members dialling with dial,
+// clusterClient is DialCluster's backend: a client per member, each
+// dialling its own URL list; it dials nothing itself.
+type clusterClient struct {
+	members  []*brokerClient
+	red      redactor      // knows every member's passwords
+	failFast bool          // ClientOptions.FailFast
+	failover bool          // ClientOptions.ClusterFailover
+	rr       atomic.Uint64 // round-robin position of unkeyed publishes
+	closed   atomic.Bool
+}
+
+// newCluster builds DialCluster's backend, its members dialling with dial,
 // without dialling yet.
-func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, error) {
+func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*clusterClient, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no cluster member", ErrInvalidConfig)
 	}
@@ -28,21 +40,27 @@ func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, 
 		}
 		all = append(all, urls...)
 	}
-	// The cluster Client validates every URL and knows every password (to
-	// scrub them); it never dials itself.
-	c, err := newClient(all, opts, dial)
-	if err != nil {
-		return nil, err
-	}
+	var o ClientOptions
 	if opts != nil {
-		c.failover = opts.ClusterFailover
+		o = *opts
+	}
+	c := &clusterClient{failFast: o.FailFast, failover: o.ClusterFailover}
+	// The cluster validates every URL before any member's options, and
+	// knows every password (to scrub them).
+	c.red.add(o.Password)
+	for _, raw := range all {
+		c.red.addURLPassword(raw)
+	}
+	for _, raw := range all {
+		if _, err := parseBroker(raw, o.Username, o.Password); err != nil {
+			return nil, c.red.error(err)
+		}
 	}
 	for _, urls := range nodes {
 		m, err := newClient(urls, opts, dial)
 		if err != nil {
-			// Close, as for a cluster Client: the members built so far too.
-			c.shut()
-			_ = c.closeMembers()
+			// Close the members built so far.
+			_ = c.close()
 			return nil, err
 		}
 		c.members = append(c.members, m)
@@ -52,7 +70,7 @@ func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*Client, 
 
 // dialMembers dials every member once, side by side; it fails only when
 // none could be connected to.
-func (c *Client) dialMembers(ctx context.Context) error {
+func (c *clusterClient) dialMembers(ctx context.Context) error {
 	errs := make([]error, len(c.members))
 	var wg sync.WaitGroup
 	for i, m := range c.members {
@@ -72,9 +90,11 @@ func (c *Client) dialMembers(ctx context.Context) error {
 	return c.red.error(fmt.Errorf("%w: no cluster member answered: %w", ErrConnect, errors.Join(failed...)))
 }
 
-// closeMembers closes every member (the cluster Client is already marked
-// closed).
-func (c *Client) closeMembers() error {
+// close marks the cluster closed and closes every member.
+func (c *clusterClient) close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	var errs []error
 	for i, m := range c.members {
 		if err := m.close(); err != nil {
@@ -84,13 +104,7 @@ func (c *Client) closeMembers() error {
 	return errors.Join(errs...)
 }
 
-// up reports a Client with an open connection that is not known dead.
-func (c *Client) up() bool {
-	c.mu.Lock()
-	cn := c.cur
-	c.mu.Unlock()
-	return cn != nil && !cn.dead() && cn.lost.Err() == nil
-}
+func (c *clusterClient) isClosed() bool { return c.closed.Load() }
 
 // memberOf is the member index that key hashes to (FNV-1a).
 func memberOf(key string, n int) int {
@@ -114,17 +128,17 @@ func routingKey(msg *amqp.Message) string {
 // clusterSender is the OutcomeSender of a cluster publisher: it routes each
 // message to one member's reconnecting sender.
 type clusterSender struct {
-	c       *Client
+	c       *clusterClient
 	addr    string
 	members []*clientSender
 }
 
-// clusterSender attaches a sender to queue (a topic's multicast address
+// publishSender attaches a sender to queue (a topic's multicast address
 // when topic is set) on every member, for a cluster
 // Client's Publisher. It succeeds when at least one member attached: one
 // that cannot be connected to now attaches on its first publish. A refusal
 // (an address the user may not send to, say) is returned.
-func (c *Client) clusterSender(ctx context.Context, queue string, topic bool) (*clusterSender, error) {
+func (c *clusterClient) publishSender(ctx context.Context, queue string, topic bool) (publishLink, error) {
 	s := &clusterSender{c: c, addr: queue}
 	for _, m := range c.members {
 		ms := m.newSender(queue)
@@ -292,9 +306,9 @@ var (
 	_ pendingSender = (*clusterSender)(nil)
 )
 
-// consumeCluster runs Consume on every member side by side. cons and o
-// were validated, and credit settled, by Consume.
-func (c *Client) consumeCluster(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
+// consume runs Consume on every member side by side. cons and o were
+// validated, and credit settled, by Consume.
+func (c *clusterClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One memory of failed attempts for every member's loop: a message that
@@ -321,8 +335,8 @@ func (c *Client) consumeCluster(ctx context.Context, queue string, src source, c
 	return first
 }
 
-// clusterStatus is Status for a Client from DialCluster.
-func (c *Client) clusterStatus() ClientStatus {
+// status is Status for a Client from DialCluster.
+func (c *clusterClient) status() ClientStatus {
 	var s ClientStatus
 	for _, m := range c.members {
 		ms := m.status()

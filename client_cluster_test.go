@@ -21,7 +21,8 @@ type clusterHarness struct {
 	t  *testing.T
 	fb *fakeBroker
 	ev *events
-	c  *Client
+	c  *Client        // the user's Client
+	cl *clusterClient // its backend
 
 	mu   sync.Mutex
 	down map[string]bool
@@ -32,7 +33,7 @@ type clusterHarness struct {
 func dialedClusterPublisher(t *testing.T, n int, opts *ClientOptions) (*clusterHarness, *ClientPublisher) {
 	t.Helper()
 	h := newClusterHarness(t, n, opts, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
 	return h, p
@@ -73,9 +74,10 @@ func newClusterHarnessDialling(t *testing.T, n int, opts *ClientOptions, prepare
 	if wrap != nil {
 		dial = wrap(dial)
 	}
-	c, err := newCluster(nodes, &o, dial)
+	cl, err := newCluster(nodes, &o, dial)
 	require.NoError(t, err)
-	h.c = c
+	c := clientOver(cl, &o)
+	h.cl, h.c = cl, c
 	t.Cleanup(func() { _ = c.Close() })
 	return h
 }
@@ -133,7 +135,7 @@ func TestDialClusterSucceedsWithOneMemberUpAndFailsWithNone(t *testing.T) {
 	h := newClusterHarness(t, 3, &ClientOptions{Password: secret}, nil)
 	h.setDown(0, true)
 	h.setDown(2, true)
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	st := h.c.Status()
 	assert.True(t, st.Connected)
 	require.Len(t, st.Members, 3)
@@ -145,7 +147,7 @@ func TestDialClusterSucceedsWithOneMemberUpAndFailsWithNone(t *testing.T) {
 	none := newClusterHarness(t, 2, &ClientOptions{Password: secret}, nil)
 	none.setDown(0, true)
 	none.setDown(1, true)
-	err := none.c.dialMembers(context.Background())
+	err := none.cl.dialMembers(context.Background())
 	assert.ErrorIs(t, err, ErrConnect)
 	assert.Contains(t, err.Error(), "member 1")
 	assert.Contains(t, err.Error(), "member 2")
@@ -268,7 +270,7 @@ func TestClusterConsumesFromEveryMemberAndReattachesALostOne(t *testing.T) {
 			c.deliveries = func() []*amqp.Message { return []*amqp.Message{orderMessage(t, 0)} }
 		}
 	})
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	seen := newHandled()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -308,7 +310,7 @@ func TestClusterConsumesFromEveryMemberAndReattachesALostOne(t *testing.T) {
 
 func TestClusterConsumeReturnsErrClosedAndCloseClosesEveryMember(t *testing.T) {
 	h := newClusterHarness(t, 2, nil, nil)
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	done := make(chan error, 1)
 	go func() {
 		done <- h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{urnCreated: succeeding}), nil)
@@ -347,7 +349,7 @@ func TestClusterPublisherReportsARefusalAndWaitsWhenEveryMemberIsDown(t *testing
 			}
 		}
 	})
-	require.NoError(t, refusing.c.dialMembers(context.Background()))
+	require.NoError(t, refusing.cl.dialMembers(context.Background()))
 	_, err := refusing.c.Publisher(context.Background(), "orders")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "member 2")
@@ -406,7 +408,7 @@ func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
 			}
 		}
 	})
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
 	require.NoError(t, err)
 	_, err = p.PublishEnvelope(context.Background(), env)

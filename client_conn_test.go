@@ -111,7 +111,7 @@ func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {
 			}
 		}
 	})
-	h.c.dial = hc.wrap(h.fb.dial)
+	h.b.dial = hc.wrap(h.fb.dial)
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
@@ -145,8 +145,8 @@ func hangingConsume(t *testing.T) (*harness, *hangingCloses, *consumeRun, *fakel
 	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{DialTimeout: time.Minute}, func(fb *fakeBroker) {
 		fb.setup = func(c *fakeConn) { c.attached = attached }
 	})
-	h.c.dial = hc.wrap(h.fb.dial)
-	h.c.closeGrace = 50 * time.Millisecond
+	h.b.dial = hc.wrap(h.fb.dial)
+	h.b.closeGrace = 50 * time.Millisecond
 	require.NoError(t, h.dial())
 	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
 	r := attachedReceiver(t, attached)
@@ -164,7 +164,7 @@ func TestConsumeReturnsPromptlyWhenTheDetachHangs(t *testing.T) {
 	assert.Less(t, took, 2*time.Second, "the receiver and dead-letter detaches are bounded by the grace, not the dial timeout")
 	assert.True(t, r.Closed(), "the receiver's detach was sent")
 	assert.Equal(t, 2, hc.count(), "both detaches were tried")
-	t.Logf("Consume returned %v after cancel with two hanging detaches (grace %v, dial timeout 1m)", took.Round(time.Millisecond), h.c.closeGrace)
+	t.Logf("Consume returned %v after cancel with two hanging detaches (grace %v, dial timeout 1m)", took.Round(time.Millisecond), h.b.closeGrace)
 }
 
 func TestConsumeCancelledWhileAFailedReceiverDetaches(t *testing.T) {

@@ -92,7 +92,7 @@ type source struct {
 
 // consume is Consume on one broker, cons and o validated and credit
 // settled.
-func (c *Client) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *brokerClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
 	// The Consumer is immutable; give this loop its own copy wired to the
 	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a
 	// faithful one.)
@@ -123,7 +123,7 @@ func (c *Client) consume(ctx context.Context, queue string, src source, cons *Co
 }
 
 type consumeLoop struct {
-	c      *Client
+	c      *brokerClient
 	queue  string
 	cons   *Consumer
 	dlq    *clientSender

@@ -357,7 +357,7 @@ func TestConsumeBackoffResetsAfterALongAttachment(t *testing.T) {
 			})
 			var mu sync.Mutex
 			clock := time.Unix(0, 0)
-			h.c.now = func() time.Time {
+			h.b.now = func() time.Time {
 				// Each reading is uptime later: Listen appears to run that long.
 				mu.Lock()
 				defer mu.Unlock()
@@ -544,9 +544,9 @@ func TestConsumeStartsNoHandlerAfterTheClientDropsTheConnection(t *testing.T) {
 	r1 := attachedReceiver(t, attached)
 	first := <-inHandler
 
-	cn, err := h.c.connection(context.Background())
+	cn, err := h.b.connection(context.Background())
 	require.NoError(t, err)
-	h.c.drop(cn, &amqp.ConnError{})
+	h.b.drop(cn, &amqp.ConnError{})
 	close(release)
 
 	r2 := attachedReceiver(t, attached)
@@ -643,7 +643,7 @@ func TestConsumeDoesNotWaitForAConnectionAlreadyBack(t *testing.T) {
 	cn0 := h.fb.conn(0)
 	cn0.once.Do(func() { cn0.err = &amqp.ConnError{}; close(cn0.done) }) // its links not told yet
 	h.ev.wait(t, EventDisconnected)
-	_, err := h.c.connection(context.Background())
+	_, err := h.b.connection(context.Background())
 	require.NoError(t, err)
 	r1.Fail(&amqp.ConnError{})
 
@@ -670,9 +670,9 @@ func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
 	attachedReceiver(t, attached)
 	h.ev.wait(t, EventConsumerAttached)
 
-	cn, err := h.c.connection(context.Background())
+	cn, err := h.b.connection(context.Background())
 	require.NoError(t, err)
-	h.c.drop(cn, errors.New("taken for dead"))
+	h.b.drop(cn, errors.New("taken for dead"))
 	h.ev.wait(t, EventConsumerLost)
 	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")

@@ -13,13 +13,13 @@ import (
 
 // connection returns the open connection, dialing once over the URL list
 // when there is none or it died (Dial, and callers that fail fast).
-func (c *Client) connection(ctx context.Context) (*connection, error) {
+func (c *brokerClient) connection(ctx context.Context) (*connection, error) {
 	return c.conn(ctx, false)
 }
 
 // awaitConnection returns the open connection, waiting within ctx for the
 // Client's re-dials (paced by its backoff) while there is none.
-func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
+func (c *brokerClient) awaitConnection(ctx context.Context) (*connection, error) {
 	return c.conn(ctx, true)
 }
 
@@ -29,7 +29,7 @@ func (c *Client) awaitConnection(ctx context.Context) (*connection, error) {
 // round over the URL list the next one waits a backoff step: a caller that
 // waits sleeps through it, one that does not returns that round's error at
 // once, without dialing.
-func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
+func (c *brokerClient) conn(ctx context.Context, wait bool) (*connection, error) {
 	for waited := false; ; waited = true {
 		c.mu.Lock()
 		if c.closed {
@@ -99,7 +99,7 @@ func (c *Client) conn(ctx context.Context, wait bool) (*connection, error) {
 // gaveUp is the error of a caller that stopped waiting for a connection:
 // it matches ErrConnect and why (ctx's error or ErrClosed), and quotes the
 // last round's failure when there was one.
-func (c *Client) gaveUp(why, last error) error {
+func (c *brokerClient) gaveUp(why, last error) error {
 	if last == nil {
 		c.mu.Lock()
 		last = c.lastErr
@@ -113,7 +113,7 @@ func (c *Client) gaveUp(why, last error) error {
 
 // leave takes a waiter off call; the dial is cancelled when no one is left
 // waiting for it, and the next caller dials afresh.
-func (c *Client) leave(call *dialCall, wait bool) {
+func (c *brokerClient) leave(call *dialCall, wait bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	call.waiters--
@@ -129,7 +129,7 @@ func (c *Client) leave(call *dialCall, wait bool) {
 
 // startDial starts a round over the URL list in the background. c.mu is
 // held.
-func (c *Client) startDial() *dialCall {
+func (c *brokerClient) startDial() *dialCall {
 	dctx, cancel := context.WithCancel(c.ctx)
 	call := &dialCall{done: make(chan struct{}), cancel: cancel}
 	c.dialing = call
@@ -138,7 +138,7 @@ func (c *Client) startDial() *dialCall {
 	return call
 }
 
-func (c *Client) runDial(ctx context.Context, call *dialCall, start int) {
+func (c *brokerClient) runDial(ctx context.Context, call *dialCall, start int) {
 	cn, err := c.connect(ctx, start)
 	call.cancel()
 
@@ -200,7 +200,7 @@ func (c *Client) runDial(ctx context.Context, call *dialCall, start int) {
 
 // endPause ends a backoff wait between dial rounds after delay (or at
 // Close).
-func (c *Client) endPause(p *dialPause, delay time.Duration) {
+func (c *brokerClient) endPause(p *dialPause, delay time.Duration) {
 	select {
 	case <-c.after(delay):
 	case <-c.done:
@@ -214,7 +214,7 @@ func (c *Client) endPause(p *dialPause, delay time.Duration) {
 }
 
 // connect tries each broker URL once, from start on.
-func (c *Client) connect(ctx context.Context, start int) (*connection, error) {
+func (c *brokerClient) connect(ctx context.Context, start int) (*connection, error) {
 	var errs []error
 	for i := range c.brokers {
 		idx := (start + i) % len(c.brokers)
@@ -232,7 +232,7 @@ func (c *Client) connect(ctx context.Context, start int) (*connection, error) {
 	return nil, &connectError{errs: errs}
 }
 
-func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
+func (c *brokerClient) connectTo(ctx context.Context, idx int) (*connection, error) {
 	b := &c.brokers[idx]
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
@@ -273,7 +273,7 @@ func (c *Client) connectTo(ctx context.Context, idx int) (*connection, error) {
 }
 
 // open dials b and begins a session on the connection.
-func (c *Client) open(ctx context.Context, b *broker) (amqpConn, amqpSession, error) {
+func (c *brokerClient) open(ctx context.Context, b *broker) (amqpConn, amqpSession, error) {
 	conn, err := c.dial(ctx, b)
 	if err != nil {
 		return nil, nil, err
@@ -288,7 +288,7 @@ func (c *Client) open(ctx context.Context, b *broker) (amqpConn, amqpSession, er
 
 // sleep waits d, or until wake is closed (nil: never), and reports false
 // when ctx ended or the Client was closed first.
-func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+func (c *brokerClient) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	select {
 	case <-c.after(d):
 		return true

@@ -84,7 +84,7 @@ func TestReconnectStartsWithTheURLAfterTheLostOne(t *testing.T) {
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
 
-	cn, err := h.c.connection(context.Background())
+	cn, err := h.b.connection(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, "amqp://backup:5672", cn.url)
 	assert.Equal(t, []string{"amqp://live:5672", "amqp://backup:5672"}, h.fb.dialed())
@@ -103,7 +103,7 @@ func TestConcurrentCallersShareOneDial(t *testing.T) {
 		}
 	})
 	joined := make(chan struct{}, callers)
-	h.c.joined = func() { joined <- struct{}{} }
+	h.b.joined = func() { joined <- struct{}{} }
 	require.NoError(t, h.dial())
 	h.fb.conn(0).kill(nil)
 
@@ -111,7 +111,7 @@ func TestConcurrentCallersShareOneDial(t *testing.T) {
 	conns := make(chan *connection, callers)
 	for range callers {
 		wg.Go(func() {
-			cn, err := h.c.connection(context.Background())
+			cn, err := h.b.connection(context.Background())
 			assert.NoError(t, err)
 			conns <- cn
 		})
@@ -204,7 +204,7 @@ func TestPublishRidesOutAnOutage(t *testing.T) {
 			return nil
 		}
 	})
-	h.c.after = clock.after
+	h.b.after = clock.after
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
@@ -236,7 +236,7 @@ func TestPublishRidesOutAnOutage(t *testing.T) {
 	// then one after each step, until the clock has passed the outage.
 	failedRounds, at := 0, time.Duration(0)
 	for at < outage {
-		at += h.c.backoff.Delay(failedRounds, 0.5)
+		at += h.b.backoff.Delay(failedRounds, 0.5)
 		failedRounds++
 	}
 	dials := len(h.fb.dialed()) - 1 // less the first connection
@@ -252,7 +252,7 @@ func TestPublishRidesOutAnOutage(t *testing.T) {
 	assert.Equal(t, failedRounds, countLines(log, "backing off"))
 	assert.Equal(t, 1, countLines(log, "reconnected"))
 	for i, d := range clock.waits() {
-		assert.Equal(t, h.c.backoff.Delay(i, 0.5), d, "step %d", i+1)
+		assert.Equal(t, h.b.backoff.Delay(i, 0.5), d, "step %d", i+1)
 	}
 	t.Logf("outage %v: %d publishes by %d goroutines, %d dials, %d dial_failed lines, %d backoff lines",
 		outage, publishers*each, publishers, dials, countLines(log, "dial failed"), countLines(log, "backing off"))
@@ -301,7 +301,7 @@ func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
 		}
 	})
 	joined := make(chan struct{}, 16)
-	h.c.joined = func() { joined <- struct{}{} }
+	h.b.joined = func() { joined <- struct{}{} }
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
 

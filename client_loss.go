@@ -12,7 +12,7 @@ import (
 
 // watch reports the connection's end as soon as it happens, so a loss is
 // seen even while every link is idle.
-func (c *Client) watch(cn *connection) {
+func (c *brokerClient) watch(cn *connection) {
 	<-cn.conn.Done()
 	err := cn.conn.Err()
 	if err == nil {
@@ -25,7 +25,7 @@ func (c *Client) watch(cn *connection) {
 // drop forgets a lost connection, so the next user dials again, starting
 // with the URL after the one that was lost (the backup of a live/backup
 // pair).
-func (c *Client) drop(cn *connection, cause error) {
+func (c *brokerClient) drop(cn *connection, cause error) {
 	if cause != nil {
 		cn.lose(cause)
 	} else {
@@ -56,7 +56,7 @@ func (c *Client) drop(cn *connection, cause error) {
 // outcome in between, and cn is taken for dead (a half-open network that
 // still carries heartbeats, or a broker that stopped answering): it is
 // dropped, so the next caller re-dials, starting with the next URL.
-func (c *Client) outcomeTimedOut(cn *connection, err error) {
+func (c *brokerClient) outcomeTimedOut(cn *connection, err error) {
 	n := cn.timeouts.Add(1)
 	if c.outcomeTimeouts <= 0 || int(n) < c.outcomeTimeouts {
 		return
@@ -66,7 +66,7 @@ func (c *Client) outcomeTimedOut(cn *connection, err error) {
 
 // linkFailed is told of every failure of a link on cn; when the failure
 // took the session or the connection down, the connection is dropped.
-func (c *Client) linkFailed(cn *connection, err error) {
+func (c *brokerClient) linkFailed(cn *connection, err error) {
 	if cn.dead() || connectionLost(err) {
 		c.drop(cn, err)
 	}

@@ -27,7 +27,7 @@ func blackHoleFirst(fb *fakeBroker) {
 
 func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
-	h.c.minOutcomeWait = 10 * time.Millisecond
+	h.b.minOutcomeWait = 10 * time.Millisecond
 	for i := range DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := p.Publish(ctx, urnCreated, orderData)
@@ -61,7 +61,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 			}
 		}
 	})
-	h.c.minOutcomeWait = 0
+	h.b.minOutcomeWait = 0
 	timeOut := func(n int) {
 		hang.Store(true)
 		for range n {
@@ -84,7 +84,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, &ClientOptions{OutcomeTimeouts: -1}, blackHoleFirst)
 	require.NoError(t, h.dial())
-	h.c.minOutcomeWait = 0
+	h.b.minOutcomeWait = 0
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
 	for range 2 * DefaultOutcomeTimeouts {
@@ -99,7 +99,7 @@ func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 
 func TestShortContextsDoNotCountAsOutcomeTimeouts(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
-	assert.Equal(t, MinOutcomeWait, h.c.minOutcomeWait, "the default")
+	assert.Equal(t, MinOutcomeWait, h.b.minOutcomeWait, "the default")
 	for range 2 * DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		_, err := p.Publish(ctx, urnCreated, orderData)

@@ -1,5 +1,6 @@
 // The Client's configuration and state: ClientOptions and its defaults, the
-// Client they build (newClient), and the health it keeps for Status.
+// client of one broker they build (newClient: a Client from Dial, or one
+// member of a cluster's), and the health it keeps for Status.
 
 package artemis
 
@@ -10,7 +11,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -145,12 +145,12 @@ type ClientOptions struct {
 	Observer Observer
 }
 
-// Client owns one AMQP connection and session to Artemis, re-dialing them
-// when they are lost, and hands out publishers (Client.Publisher) and a
-// supervised consume loop (Client.Consume) that survive the loss. It is
-// optional: Publisher and Consumer work on any go-amqp link you manage.
-// A Client is safe for concurrent use.
-type Client struct {
+// brokerClient is the Client on one broker (the user's Client from Dial,
+// and each member of DialCluster's): it owns one AMQP connection and
+// session to Artemis, re-dialing them when they are lost, and gives the
+// publishers their reconnecting senders and runs the supervised consume
+// loops. It is safe for concurrent use.
+type brokerClient struct {
 	brokers         []broker
 	dialTimeout     time.Duration
 	backoff         Backoff
@@ -159,15 +159,7 @@ type Client struct {
 	onEvent         func(ConnectionEvent)
 	logger          *slog.Logger
 	red             redactor
-
-	observer Observer // every Client.Publisher's, unless it has its own
-
-	// DialCluster: one Client per member, each dialling its own URL list;
-	// this Client dials nothing itself (client_cluster.go).
-	members  []*Client
-	rr       atomic.Uint64 // round-robin position of unkeyed publishes
-	failover bool          // ClientOptions.ClusterFailover
-	health   health        // what Status reports
+	health          health // what Status reports
 
 	// seams: the real values come from Dial, tests put fakes here.
 	dial           dialFunc
@@ -194,12 +186,14 @@ type Client struct {
 	lastErr   error      // why the last dial round failed
 }
 
-func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, error) {
+// newClient builds the Client on the broker of urls (one broker's live and
+// backup URLs, tried in turn), dialling with dial, without dialling yet.
+func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*brokerClient, error) {
 	var o ClientOptions
 	if opts != nil {
 		o = *opts
 	}
-	c := &Client{
+	c := &brokerClient{
 		dialTimeout:     o.DialTimeout,
 		backoff:         DefaultBackoff(),
 		failFast:        o.FailFast,
@@ -218,7 +212,6 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 	if c.outcomeTimeouts == 0 {
 		c.outcomeTimeouts = DefaultOutcomeTimeouts
 	}
-	c.observer = o.Observer
 	c.red.add(o.Password)
 	for _, raw := range urls {
 		c.red.addURLPassword(raw)
@@ -262,7 +255,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 	return c, nil
 }
 
-func (c *Client) isClosed() bool {
+func (c *brokerClient) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
@@ -285,7 +278,7 @@ type health struct {
 // shut marks the Client closed, ends its context (cutting short a dial or a
 // backoff wait) and takes its connection; first is false when it was
 // closed already.
-func (c *Client) shut() (cn *connection, first bool) {
+func (c *brokerClient) shut() (cn *connection, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -300,7 +293,7 @@ func (c *Client) shut() (cn *connection, first bool) {
 }
 
 // close is Close for a Client on one broker (a cluster's member).
-func (c *Client) close() error {
+func (c *brokerClient) close() error {
 	cn, first := c.shut()
 	if !first || cn == nil {
 		return nil

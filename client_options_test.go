@@ -26,7 +26,7 @@ func TestClientSetsAnIdleTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, []string{"amqp://live:5672", "amqp://backup:5672"}, tc.opts, nil)
 			require.NoError(t, h.dial())
-			for _, b := range h.c.brokers {
+			for _, b := range h.b.brokers {
 				assert.Equal(t, tc.want, b.opts.IdleTimeout)
 			}
 			assert.Equal(t, tc.want, h.fb.dials[0].opts.IdleTimeout, "the dialer is given it")

@@ -104,7 +104,7 @@ func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness 
 	t.Helper()
 	h := newHarness(t, urls, nil, nil)
 	o.OnEvent = h.ev.on
-	c, err := newClient(urls, &o, func(ctx context.Context, b *broker) (amqpConn, error) {
+	bc, err := newClient(urls, &o, func(ctx context.Context, b *broker) (amqpConn, error) {
 		cn, err := h.fb.dial(ctx, b)
 		if err != nil {
 			return nil, err
@@ -112,10 +112,11 @@ func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness 
 		return receiptConn{cn.(*fakeConn)}, nil
 	})
 	require.NoError(t, err)
-	c.random = func() float64 { return 0.5 }
-	c.after = h.timers.after
+	bc.random = func() float64 { return 0.5 }
+	bc.after = h.timers.after
+	c := clientOver(bc, &o)
 	t.Cleanup(func() { _ = c.Close() })
-	h.c = c
+	h.b, h.c = bc, c
 	return h
 }
 
@@ -326,7 +327,7 @@ func TestClientPublisherKeepsAMessageWithADuplicateIDForTheResend(t *testing.T) 
 			}
 			pub, err := h.c.Publisher(context.Background(), "orders")
 			require.NoError(t, err)
-			pub.sender.cur.Load().goAMQP = true // as attach marks a go-amqp link: pooled messages in use
+			senderOf(pub).cur.Load().goAMQP = true // as attach marks a go-amqp link: pooled messages in use
 			// Pooled messages go round before and after, so a recycled one
 			// would be overwritten.
 			for range 3 {
@@ -390,7 +391,7 @@ func groupOn(t *testing.T, i, n int) string {
 func TestClusterReceiptsOfAHealthyMemberDoNotWaitForAStalledOne(t *testing.T) {
 	const dialTimeout = 2 * time.Second // a receipt's deadline: twice this
 	h := newClusterHarnessDialling(t, 2, &ClientOptions{DialTimeout: dialTimeout}, nil, pipelining)
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	var outcomes sync.Map // meta.id -> its outcome, as WithOnOutcome heard it
 	p, err := h.c.Publisher(context.Background(), "orders", WithOnOutcome(func(id string, err error) { outcomes.Store(id, err) }))
 	require.NoError(t, err)
@@ -467,7 +468,7 @@ func TestClusterReceiptsOfAHealthyMemberDoNotWaitForALostOne(t *testing.T) {
 			return nil
 		}
 	}, pipelining)
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	// The callback keeps the lost receipts nobody waits for yet out of the log.
 	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection(),
 		WithOnOutcome(func(string, error) {}))

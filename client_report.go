@@ -11,7 +11,7 @@ import (
 
 // emit reports an event to the callback and the logger, scrubbed, and
 // keeps the health Status reports.
-func (c *Client) emit(ev ConnectionEvent) {
+func (c *brokerClient) emit(ev ConnectionEvent) {
 	ev.URL = c.red.string(ev.URL)
 	ev.Err = c.red.error(ev.Err)
 	c.track(ev)
@@ -35,11 +35,11 @@ func (c *Client) emit(ev ConnectionEvent) {
 // logTo returns the logger a line at level goes to, or nil: the Logger
 // option; else, without an OnEvent callback either, slog.Default() for
 // warn and above; else (the callback is the report) none.
-func (c *Client) logTo(ctx context.Context, level slog.Level) *slog.Logger {
+func (c *brokerClient) logTo(ctx context.Context, level slog.Level) *slog.Logger {
 	return chooseLogger(ctx, c.logger, c.onEvent != nil, level)
 }
 
-func (c *Client) log(ev ConnectionEvent) {
+func (c *brokerClient) log(ev ConnectionEvent) {
 	level := slog.LevelInfo
 	switch ev.Kind {
 	case EventDisconnected, EventDialFailed, EventConsumerLost, EventPublishRetried:

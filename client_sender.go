@@ -17,7 +17,7 @@ import (
 // address, re-attaching when the link or the connection was lost. The
 // publishers and the consume loop's dead-letter writes go through it.
 type clientSender struct {
-	c     *Client
+	c     *brokerClient
 	addr  string
 	topic bool // attach with the "topic" capability (a multicast address)
 
@@ -55,7 +55,7 @@ func (s *clientSender) readsOnlyWhileWriting() bool {
 	return sl != nil && sl.goAMQP
 }
 
-func (c *Client) newSender(addr string) *clientSender {
+func (c *brokerClient) newSender(addr string) *clientSender {
 	return &clientSender{c: c, addr: addr, sem: make(chan struct{}, 1)}
 }
 

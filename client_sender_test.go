@@ -379,7 +379,7 @@ func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
 			}
 		}
 	}, WithDuplicateDetection())
-	h.c.minOutcomeWait = 0
+	h.b.minOutcomeWait = 0
 	for range DefaultOutcomeTimeouts + 1 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		_, err := p.Publish(ctx, urnCreated, orderData)
@@ -419,7 +419,7 @@ func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
 	urls := []string{"amqp://live:5672", "amqp://backup:5672"}
 	h := newHarness(t, urls, nil, prepare)
 	unblock := make(chan struct{})
-	c, err := newClient(urls, &ClientOptions{OnEvent: h.ev.on}, func(ctx context.Context, b *broker) (amqpConn, error) {
+	bc, err := newClient(urls, &ClientOptions{OnEvent: h.ev.on}, func(ctx context.Context, b *broker) (amqpConn, error) {
 		cn, err := h.fb.dial(ctx, b)
 		if err != nil {
 			return nil, err
@@ -427,11 +427,12 @@ func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
 		return slowClose{cn.(*fakeConn), unblock}, nil
 	})
 	require.NoError(t, err)
-	c.random = func() float64 { return 0.5 }
-	c.after = h.timers.after
+	bc.random = func() float64 { return 0.5 }
+	bc.after = h.timers.after
+	c := clientOver(bc, nil)
 	t.Cleanup(func() { _ = c.Close() })
 	t.Cleanup(func() { close(unblock) }) // runs first
-	h.c = c
+	h.b, h.c = bc, c
 	require.NoError(t, h.dial())
 	return h
 }
@@ -448,11 +449,11 @@ func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p1.Publish(context.Background(), urnCreated, orderData)
 	require.NoError(t, err)
-	c.mu.Lock()
-	cn := c.cur
-	c.mu.Unlock()
+	h.b.mu.Lock()
+	cn := h.b.cur
+	h.b.mu.Unlock()
 	require.NotNil(t, cn)
-	c.drop(cn, errors.New("taken for dead"))
+	h.b.drop(cn, errors.New("taken for dead"))
 	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
 
 	for _, p := range []*ClientPublisher{p1, p2} {
@@ -482,7 +483,7 @@ func TestPublisherCloseDuringAnAttachDetachesItsLink(t *testing.T) {
 		return nil
 	}
 	cn.mu.Unlock()
-	s := h.c.newSender("orders")
+	s := h.b.newSender("orders")
 	attached := make(chan error, 1)
 	go func() {
 		_, err := s.link(context.Background(), true)
@@ -506,7 +507,7 @@ func TestPublisherCloseDuringAnAttachDetachesItsLink(t *testing.T) {
 func TestPublisherCloseGivingUpOnTheAttachLockStillDetaches(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	s := h.c.newSender("orders")
+	s := h.b.newSender("orders")
 	_, err := s.link(context.Background(), true)
 	require.NoError(t, err)
 	s.sem <- struct{}{} // as an attach under way holds it

@@ -35,7 +35,7 @@ type ClientStatus struct {
 
 // track records an event that changes the connection's health. ev is
 // already scrubbed.
-func (c *Client) track(ev ConnectionEvent) {
+func (c *brokerClient) track(ev ConnectionEvent) {
 	switch ev.Kind {
 	case EventConnected, EventReconnected, EventDisconnected, EventDialFailed:
 	default:
@@ -65,7 +65,7 @@ func (c *Client) track(ev ConnectionEvent) {
 }
 
 // status is Status for a Client on one broker (a cluster's member).
-func (c *Client) status() ClientStatus {
+func (c *brokerClient) status() ClientStatus {
 	c.mu.Lock()
 	cn, closed := c.cur, c.closed
 	c.mu.Unlock()

@@ -23,7 +23,7 @@ func TestStatusFollowsTheConnection(t *testing.T) {
 			return nil
 		}
 	})
-	h.c.now = clk.now
+	h.b.now = clk.now
 
 	assert.Equal(t, ClientStatus{}, h.c.Status(), "nothing before the first dial")
 
@@ -44,7 +44,7 @@ func TestStatusFollowsTheConnection(t *testing.T) {
 
 	// Noticed and re-dialed (the next URL after the lost one: live).
 	clk.advance(time.Minute)
-	_, err := h.c.connection(context.Background())
+	_, err := h.b.connection(context.Background())
 	require.NoError(t, err)
 	h.ev.wait(t, EventReconnected)
 	s = h.c.Status()
@@ -65,7 +65,7 @@ func TestStatusWhileNoURLAnswers(t *testing.T) {
 	h := newHarness(t, []string{"amqp://babel:" + secret + "@a.example"}, nil, func(fb *fakeBroker) {
 		fb.dialErr = func(int, *broker) error { return refused }
 	})
-	h.c.now = clk.now
+	h.b.now = clk.now
 	require.Error(t, h.dial())
 	s := h.c.Status()
 	assert.False(t, s.Connected)
@@ -87,7 +87,7 @@ func TestStatusIsSafeForConcurrentProbes(t *testing.T) {
 	}()
 	for range 20 {
 		h.fb.conn(h.fb.connCount() - 1).kill(nil)
-		_, err := h.c.connection(context.Background())
+		_, err := h.b.connection(context.Background())
 		require.NoError(t, err)
 	}
 	<-done

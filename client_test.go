@@ -107,7 +107,7 @@ func TestDialHonoursTheCallersContext(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	_, err := h.c.connection(ctx)
+	_, err := h.b.connection(ctx)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, err, ErrConnect)
@@ -119,7 +119,7 @@ func TestCloseEndsTheClient(t *testing.T) {
 	require.NoError(t, h.dial())
 	require.NoError(t, h.c.Close())
 	assert.True(t, h.fb.conn(0).dead())
-	_, err := h.c.connection(context.Background())
+	_, err := h.b.connection(context.Background())
 	assert.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, h.c.Close(), "Close is idempotent")
 	for _, ev := range h.ev.list() {
@@ -140,7 +140,7 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 		}
 	})
 	joined := make(chan struct{}, 4)
-	h.c.joined = func() { joined <- struct{}{} }
+	h.b.joined = func() { joined <- struct{}{} }
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)

@@ -56,7 +56,7 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // selector than the existing queue's filter, and Subscribe then returns at
 // once with an error matching ErrInvalidConfig.
 func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer, opts *ConsumeOptions) error {
-	if c.done == nil {
+	if c.be == nil {
 		return errNotBuilt
 	}
 	if err := checkAddressPart("topic", topic); err != nil {

@@ -72,7 +72,7 @@ func TestClusterConsumeCarriesAttemptsAcrossMembers(t *testing.T) {
 	h := newClusterHarness(t, 2, nil, func(fb *fakeBroker) {
 		fb.setup = func(c *fakeConn) { c.attached = attached }
 	})
-	require.NoError(t, h.c.dialMembers(context.Background()))
+	require.NoError(t, h.cl.dialMembers(context.Background()))
 	var mu sync.Mutex
 	var seen []int
 	calls := make(chan struct{}, 8)

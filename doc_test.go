@@ -93,6 +93,7 @@ var flowPicture = [][]string{
 	{"client_topic.go"},
 	{"client.go"},
 	{"client_cluster.go"},
+	{"client_single.go"},
 	{"client_consume.go"},
 	{"credit_window.go"},
 	{"selector.go"},

@@ -378,7 +378,8 @@ type harness struct {
 	ev     *events
 	timers *fakeTimers
 	log    *fakelink.LogBuffer
-	c      *Client
+	c      *Client       // the user's Client
+	b      *brokerClient // its backend
 }
 
 // newHarness builds a Client over a fake broker, without dialing. The
@@ -395,18 +396,23 @@ func newHarness(t *testing.T, urls []string, opts *ClientOptions, prepare func(*
 	}
 	o.OnEvent = h.ev.on
 	o.Logger = slog.New(slog.NewJSONHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := newClient(urls, &o, h.fb.dial)
+	b, err := newClient(urls, &o, h.fb.dial)
 	require.NoError(t, err)
-	c.random = func() float64 { return 0.5 }
-	c.after = h.timers.after
-	h.c = c
+	b.random = func() float64 { return 0.5 }
+	b.after = h.timers.after
+	c := clientOver(b, &o)
+	h.b, h.c = b, c
 	t.Cleanup(func() { _ = c.Close() })
 	return h
 }
 
+// senderOf is the reconnecting sender under p, a publisher of a Client on
+// one broker.
+func senderOf(p *ClientPublisher) *clientSender { return p.link.(*clientSender) }
+
 // dial is what Dial does after building the Client.
 func (h *harness) dial() error {
-	_, err := h.c.connection(context.Background())
+	_, err := h.b.connection(context.Background())
 	return err
 }
 

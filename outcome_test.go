@@ -242,7 +242,7 @@ func TestPublisherReusesMessagesOnlyWhereItIsSafe(t *testing.T) {
 
 	_, pub := newPublisherHarness(t, nil)
 	assert.False(t, pub.reusesMessages(plain), "a fake link")
-	cs := pub.sender
+	cs := senderOf(pub)
 	cs.cur.Store(&senderLink{sender: cs, link: new(amqp.Sender), goAMQP: true})
 	assert.True(t, pub.reusesMessages(plain), "a go-amqp link")
 	assert.False(t, pub.reusesMessages(dup), "kept for a resend")

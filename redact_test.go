@@ -182,7 +182,7 @@ func TestNoFormOfThePasswordInAnyURLText(t *testing.T) {
 				Logger:  slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			}, fb.dial)
 			if err == nil {
-				t.Cleanup(func() { _ = c.Close() })
+				t.Cleanup(func() { _ = c.close() })
 				_, err = c.connection(context.Background())
 				require.Error(t, err, "the fake broker refuses every dial")
 				assert.ErrorIs(t, err, ErrConnect)
