@@ -112,6 +112,7 @@ var flowPicture = [][]string{
 	{"consumer.go", "cluster_attempts.go", "retry_schedule.go"},
 	{"consume_limit.go"},
 	{"raw.go", "publisher.go", "receipt.go"},
+	{"message_pool.go"},
 	{"mapping.go"},
 	{"publish_options.go", "observe.go", "payload.go"},
 	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},

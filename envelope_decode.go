@@ -4,13 +4,11 @@
 package artemis
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
@@ -141,7 +139,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		bit = 1 << 3
 		c := jsoncodec.CanonicalValue(val, clean)
 		env.Data = jsoncodec.StringBytes(c)
-		d.dataCopied = unsafe.StringData(c) != unsafe.StringData(val)
+		d.dataCopied = c != val // CanonicalValue returns val itself when it is canonical
 	case "meta":
 		bit = 1 << 4
 		if val[0] != '{' {
@@ -334,13 +332,7 @@ func int64ValueSlow(val string) (int64, bool) {
 // envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
 // of the wrong JSON type, or a known key given twice.
 func Decode(body []byte) (*Envelope, error) {
-	// One private copy backs every string field and Data. Data is capped at
-	// its own length and no string shares its bytes, so a caller writing to
-	// (or appending to) Data cannot reach the strings.
-	var s string
-	if len(body) > 0 {
-		buf := bytes.Clone(body)
-		s = unsafe.String(&buf[0], len(buf))
-	}
-	return decode(s, false)
+	// One private copy backs every string field; Data is a copy of its own,
+	// so a caller writing to (or appending to) Data cannot reach the strings.
+	return decode(string(body), false)
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/Azure/go-amqp"
 )
@@ -17,9 +14,9 @@ import (
 type Publisher struct {
 	sender   Sender
 	queue    string
-	base     *publishConfig                 // the Publisher's options, applied once (never written after)
-	lastURN  atomic.Pointer[urnAnnotations] // see annotations
-	receipts resolver                       // PublishWithReceipt's pending outcomes on sender (see resolverOf)
+	base     *publishConfig // the Publisher's options, applied once (never written after)
+	lastURN  urnCache       // the annotations of the URN published last (see pooled)
+	receipts resolver       // PublishWithReceipt's pending outcomes on sender (see resolverOf)
 }
 
 // NewPublisher returns a Publisher that writes to s and stamps queue into
@@ -206,7 +203,7 @@ type transientReader interface {
 // sendReused sends env's projection through s, which must only read the
 // message while Send runs, with a pooled message (see pooledMessage).
 func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
-	pm, err := p.reused(ctx, env, cfg)
+	pm, err := pooled(ctx, env, cfg, &p.lastURN)
 	if err != nil {
 		return err
 	}
@@ -219,7 +216,7 @@ func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg
 // startReused is sendReused without the wait for the outcome: the message
 // goes back to the pool once the transfer is written.
 func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) (pendingTransfer, error) {
-	pm, err := p.reused(ctx, env, cfg)
+	pm, err := pooled(ctx, env, cfg, &p.lastURN)
 	if err != nil {
 		return pendingTransfer{}, err
 	}
@@ -230,100 +227,6 @@ func (p *Publisher) startReused(ctx context.Context, s Sender, env *Envelope, cf
 		pm.recycle()
 	}
 	return pt, err
-}
-
-// reused checks env and cfg and projects env onto a pooled message.
-func (p *Publisher) reused(ctx context.Context, env *Envelope, cfg *publishConfig) (*pooledMessage, error) {
-	env, err := checkPublishable(ctx, env, cfg)
-	if err != nil {
-		return nil, err
-	}
-	pm := messagePool.Get().(*pooledMessage)
-	if hint := env.encodedSizeHint(); cap(pm.body) < hint {
-		pm.body = make([]byte, 0, hint)
-	}
-	pm.body = env.appendEncode(pm.body[:0])
-	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
-		reusedProperties(env, cfg), p.annotations(env.Job, cfg))
-	pm.applyOptions(cfg)
-	return pm, nil
-}
-
-// pooledMessage is a projected message with its body buffer, reused from
-// one publish to the next.
-//
-// Reuse relies on (*amqp.Sender).Send and SendWithReceipt reading the
-// message only while they run: go-amqp v1.7.0 (sender.go, Sender.send)
-// marshals it into the link's own buffer and copies each frame's payload
-// out of that buffer before the transfer is queued, and keeps no reference
-// to the message. go-amqp does not document this, so
-// TestPooledMessageIsNotKeptByGoAMQP (integration/publish_test.go) checks it
-// on a real link, by overwriting every reused message as soon as the send
-// returned, and TestGoAMQPVersionIsTheOneCheckedForReuse pins the version it
-// was checked against. So the message, the memory it points to and the body
-// buffer come from a pool, and the maps that do not vary from one publish
-// to the next are shared, never written: the four bq_ properties of a fresh
-// envelope and the annotation of the URN published last. The message is the
-// one newMessage makes, byte for byte.
-//
-// A message whose send failed is not reused: with its link gone, go-amqp
-// may still hold a transfer that points into it.
-type pooledMessage struct {
-	messageBlock
-	body []byte
-}
-
-var messagePool = sync.Pool{New: func() any { return new(pooledMessage) }}
-
-// maxPooledBody bounds the body buffers kept for reuse.
-const maxPooledBody = 64 << 10
-
-// recycle gives pm back to the pool (nil: nothing to do).
-func (pm *pooledMessage) recycle() {
-	if pm == nil || cap(pm.body) > maxPooledBody {
-		return
-	}
-	pm.messageBlock = messageBlock{}
-	messagePool.Put(pm)
-}
-
-// freshProperties are the application properties of every envelope this
-// library makes (schema 1, lang go, attempts 0) when no header or duplicate
-// id is added. Shared by reused messages: never written.
-var freshProperties = map[string]any{
-	PropSchemaVersion: boxedSchemaVersion,
-	PropSourceLang:    boxedLang,
-	PropAttempts:      boxedAttempts[0],
-	PropAppID:         AppID,
-}
-
-func reusedProperties(env *Envelope, cfg *publishConfig) map[string]any {
-	if len(cfg.headers) == 0 && !cfg.dupID && env.Meta.SchemaVersion == SchemaVersion &&
-		env.Meta.Lang == Lang && env.Attempts == 0 {
-		return freshProperties
-	}
-	return publishProperties(env, cfg)
-}
-
-// urnAnnotations is the annotations map of one URN, shared read only.
-type urnAnnotations struct {
-	urn         string
-	annotations amqp.Annotations
-}
-
-// annotations returns the message annotations for urn: the map of the URN
-// published last when there is no delay (it is never written), else a new
-// one.
-func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations {
-	if cfg.delay > 0 {
-		return publishAnnotations(urn, cfg)
-	}
-	if last := p.lastURN.Load(); last != nil && last.urn == urn {
-		return last.annotations
-	}
-	a := &urnAnnotations{urn: urn, annotations: amqp.Annotations{AnnotationJMSType: urn}}
-	p.lastURN.Store(a)
-	return a.annotations
 }
 
 // PublishWithReceipt builds an envelope for urn and data, as Publish does,
