@@ -42,3 +42,19 @@ func BenchmarkMessagePool(b *testing.B) {
 		})
 	}
 }
+
+// sendReused publishes env through s on a pooled message, the steps
+// Publisher.publish takes through a path that reuses messages (an
+// *amqp.Sender's, or a ClientPublisher's go-amqp link): pooled, the
+// confirmed send, and the message back to the pool only after an accepted
+// outcome. The tests force the pool with it over links that are fakes.
+func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
+	pm, err := pooled(ctx, env, cfg, &p.lastURN)
+	if err != nil {
+		return err
+	}
+	if err = sendConfirmed(ctx, s, &pm.msg); err == nil {
+		pm.recycle()
+	}
+	return err
+}
