@@ -117,7 +117,7 @@ var flowPicture = [][]string{
 	{"publish_options.go", "observe.go", "payload.go"},
 	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},
 	{"outcome.go", "replay.go", "headers.go", "backoff.go", "redact.go"},
-	{"link.go", "errors.go", "doc.go"},
+	{"link.go", "errors.go", "doc.go", "string_view.go"},
 }
 
 // TestFlowGoesDown keeps the code true to flowPicture: every library file is

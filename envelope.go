@@ -364,7 +364,7 @@ func marshalData(data any) (json.RawMessage, error) {
 	if !jsoncodec.IsObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
 	}
-	if err := jsoncodec.CheckMemberDepth(string(b)); err != nil {
+	if err := jsoncodec.CheckMemberDepth(stringView(b)); err != nil { // the scan keeps nothing of it
 		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
 	// json.Marshal output is compact, so only its escapes can differ from
@@ -374,7 +374,7 @@ func marshalData(data any) (json.RawMessage, error) {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return b, nil
 	}
-	return jsoncodec.AppendCanonical(make([]byte, 0, len(b)), string(b)), nil
+	return jsoncodec.AppendCanonical(make([]byte, 0, len(b)), stringView(b)), nil
 }
 
 // rawObject checks a publish-side json.RawMessage and returns it canonical.

@@ -9,7 +9,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/Azure/go-amqp"
 )
@@ -28,7 +27,7 @@ func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCac
 		pm.body = make([]byte, 0, hint)
 	}
 	pm.body = env.appendEncode(pm.body[:0])
-	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
+	pm.project(env, stringView(pm.body),
 		reusedProperties(env, cfg), urns.annotations(env.Job, cfg))
 	pm.applyOptions(cfg)
 	return pm, nil
