@@ -159,6 +159,9 @@ func TestFlowGoesDown(t *testing.T) {
 	if len(refs.list) < 500 {
 		t.Fatalf("only %d references between files found: the type check lost them?", len(refs.list))
 	}
+	if throughSeams == 0 {
+		t.Fatal("no call through a seam to an implementation above found: the interface check lost them?")
+	}
 	t.Logf("%d library files, %d references between files, %d going up, %d calls through a seam to an implementation above",
 		len(refs.files), len(refs.list), up, throughSeams)
 }
