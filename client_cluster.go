@@ -274,12 +274,22 @@ func (s *clusterSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amq
 	})
 }
 
-// startOutcome makes PublishWithReceipt pipeline on the member's link.
-func (s *clusterSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
-	return route(ctx, s, msg, func(m *clientSender, wait bool) (pendingTransfer, error) {
-		return m.startOutcomeWait(ctx, msg, wait)
+// send is SendOutcome for a Publisher (sendPath; see clientSender.send).
+func (s *clusterSender) send(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	state, err := s.SendOutcome(ctx, msg)
+	return state, creditTimeout(ctx, err)
+}
+
+// start makes PublishWithReceipt pipeline on the member's link (sendPath).
+func (s *clusterSender) start(ctx context.Context, msg *amqp.Message, r *Receipt) (bool, error) {
+	return route(ctx, s, msg, func(m *clientSender, wait bool) (bool, error) {
+		return m.startWait(ctx, msg, r, wait)
 	})
 }
+
+// reuses: a cluster publisher projects onto a new message for every
+// publish (sendPath).
+func (s *clusterSender) reuses(bool) bool { return false }
 
 // Send is SendOutcome for the Sender interface.
 func (s *clusterSender) Send(ctx context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
@@ -303,7 +313,7 @@ func (s *clusterSender) close(ctx context.Context) error {
 
 var (
 	_ OutcomeSender = (*clusterSender)(nil)
-	_ pendingSender = (*clusterSender)(nil)
+	_ sendPath      = (*clusterSender)(nil)
 )
 
 // consume runs Consume on every member side by side. cons and o were

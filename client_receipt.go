@@ -11,11 +11,10 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// startOutcome writes msg on the current link (re-attaching first when it
-// is known to be gone) and returns its pending outcome: the pendingSender
-// of outcome.go, which makes a ClientPublisher's PublishWithReceipt
-// pipeline over the go-amqp link. The rules of Client.Publisher hold for
-// each receipt:
+// start writes msg on the current link (re-attaching first when it is known
+// to be gone) and queues r on that link's resolver (sendPath): a
+// ClientPublisher's PublishWithReceipt pipelines over the go-amqp link. The
+// rules of Client.Publisher hold for each receipt:
 //
 //   - no link could be had, or the transfer was refused before it was
 //     written: an error here, nothing sent;
@@ -33,22 +32,21 @@ import (
 //     counts as an outcome timeout of the connection
 //     (ClientOptions.OutcomeTimeouts) and is handled as a lost outcome
 //     (above), the link given up.
-func (s *clientSender) startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
+func (s *clientSender) start(ctx context.Context, msg *amqp.Message, r *Receipt) (bool, error) {
 	// Without a connection, wait for the Client's re-dial within ctx, as
 	// Publish does (ClientOptions.FailFast: do not).
-	return s.startOutcomeWait(ctx, msg, !s.c.failFast)
+	return s.startWait(ctx, msg, r, !s.c.failFast)
 }
 
-// startOutcomeWait is startOutcome, waiting for a connection only when
-// wait is set.
-func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, wait bool) (pendingTransfer, error) {
+// startWait is start, waiting for a connection only when wait is set.
+func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Receipt, wait bool) (kept bool, err error) {
 	sl, err := s.link(ctx, wait)
 	if err != nil {
-		return pendingTransfer{}, err // nothing was sent
+		return false, err // nothing was sent
 	}
 	// The message is needed after the write only for a resend, which only
 	// a message with a duplicate id gets: a pooled one (without) is
-	// recycled once written (Publisher.startReused).
+	// recycled once written (Publisher.startReceipt).
 	var keep *amqp.Message
 	if hasDuplicateID(msg) {
 		keep = msg
@@ -60,34 +58,72 @@ func (s *clientSender) startOutcomeWait(ctx context.Context, msg *amqp.Message, 
 			// not cut by ctx, see handoffContext) the caller's context
 			// ended: never the link's fault.
 			if mayBeStored(err) {
-				return pendingTransfer{}, s.unknown(err)
+				return false, s.unknown(err)
 			}
-			return pendingTransfer{}, s.c.red.error(err)
+			return false, s.c.red.error(err)
 		}
 		// Cut off while being written: it may be stored. The receipt
 		// resolves the way a lost outcome does, but the link is given up
 		// now, not when the resolver reaches the receipt: the publishes
 		// until then re-attach rather than write on a dead link.
 		s.failed(sl, err)
-		return pendingTransfer{owner: sl, retry: keep, lost: err}, nil
+		sl.queue(clientTransfer{r: r, retry: keep, lost: err})
+		return true, nil
 	}
 	// Bounded from the write: receipts written together expire together,
 	// however long the resolver took to reach this one.
-	pt.owner, pt.retry = sl, keep
-	pt.deadline = time.Now().Add(s.retryTimeout())
-	return pt, nil
+	sl.queue(clientTransfer{r: r, pt: pt, retry: keep, deadline: time.Now().Add(s.retryTimeout())})
+	return keep != nil, nil
+}
+
+// queue hands ct to sl's resolver, starting it when none runs.
+func (sl *senderLink) queue(ct clientTransfer) {
+	if sl.outcomes.push(ct) {
+		go sl.resolve()
+	}
+}
+
+// resolve resolves sl's receipts in the order written, while any is
+// pending (the twin of resolver.run, with the Client's loss rules).
+func (sl *senderLink) resolve() {
+	var batch []clientTransfer
+	next := 0 // batch[next:] are still pending
+	clean := false
+	defer func() {
+		if !clean {
+			sl.outcomes.requeue(batch[next:])
+			go sl.resolve()
+		}
+	}()
+	for {
+		var ok bool
+		if batch, ok = sl.outcomes.take(); !ok {
+			clean = true
+			return
+		}
+		next = 0
+		for i := range batch {
+			ct := batch[i]
+			state, err := sl.awaitOutcome(&ct)
+			batch[i] = clientTransfer{}
+			next = i + 1
+			ct.r.resolve(state, err)
+		}
+		sl.outcomes.done(batch)
+	}
 }
 
 // awaitOutcome waits, on sl's resolver, for the outcome of a transfer
-// startOutcomeWait wrote on sl, until its deadline (exp, the
-// resolver's reusable timer; a last look of receiptGrace sees an outcome
-// that already came), and applies the loss rules of startOutcome.
-func (sl *senderLink) awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error) {
+// startWait wrote on sl, until its deadline (the resolver's reusable timer;
+// a last look of receiptGrace sees an outcome that already came), and
+// applies the loss rules of start.
+func (sl *senderLink) awaitOutcome(ct *clientTransfer) (amqp.DeliveryState, error) {
 	s := sl.sender
-	if p.lost != nil {
-		return s.receiptLoss(sl, p.retry, p.lost)
+	if ct.lost != nil {
+		return s.receiptLoss(sl, ct.retry, ct.lost)
 	}
-	state, err := p.wait(exp.start(max(time.Until(p.deadline), receiptGrace)))
+	exp := &sl.outcomes.exp
+	state, err := ct.pt.wait(exp.start(max(time.Until(ct.deadline), receiptGrace)))
 	expired := exp.stop()
 	if err == nil || !mayBeStored(err) {
 		if err == nil || !linkLost(err) {
@@ -103,14 +139,8 @@ func (sl *senderLink) awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.Delive
 		err = fmt.Errorf("no outcome within %v of the write", s.retryTimeout())
 		s.c.outcomeTimedOut(sl.cn, err)
 	}
-	return s.receiptLoss(sl, p.retry, err)
+	return s.receiptLoss(sl, ct.retry, err)
 }
-
-// receipts is the resolver of the receipts written on sl (ownResolver): a
-// ClientPublisher resolves each link's receipts on their own, so a cluster
-// member (or a link given up) that stops settling delays no other member's
-// outcomes.
-func (sl *senderLink) receipts() *resolver { return &sl.resolver }
 
 // receiptGrace is the least a receipt's outcome is waited for, even past
 // its bound: long enough to see an outcome that already came.

@@ -28,15 +28,31 @@ type clientSender struct {
 }
 
 type senderLink struct {
-	sender *clientSender // whose link it is
-	cn     *connection
-	link   linkSender
-	goAMQP bool // link is go-amqp's (not a test's fake), known at the attach
-	broken atomic.Bool
-	// The receipts of the transfers written on this link, resolved here
-	// and nowhere else: a link that stops settling holds back only its
-	// own (see resolver).
-	resolver resolver
+	sender   *clientSender // whose link it is
+	cn       *connection
+	link     linkSender
+	goAMQP   bool // link is go-amqp's (not a test's fake), known at the attach
+	broken   atomic.Bool
+	outcomes linkOutcomes // the receipts of the transfers written on it (client_receipt.go)
+}
+
+// clientTransfer is a receipt's transfer written on a Client's link, with
+// what the loss rules need of it.
+type clientTransfer struct {
+	r        *Receipt
+	pt       pendingTransfer
+	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
+	deadline time.Time     // when the outcome counts as timed out
+	lost     error         // the write itself was cut off: resolved as a loss
+}
+
+// linkOutcomes are the receipts of the transfers written on one link,
+// resolved there and nowhere else: a link that stops settling holds back
+// only its own (see outcomeQueue), so a cluster member (or a link given up)
+// that stops settling delays no other member's outcomes.
+type linkOutcomes struct {
+	outcomeQueue[clientTransfer]
+	exp expiry // the receipts' deadline; only the running goroutine uses it
 }
 
 // usable reports a link neither known broken nor on a connection that is
@@ -46,13 +62,14 @@ func (sl *senderLink) usable() bool {
 	return !sl.broken.Load() && !sl.cn.dead() && sl.cn.lost.Err() == nil
 }
 
-// readsOnlyWhileWriting reports whether the current link is go-amqp's
-// (not a test's fake): it reads a message only while the transfer is
-// written, so a pooled message may be used for it (see
-// Publisher.reusesMessages). Without a current link, false.
-func (s *clientSender) readsOnlyWhileWriting() bool {
+// reuses reports whether a publish may use a pooled message (sendPath):
+// the current link is go-amqp's (not a test's fake), which reads a message
+// only while the transfer is written, and the message carries no duplicate
+// id (one with is kept for a resend after a loss, see afterLoss). Without a
+// current link, false.
+func (s *clientSender) reuses(dupID bool) bool {
 	sl := s.cur.Load()
-	return sl != nil && sl.goAMQP
+	return !dupID && sl != nil && sl.goAMQP
 }
 
 func (c *brokerClient) newSender(addr string) *clientSender {
@@ -288,6 +305,13 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 	return state, err
 }
 
+// send is SendOutcome for a Publisher (sendPath), with a credit wait cut by
+// ctx reported as ctx's error too, as a bare link's (creditTimeout).
+func (s *clientSender) send(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	state, err := s.SendOutcome(ctx, msg)
+	return state, creditTimeout(ctx, err)
+}
+
 // Send is SendOutcome for the Sender interface: nil only for an accepted
 // outcome, an *OutcomeError for the others. opts are ignored: transfers
 // are always sent unsettled.
@@ -318,4 +342,7 @@ func hasDuplicateID(msg *amqp.Message) bool {
 	return ok && id != ""
 }
 
-var _ OutcomeSender = (*clientSender)(nil)
+var (
+	_ OutcomeSender = (*clientSender)(nil)
+	_ sendPath      = (*clientSender)(nil)
+)

@@ -350,7 +350,7 @@ func TestClientPublisherSendIsStrict(t *testing.T) {
 		fb.setup = func(c *fakeConn) { c.outcome = fakelink.Release }
 	})
 	_ = h
-	err := p.sender.Send(context.Background(), orderMessage(t, 0), nil)
+	err := senderOf(p).Send(context.Background(), orderMessage(t, 0), nil)
 	assert.ErrorIs(t, err, ErrNotAccepted)
 }
 

@@ -7,7 +7,7 @@ package artemis
 import (
 	"errors"
 	"fmt"
-	"unsafe"
+	"strings"
 
 	"github.com/Azure/go-amqp"
 )
@@ -23,7 +23,7 @@ const (
 	bodyData                   // one or more data sections
 )
 
-// readBody returns the body as a string, without copying where it can: an
+// readBody returns the body as a string, without copying a string value: an
 // AMQP value holding a string or binary, or the data sections concatenated.
 // Anything else is poison.
 func readBody(msg *amqp.Message) (string, bodyKind, error) {
@@ -43,11 +43,12 @@ func readBody(msg *amqp.Message) (string, bodyKind, error) {
 		for _, d := range msg.Data {
 			n += len(d)
 		}
-		b := make([]byte, 0, n)
+		var b strings.Builder // one copy, handed over as the string
+		b.Grow(n)
 		for _, d := range msg.Data {
-			b = append(b, d...)
+			b.Write(d)
 		}
-		return unsafe.String(unsafe.SliceData(b), len(b)), bodyData, nil
+		return b.String(), bodyData, nil
 	case len(msg.Sequence) > 0:
 		return "", 0, errors.New("the body is an AMQP sequence section")
 	}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 	"github.com/google/uuid"
@@ -203,17 +202,17 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 // program's.
 func newIDs(mintTrace bool) (id, trace string) {
 	const n = 36 // the length of a formatted UUID
-	var r [2 * 16]byte
+	var (
+		r   [2 * 16]byte
+		buf [2 * n]byte // formatted on the stack, then copied once into the strings
+	)
 	if !mintTrace {
 		drawRandom(r[:16])
-		b := appendUUID(make([]byte, 0, n), uuidV4(r[:16]))
-		return unsafe.String(&b[0], n), ""
+		return string(appendUUID(buf[:0], uuidV4(r[:16]))), ""
 	}
 	drawRandom(r[:])
-	b := make([]byte, 0, 2*n)
-	b = appendUUID(b, uuidV4(r[:16]))
-	b = appendUUID(b, uuidV4(r[16:]))
-	return unsafe.String(&b[n], n), unsafe.String(&b[0], n)
+	s := string(appendUUID(appendUUID(buf[:0], uuidV4(r[:16])), uuidV4(r[16:])))
+	return s[n:], s[:n]
 }
 
 // uuidV4 makes 16 random bytes a UUID of version 4, variant RFC 4122, as
@@ -365,7 +364,7 @@ func marshalData(data any) (json.RawMessage, error) {
 	if !jsoncodec.IsObject(b) {
 		return nil, fmt.Errorf("%w: data must encode to a JSON object, got %s", ErrInvalidEnvelope, truncate(string(b)))
 	}
-	if err := jsoncodec.CheckMemberDepth(unsafe.String(&b[0], len(b))); err != nil {
+	if err := jsoncodec.CheckMemberDepth(stringView(b)); err != nil { // the scan keeps nothing of it
 		return nil, fmt.Errorf("%w: data %w", ErrInvalidEnvelope, err)
 	}
 	// json.Marshal output is compact, so only its escapes can differ from
@@ -375,7 +374,7 @@ func marshalData(data any) (json.RawMessage, error) {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return b, nil
 	}
-	return jsoncodec.AppendCanonical(make([]byte, 0, len(b)), unsafe.String(&b[0], len(b))), nil
+	return jsoncodec.AppendCanonical(make([]byte, 0, len(b)), stringView(b)), nil
 }
 
 // rawObject checks a publish-side json.RawMessage and returns it canonical.

@@ -4,13 +4,11 @@
 package artemis
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
@@ -18,24 +16,24 @@ import (
 // decodeString decodes from a string so the consumer can pass an AMQP string
 // body without copying it; every string field of the result is a substring.
 func decodeString(s string) (*Envelope, error) {
-	return decode(s, true)
+	return decode(s)
 }
 
 // decode takes the fast path first: one pass that checks JSON syntax and
 // UTF-8 while it walks the members. On any failure it decodes again from
 // scratch by decodeChecked, which validates the whole body first, so every
 // error is exactly the one those checks give, and a body the fast path
-// cannot take is still decoded as before. copyData gives Data its own
-// memory: s may be a string that must not be written through Data.
-func decode(s string, copyData bool) (*Envelope, error) {
-	if env, ok := decodeFast(s, copyData); ok {
+// cannot take is still decoded as before. Data always has memory of its
+// own (s may be a string that must not be written through Data).
+func decode(s string) (*Envelope, error) {
+	if env, ok := decodeFast(s); ok {
 		return env, nil
 	}
-	return decodeChecked(s, copyData)
+	return decodeChecked(s)
 }
 
 // decodeFast is the one-pass decode; false means "take the checked path".
-func decodeFast(s string, copyData bool) (*Envelope, bool) {
+func decodeFast(s string) (*Envelope, bool) {
 	start := jsoncodec.SkipSpace(s, 0)
 	if start >= len(s) || s[start] != '{' {
 		return nil, false
@@ -45,12 +43,12 @@ func decodeFast(s string, copyData bool) (*Envelope, bool) {
 	if err != nil || jsoncodec.SkipSpace(s, end) != len(s) {
 		return nil, false
 	}
-	return d.finish(copyData), true
+	return d.finish(), true
 }
 
 // decodeChecked validates UTF-8 and JSON over the whole body before it
 // walks the members, so its errors name the first problem in that order.
-func decodeChecked(s string, copyData bool) (*Envelope, error) {
+func decodeChecked(s string) (*Envelope, error) {
 	if !utf8.ValidString(s) {
 		return nil, fmt.Errorf("%w: the body is not valid UTF-8: at byte %d", ErrInvalidEnvelope, jsoncodec.InvalidUTF8At(s))
 	}
@@ -70,7 +68,7 @@ func decodeChecked(s string, copyData bool) (*Envelope, error) {
 	if err := jsoncodec.EachMember(s, start, d.member); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}
-	return d.finish(copyData), nil
+	return d.finish(), nil
 }
 
 // envelopeDecoder collects the top-level members of one envelope.
@@ -80,7 +78,6 @@ type envelopeDecoder struct {
 	urnAlias       string
 	hasJob, hasURN bool
 	urnIdx         int  // where urn sits in env.extra, -1 when absent
-	dataCopied     bool // Data was rewritten into its own memory
 	noSchema       bool // meta came without schema_version
 }
 
@@ -140,8 +137,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	case "data":
 		bit = 1 << 3
 		c := jsoncodec.CanonicalValue(val, clean)
-		env.Data = jsoncodec.StringBytes(c)
-		d.dataCopied = unsafe.StringData(c) != unsafe.StringData(val)
+		env.Data = jsoncodec.StringBytes(c) // a copy: Data has its own memory
 	case "meta":
 		bit = 1 << 4
 		if val[0] != '{' {
@@ -180,7 +176,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 	return nil
 }
 
-func (d *envelopeDecoder) finish(copyData bool) *Envelope {
+func (d *envelopeDecoder) finish() *Envelope {
 	env := d.env
 	if !d.hasJob && d.hasURN {
 		// The alias becomes the job: producers always write job, never urn.
@@ -200,11 +196,7 @@ func (d *envelopeDecoder) finish(copyData bool) *Envelope {
 		env.issues = "data is not an object: it is missing"
 	}
 	if env.Data != nil {
-		if copyData && !d.dataCopied {
-			env.Data = append(json.RawMessage(nil), env.Data...)
-		} else {
-			env.Data = env.Data[:len(env.Data):len(env.Data)]
-		}
+		env.Data = env.Data[:len(env.Data):len(env.Data)]
 	}
 	env.canon = env.Data
 	return env
@@ -334,13 +326,7 @@ func int64ValueSlow(val string) (int64, bool) {
 // envelope's shape: invalid UTF-8, invalid JSON, trailing bytes, known keys
 // of the wrong JSON type, or a known key given twice.
 func Decode(body []byte) (*Envelope, error) {
-	// One private copy backs every string field and Data. Data is capped at
-	// its own length and no string shares its bytes, so a caller writing to
-	// (or appending to) Data cannot reach the strings.
-	var s string
-	if len(body) > 0 {
-		buf := bytes.Clone(body)
-		s = unsafe.String(&buf[0], len(buf))
-	}
-	return decode(s, false)
+	// One private copy backs every string field; Data is a copy of its own,
+	// so a caller writing to (or appending to) Data cannot reach the strings.
+	return decode(string(body))
 }

@@ -355,8 +355,8 @@ func checkFastDecode(t *testing.T, s string) {
 	if got := scanValid(s); got != want && (got || shallow) {
 		t.Fatalf("jsoncodec.ScanValue says valid=%t, utf8+encoding/json say %t: %q", got, want, s)
 	}
-	fast, ok := decodeFast(s, true)
-	checked, err := decodeChecked(s, true)
+	fast, ok := decodeFast(s)
+	checked, err := decodeChecked(s)
 	switch {
 	case ok && err != nil:
 		t.Fatalf("the fast path decoded a body the checked path refuses (%v): %q", err, s)
@@ -374,7 +374,7 @@ func TestFastDecodeMatchesChecked(t *testing.T) {
 	// Deeper than the fast path goes: decoded by the checked path all the same.
 	deep := `{"job":"urn:x","trace_id":"t","data":{"d":` + strings.Repeat("[", jsoncodec.MaxScanDepth+5) + strings.Repeat("]", jsoncodec.MaxScanDepth+5) +
 		`},"meta":{"schema_version":1},"attempts":0}`
-	_, ok := decodeFast(deep, true)
+	_, ok := decodeFast(deep)
 	assert.False(t, ok, "the fast path stops at its depth limit")
 	env, err := Decode([]byte(deep))
 	require.NoError(t, err)

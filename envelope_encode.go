@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"unsafe"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
 )
@@ -40,7 +39,13 @@ func (e *Envelope) canonicalData() (json.RawMessage, error) {
 // dataIsCanon reports whether Data is still the slice this library made
 // canonical.
 func (e *Envelope) dataIsCanon() bool {
-	return len(e.Data) == len(e.canon) && unsafe.SliceData(e.Data) == unsafe.SliceData(e.canon)
+	if len(e.Data) != len(e.canon) {
+		return false
+	}
+	if len(e.Data) == 0 {
+		return (e.Data == nil) == (e.canon == nil)
+	}
+	return &e.Data[0] == &e.canon[0]
 }
 
 func (e *Envelope) encodedSizeHint() int {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/Azure/go-amqp"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/jsoncodec"
@@ -65,7 +64,7 @@ func newMessage(ctx context.Context, env *Envelope, cfg *publishConfig) (*amqp.M
 	}
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
 	b := new(messageBlock)
-	b.project(env, unsafe.String(unsafe.SliceData(body), len(body)),
+	b.project(env, stringView(body), // body is never written again
 		publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
 	b.applyOptions(cfg)
 	return &b.msg, nil

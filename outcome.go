@@ -28,7 +28,6 @@ func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
 // neither is trusted when Send returns nil (reported as accepted).
 func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
 	if os, ok := s.(OutcomeSender); ok {
-		// Before pendingSender: the Client's sender waits its own way.
 		state, err := os.SendOutcome(ctx, msg)
 		return state, creditTimeout(ctx, err)
 	}
@@ -48,26 +47,11 @@ type pendingTransfer struct {
 	// again after its ctx ended.
 	later func(context.Context) (amqp.DeliveryState, error)
 	state amqp.DeliveryState // the outcome known at once, else nil
-
-	// A transfer whose link has rules of its own for the outcome (a
-	// ClientPublisher's, on the Client's loss rules): the fields above are
-	// the link's transfer, and owner awaits it for its resolver (the
-	// link's own, see ownResolver). Plain fields, not a closure: nothing is allocated for them.
-	owner    outcomeOwner
-	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
-	deadline time.Time     // when the outcome counts as timed out
-	lost     error         // the write itself was cut off: resolved as a loss
-}
-
-// outcomeOwner awaits the outcome of a transfer it wrote, on the resolver
-// of its receipts, bounded by exp, the resolver's reusable deadline.
-type outcomeOwner interface {
-	awaitOutcome(p *pendingTransfer, exp *expiry) (amqp.DeliveryState, error)
 }
 
 // pending reports a transfer whose outcome is still to be awaited.
 func (p *pendingTransfer) pending() bool {
-	return p.hasReceipt || p.later != nil || p.owner != nil
+	return p.hasReceipt || p.later != nil
 }
 
 // wait returns the outcome. It may be called again after ctx ended; once it
@@ -81,15 +65,6 @@ func (p *pendingTransfer) wait(ctx context.Context) (amqp.DeliveryState, error) 
 		return p.later(ctx)
 	}
 	return p.state, nil
-}
-
-// await is the outcome as a resolver waits for it: by its
-// owner's rules, bounded by exp, or as wait does.
-func (p *pendingTransfer) await(exp *expiry) (amqp.DeliveryState, error) {
-	if p.owner != nil {
-		return p.owner.awaitOutcome(p, exp)
-	}
-	return p.wait(context.Background())
 }
 
 // startTransfer writes msg and returns its pending outcome; an error means
@@ -172,14 +147,16 @@ func outcomeError(state amqp.DeliveryState) error {
 	return &OutcomeError{State: state}
 }
 
-// pendingSender is a Sender that can write a transfer and hand back its
-// outcome to be awaited later, as an *amqp.Sender does, while doing more
-// than an *amqp.Sender does about it (the Client's reconnecting sender).
+// pendingSender is a link that writes a transfer and hands back its
+// outcome to be awaited later, as an *amqp.Sender's SendWithReceipt does.
+// The unit tests' pipelining links implement it (go-amqp's SendReceipt
+// cannot be made outside go-amqp); no library type does: a Client's sender
+// is a sendPath (receipt.go), not a link.
 type pendingSender interface {
 	startOutcome(ctx context.Context, msg *amqp.Message) (pendingTransfer, error)
 }
 
-// expiry is a deadline the resolver reuses from one receipt to the next: one
+// expiry is a deadline a resolver reuses from one receipt to the next: one
 // timer, re-armed for each wait and stopped after it, and a new one (with
 // its channel) only after it fired, which a broker that settles never
 // lets it do. A context.WithTimeout per receipt would allocate a context

@@ -44,8 +44,7 @@ func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, 
 		cfg.observePublish(p.queue, urn, id, start, err)
 		return nil, err
 	}
-	pt, err := startTransfer(ctx, p.sender, msg)
-	return p.receipt(env, cfg, start, pt, err)
+	return p.startReceipt(ctx, env, cfg, start, msg, nil, nil)
 }
 
 // encodedMessage checks body (the payload check ending with ctx) and

@@ -21,9 +21,8 @@ type Receipt struct {
 	urn       string
 	queue     string
 	onOutcome func(id string, err error)
-	pending   pendingTransfer // waited on by the Publisher's resolver only
-	observed  *publishConfig  // its observer hears the outcome (nil: none)
-	start     time.Time       // when the publish began, for the observer
+	observed  *publishConfig // its observer hears the outcome (nil: none)
+	start     time.Time      // when the publish began, for the observer
 
 	waited atomic.Bool   // Wait was called
 	done   chan struct{} // closed once err is set
@@ -90,83 +89,171 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	}
 }
 
-// resolver waits for the outcomes of the pending receipts of one link, in
-// the order they were written, on one goroutine that runs while any is
+// sendPath is the one seam between a Publisher and what it sends through:
+// a bare link (linkPath, below), or a Client's reconnecting sender, whose
+// own files (client_sender.go, client_receipt.go) hold its rules for a
+// lost outcome and its receipts' resolution. A Publisher calls down through
+// it and nothing calls back up.
+type sendPath interface {
+	// send writes msg and returns the broker's outcome.
+	send(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error)
+	// start writes msg and sees r resolved with its outcome: at once, or
+	// later by the path's resolver. An error means nothing was written and
+	// r is left alone. kept reports that the path may still read msg (kept
+	// for a resend, or under a write that was cut off): it is not reused.
+	start(ctx context.Context, msg *amqp.Message, r *Receipt) (kept bool, err error)
+	// reuses reports whether a publish may project onto a pooled message
+	// (see pooledMessage): the path reads a message only while it is
+	// written. dupID tells that the message carries a duplicate id.
+	reuses(dupID bool) bool
+}
+
+// pathOf is the path of a Publisher over s: s itself when it is one (a
+// Client's sender), else s as a bare link; nil for nil.
+func pathOf(s Sender) sendPath {
+	switch s := s.(type) {
+	case nil:
+		return nil
+	case sendPath:
+		return s
+	}
+	return &linkPath{link: s}
+}
+
+// linkPath is the sendPath of a bare link (NewPublisher's Sender): the
+// confirmed send of outcome.go, and its receipts resolved in the order
+// written by one resolver.
+type linkPath struct {
+	link     Sender
+	receipts resolver
+}
+
+func (l *linkPath) send(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	return transfer(ctx, l.link, msg)
+}
+
+func (l *linkPath) start(ctx context.Context, msg *amqp.Message, r *Receipt) (bool, error) {
+	pt, err := startTransfer(ctx, l.link, msg)
+	if err != nil {
+		return false, err
+	}
+	if !pt.pending() {
+		r.resolve(pt.state, nil) // the outcome came with the send
+		return false, nil
+	}
+	l.receipts.add(linkReceipt{r: r, pt: pt})
+	return false, nil
+}
+
+// reuses: an *amqp.Sender reads a message only while it is written (see
+// pooledMessage), with or without a duplicate id (nothing is resent).
+func (l *linkPath) reuses(bool) bool {
+	_, ok := l.link.(*amqp.Sender)
+	return ok
+}
+
+// outcomeQueue holds the pending outcomes of one link, in the order they
+// were written, for the one goroutine that resolves them while any is
 // pending. One goroutine for a link keeps the cost per receipt at a slice
 // append; the broker settles a link's transfers in order, so waiting in
 // order does not hold a settled receipt behind an unsettled one for long.
 // That holds within one link only: a link that stops settling (its broker
 // stalled, its network half-open) would hold every receipt queued behind
-// it. So each link has its own resolver: a Publisher's for its Sender's
-// link, and a link of its own for each link a ClientPublisher writes on
-// (ownResolver), one per cluster member and per re-attach, so one link's
-// trouble never delays another link's outcomes.
-type resolver struct {
+// it. So each link has its own queue: a bare link's (resolver, below), and
+// one for each link a ClientPublisher writes on (client_receipt.go), one
+// per cluster member and per re-attach, so one link's trouble never delays
+// another link's outcomes.
+type outcomeQueue[T any] struct {
 	mu      sync.Mutex
-	queue   []*Receipt // pending, in the order written
-	spare   []*Receipt // the array of the batch before, for the next
+	queue   []T // pending, in the order written
+	spare   []T // the array of the batch before, for the next
 	running bool
-	exp     expiry // the deadline of a ClientPublisher's receipt; only the running goroutine uses it
 }
 
-func (q *resolver) add(r *Receipt) {
+// push queues t and reports whether the caller is to start the goroutine
+// (none is running).
+func (q *outcomeQueue[T]) push(t T) (start bool) {
 	q.mu.Lock()
-	q.queue = append(q.queue, r)
-	start := !q.running
+	q.queue = append(q.queue, t)
+	start = !q.running
 	q.running = true
 	q.mu.Unlock()
-	if start {
+	return start
+}
+
+// take hands the running goroutine every pending outcome, in order; false
+// when there is none, and the goroutine ends.
+func (q *outcomeQueue[T]) take() ([]T, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	batch := q.queue
+	if len(batch) == 0 {
+		q.running = false
+		return nil, false
+	}
+	q.queue = q.spare[:0]
+	return batch, true
+}
+
+// done gives back the array of a resolved batch, for the next.
+func (q *outcomeQueue[T]) done(batch []T) {
+	q.mu.Lock()
+	q.spare = batch[:0]
+	q.mu.Unlock()
+}
+
+// requeue puts rest, what a goroutine ended by a callback (runtime.Goexit;
+// a panic is recovered in resolve) left of its batch, back at the front:
+// a new goroutine carries on, so running stays true and no receipt is left
+// behind.
+func (q *outcomeQueue[T]) requeue(rest []T) {
+	q.mu.Lock()
+	q.queue = append(append([]T(nil), rest...), q.queue...)
+	q.mu.Unlock()
+}
+
+// linkReceipt is a receipt and the transfer on a bare link it waits for.
+type linkReceipt struct {
+	r  *Receipt
+	pt pendingTransfer
+}
+
+// resolver resolves a bare link's receipts (see outcomeQueue).
+type resolver struct{ outcomeQueue[linkReceipt] }
+
+func (q *resolver) add(lr linkReceipt) {
+	if q.push(lr) {
 		go q.run()
 	}
 }
 
 func (q *resolver) run() {
-	var batch []*Receipt
+	var batch []linkReceipt
 	next := 0 // batch[next:] are still pending
 	clean := false
 	defer func() {
-		if clean {
-			return
+		if !clean {
+			q.requeue(batch[next:])
+			go q.run()
 		}
-		// A callback ended the goroutine (runtime.Goexit; a panic is
-		// recovered in resolve): the rest of the batch goes back to the
-		// front of the queue, and a new goroutine carries on, so running
-		// stays true and no receipt is left behind.
-		q.mu.Lock()
-		q.queue = append(append([]*Receipt(nil), batch[next:]...), q.queue...)
-		q.mu.Unlock()
-		go q.run()
 	}()
 	for {
-		q.mu.Lock()
-		batch, next = q.queue, 0
-		if len(batch) == 0 {
-			q.running = false
-			q.mu.Unlock()
+		var ok bool
+		if batch, ok = q.take(); !ok {
 			clean = true
 			return
 		}
-		q.queue = q.spare[:0]
-		q.mu.Unlock()
-		for i, r := range batch {
+		next = 0
+		for i, lr := range batch {
 			// The wait ends with the outcome, or when the link or connection
 			// is gone: go-amqp then fails every pending receipt.
-			state, err := r.pending.await(&q.exp)
-			r.pending = pendingTransfer{}
-			batch[i] = nil
+			state, err := lr.pt.wait(context.Background())
+			batch[i] = linkReceipt{}
 			next = i + 1
-			r.resolve(state, err)
+			lr.r.resolve(state, err)
 		}
-		q.mu.Lock()
-		q.spare = batch[:0]
-		q.mu.Unlock()
+		q.done(batch)
 	}
-}
-
-// ownResolver is the owner of a transfer (outcomeOwner) that has a
-// resolver of its own for the receipts of the transfers it wrote.
-type ownResolver interface {
-	receipts() *resolver
 }
 
 // callOnOutcome calls a WithOnOutcome callback (nil: none), recovering

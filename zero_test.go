@@ -61,7 +61,7 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 		"Publisher.PublishWithReceipt": func() error { _, err := (&Publisher{}).PublishWithReceipt(ctx, urnCreated, nil); return err },
 		"NewPublisher nil.Publish":     func() error { _, err := NewPublisher(nil, "q").Publish(ctx, urnCreated, nil); return err },
 		"Publisher by hand, options": func() error {
-			_, err := (&Publisher{sender: &fakelink.Sender{}}).Publish(ctx, urnCreated, nil, WithPriority(1))
+			_, err := (&Publisher{path: pathOf(&fakelink.Sender{})}).Publish(ctx, urnCreated, nil, WithPriority(1))
 			return err
 		},
 		"Receipt.Done":        func() error { return err0((&Receipt{}).Done()) },

@@ -68,7 +68,7 @@ func TestIntegrationPublishWithReceiptPipelined(t *testing.T) {
 }
 
 // TestPooledMessageIsNotKeptByGoAMQP proves what the pooled path of
-// Publisher relies on (see pooledMessage in publisher.go), against go-amqp
+// Publisher relies on (see pooledMessage in message_pool.go), against go-amqp
 // on a real link: a message may be overwritten as soon as SendWithReceipt
 // returns, before the broker's outcome. It would fail if go-amqp encoded the
 // message later (or kept pointers into it): the queue would hold the

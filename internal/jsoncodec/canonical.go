@@ -11,15 +11,14 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-	"unsafe"
 )
 
-// StringBytes views s as bytes for read-only use, without copying.
+// StringBytes returns a copy of s as bytes (nil for "").
 func StringBytes(s string) []byte {
 	if s == "" {
 		return nil
 	}
-	return unsafe.Slice(unsafe.StringData(s), len(s))
+	return []byte(s)
 }
 
 // ErrNotObject is CanonicalObject's answer for valid JSON that is not an
@@ -78,7 +77,7 @@ func CanonicalObject(raw []byte) (json.RawMessage, error) {
 	if len(raw) == 0 {
 		return nil, ErrNotObject
 	}
-	s := unsafe.String(&raw[0], len(raw))
+	s := string(raw)
 	start := SkipSpace(s, 0)
 	end, clean, ok := ScanValue(s, start, 0)
 	if !ok {
@@ -118,7 +117,7 @@ func CanonicalValue(val string, clean bool) string {
 	if string(b) == val {
 		return val
 	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return string(b)
 }
 
 // AppendCanonical writes the valid JSON value v in canonical form: no
