@@ -413,8 +413,14 @@ func TestObserverAllocatesNothing(t *testing.T) {
 			}
 		}
 	}
+	// Under the race detector sync.Pool drops some of what is put back at
+	// random, so two measurements of the same path may differ by one.
+	slack := 0.0
+	if raceEnabled {
+		slack = 1
+	}
 	base, with := testing.AllocsPerRun(200, handle(plain)), testing.AllocsPerRun(200, handle(observed))
-	if with > base {
+	if with > base+slack {
 		t.Errorf("Handle: %v allocations with an observer, %v without", with, base)
 	}
 
@@ -429,7 +435,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	}
 	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
 	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
-	if with > base {
+	if with > base+slack {
 		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
 	}
 	if obs.published.Load() == 0 || obs.byDisposition[DispositionAccepted].Load() == 0 || obs.handler.Load() < 0 ||
