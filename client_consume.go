@@ -92,8 +92,8 @@ type ConsumeOptions struct {
 	// name's .dlq, which is kept, and its retries are immediate
 	// redeliveries: a scheduled copy could outlive the queue, so a
 	// Consumer with WithRetrySchedule or WithRetryBackoff is refused
-	// (docs/pubsub.md). Subscribe only: Consume refuses it. Default:
-	// false, the subscription is a durable queue.
+	// (docs/pubsub.md). Subscribe only: Consume refuses it.
+	// Default: false, the subscription is a durable queue.
 	NonDurable bool
 }
 
