@@ -261,12 +261,12 @@ func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts
 	if strings.TrimSpace(queue) == "" {
 		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
-	return c.consumeOn(ctx, queue, false, cons, opts)
+	return c.consumeOn(ctx, queue, source{}, cons, opts)
 }
 
 // consumeOn is Consume on queue, a subscription's address::queue when
-// topic is set (Subscribe); queue was checked.
-func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *Consumer, opts *ConsumeOptions) error {
+// src.topic is set (Subscribe); queue was checked.
+func (c *Client) consumeOn(ctx context.Context, queue string, src source, cons *Consumer, opts *ConsumeOptions) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
 	}
@@ -277,11 +277,14 @@ func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *
 	if opts != nil {
 		o = *opts
 	}
+	if err := src.check(o, cons); err != nil {
+		return err
+	}
 	sel, err := composeSelector(o.Selector, o.OnlyHandledURNs, cons.handlers)
 	if err != nil {
 		return err
 	}
-	src := source{topic: topic, selector: sel}
+	src.selector = sel
 	credit := o.Credit
 	switch {
 	case credit < 0:

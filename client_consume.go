@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
+	"github.com/google/uuid"
 )
 
 // MinCredit is the smallest default receiver credit Consume grants: the
@@ -79,15 +80,82 @@ type ConsumeOptions struct {
 	// of another URN is never delivered, so the unknown-URN strategy never
 	// sees it. Default: false, every message is delivered.
 	OnlyHandledURNs bool
+
+	// NonDurable makes Client.Subscribe's subscription live only while a
+	// consumer is attached to it: a non-durable queue that Artemis creates
+	// at the first attach, shares between every consumer that subscribes
+	// with the same topic and subscription name (in any process), and
+	// deletes when the last one detaches, with what it still holds.
+	// Nothing published while no consumer runs is kept for it. Its queue
+	// is <subscription>:shared-volatile:global (what a JMS shared
+	// non-durable subscription over AMQP uses), its dead letters go to that
+	// name's .dlq, which is kept, and its retries are immediate
+	// redeliveries: a scheduled copy could outlive the queue, so a
+	// Consumer with WithRetrySchedule or WithRetryBackoff is refused
+	// (docs/pubsub.md). Subscribe only: Consume refuses it.
+	// Default: false, the subscription is a durable queue.
+	NonDurable bool
 }
 
 // source is what a consume loop's receiver asks of the broker besides the
-// queue: the "topic" capability of a subscription (Subscribe) and the
+// queue: the "topic" capability of a subscription (Subscribe), the
 // selector (ConsumeOptions.Selector and OnlyHandledURNs, composed and
-// checked; "" for none).
+// checked; "" for none), and for a non-durable subscription the address
+// the receiver attaches to and the subscription name its link is named
+// after.
 type source struct {
 	topic    bool
 	selector string
+	volatile *volatileSub // nil: a queue or a durable subscription
+}
+
+// volatileSub is a non-durable subscription (ConsumeOptions.NonDurable):
+// a receiver on the topic itself, as a JMS shared non-durable subscriber
+// attaches over AMQP: the capabilities topic, shared and global, no
+// terminus durability, expiry at the link's detach, and a link name that
+// starts with the subscription's name. Artemis 2.40 makes of it a shared,
+// non-durable multicast queue named <name>:shared-volatile:global on the
+// topic (global: the name does not depend on the connection's container
+// id, so every instance shares it), and deletes the queue when its last
+// consumer detaches. Each link's name is <name>|<unique suffix>: link names
+// on a connection are distinct, and Artemis reads the subscription's name
+// up to the "|".
+type volatileSub struct {
+	topic string
+	name  string
+}
+
+// queue is the subscription queue's name on the broker.
+func (v *volatileSub) queue() string { return v.name + ":shared-volatile:global" }
+
+func (v *volatileSub) receiverOptions(o *amqp.ReceiverOptions) {
+	o.Name = v.name + "|" + uuid.NewString()
+	o.SourceCapabilities = []string{"topic", "shared", "global"}
+	o.Durability = amqp.DurabilityNone
+	o.ExpiryPolicy = amqp.ExpiryPolicyLinkDetach
+}
+
+// address is where the receiver attaches: the topic for a non-durable
+// subscription, queue otherwise.
+func (s source) address(queue string) string {
+	if s.volatile != nil {
+		return s.volatile.topic
+	}
+	return queue
+}
+
+// check refuses what a source cannot take: NonDurable outside Subscribe,
+// and a scheduled retry on a non-durable subscription (a copy scheduled on
+// its queue could outlive it, and sent once the queue is gone, Artemis
+// would create a durable queue of that name for it).
+func (s source) check(o ConsumeOptions, cons *Consumer) error {
+	switch {
+	case o.NonDurable && s.volatile == nil:
+		return fmt.Errorf("%w: NonDurable is for Client.Subscribe: a queue is durable or not by the broker's configuration", ErrInvalidConfig)
+	case s.volatile != nil && cons.scheduleSet && cons.schedule != nil && cons.retrySender == nil:
+		return fmt.Errorf("%w: a non-durable subscription retries at once: a retry scheduled on its queue could outlive it (drop WithRetrySchedule/WithRetryBackoff, or subscribe durably)", ErrInvalidConfig)
+	}
+	return nil
 }
 
 // consume is Consume on one broker, cons and o validated and credit
@@ -101,6 +169,12 @@ func (c *brokerClient) consume(ctx context.Context, queue string, src source, co
 		// A subscription's name is always its address::queue: that is
 		// where a dead letter's redrive must go.
 		run.queue = queue
+	}
+	if src.volatile != nil && run.retrySender == nil {
+		// Its retries are the broker's immediate redeliveries: a copy
+		// scheduled on the queue could outlive it (consumeOn refused an
+		// explicit schedule).
+		run.schedule = nil
 	}
 	var dlq *clientSender
 	if run.dlq == nil && !o.NoDeadLetter {
@@ -207,7 +281,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	if l.creditBytes > 0 {
 		opts.Credit = -1 // granted by hand: see creditWindow
 	}
-	lr, err := cn.sess.NewReceiver(actx, l.queue, opts)
+	lr, err := cn.sess.NewReceiver(actx, l.src.address(l.queue), opts)
 	cancel()
 	if err != nil {
 		if filterMismatch(err) {
@@ -228,9 +302,11 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 		}
 	}
 	r := &countingReceiver{linkReceiver: lr}
-	if l.dlq != nil {
+	if l.dlq != nil && l.src.volatile == nil {
 		// Attached now, not on the first dead-letter write, so a refused
 		// dead-letter address is seen at once (and Artemis creates it).
+		// Not for a non-durable subscription, which leaves nothing behind
+		// unless it dead-letters.
 		if _, err := l.dlq.link(ctx, true); err != nil {
 			l.closeReceiver(ctx, r)
 			return a, err
@@ -352,6 +428,9 @@ func receiverOptions(credit int32, src source) *amqp.ReceiverOptions {
 	}
 	if src.selector != "" {
 		o.Filters = []amqp.LinkFilter{amqp.NewSelectorFilter(src.selector)}
+	}
+	if v := src.volatile; v != nil {
+		v.receiverOptions(o)
 	}
 	return o
 }

@@ -55,6 +55,11 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // the queue or use a new name. Artemis refuses an attach with another
 // selector than the existing queue's filter, and Subscribe then returns at
 // once with an error matching ErrInvalidConfig.
+//
+// With ConsumeOptions.NonDurable the subscription lives only while a
+// consumer is attached: a shared non-durable queue
+// <subscription>:shared-volatile:global, deleted with its last consumer,
+// which retries at once (docs/pubsub.md, "Durable or non-durable").
 func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer, opts *ConsumeOptions) error {
 	if c.be == nil {
 		return errNotBuilt
@@ -65,7 +70,15 @@ func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons
 	if err := checkAddressPart("subscription", subscription); err != nil {
 		return err
 	}
-	return c.consumeOn(ctx, topic+"::"+subscription, true, cons, opts)
+	src := source{topic: true}
+	if opts != nil && opts.NonDurable {
+		if strings.Contains(subscription, "|") {
+			return fmt.Errorf("%w: the non-durable subscription name %q holds \"|\" (Artemis cuts a shared subscription's name there)", ErrInvalidConfig, subscription)
+		}
+		src.volatile = &volatileSub{topic: topic, name: subscription}
+		return c.consumeOn(ctx, topic+"::"+src.volatile.queue(), src, cons, opts)
+	}
+	return c.consumeOn(ctx, topic+"::"+subscription, src, cons, opts)
 }
 
 // checkAddressPart refuses a blank name, and one holding "::", which

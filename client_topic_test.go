@@ -10,6 +10,8 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 func startSubscribe(h *harness, topic, sub string, cons *Consumer, opts *ConsumeOptions) *consumeRun {
@@ -209,4 +211,78 @@ func TestSubscribeEndsWhenTheSubscriptionHasAnotherSelector(t *testing.T) {
 	require.NoError(t, ctx.Err())
 	assert.Contains(t, err.Error(), "another selector")
 	assert.Contains(t, err.Error(), "filter mismatch")
+}
+
+func TestSubscribeNonDurableAttachesAsASharedVolatileSubscription(t *testing.T) {
+	h, attached := liveHarness(t)
+	require.NoError(t, h.dial())
+	seen := newHandled()
+	// The default retry schedule: a non-durable subscription retries at once
+	// instead (no copy is scheduled on its queue).
+	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("cache down"))}, WithMaxTries(2))
+	run := startSubscribe(h, "orders.events", "live", cons, &ConsumeOptions{NonDurable: true, Selector: "region = 'eu'"})
+
+	r := attachedReceiver(t, attached)
+	h.ev.wait(t, EventConsumerAttached)
+	assert.Equal(t, "orders.events", r.Address(), "the topic itself, not a queue of it")
+	assert.Equal(t, []string{"topic", "shared", "global"}, r.Options.SourceCapabilities)
+	assert.Equal(t, amqp.DurabilityNone, r.Options.Durability)
+	assert.Equal(t, amqp.ExpiryPolicyLinkDetach, r.Options.ExpiryPolicy)
+	assert.True(t, strings.HasPrefix(r.Options.Name, "live|"), "the link is named after the subscription: %q", r.Options.Name)
+	assert.Greater(t, len(r.Options.Name), len("live|"), "with a suffix of its own")
+	assert.Len(t, r.Options.Filters, 1, "the selector")
+	const dlq = "live:shared-volatile:global.dlq"
+	assert.Empty(t, h.fb.conn(0).sendersTo(dlq), "no dead-letter queue is made before a dead letter")
+
+	msg := orderMessage(t, 0)
+	r.Push(msg)
+	require.NoError(t, r.WaitSettled(context.Background(), 1))
+	d, _ := r.Disposition(msg)
+	assert.Equal(t, fakelink.Failed, d, "the first failure is redelivered by the broker at once")
+	assert.Empty(t, h.fb.conn(0).sendersTo("orders.events::live:shared-volatile:global"), "no retry copy")
+
+	again := orderMessage(t, 0)
+	again.Header = &amqp.MessageHeader{DeliveryCount: 1}
+	r.Push(again)
+	require.NoError(t, r.WaitSettled(context.Background(), 1))
+	kept := h.keptOn(dlq)
+	require.Len(t, kept, 1, "the second failure is dead-lettered to the subscription queue's .dlq")
+	assert.Contains(t, kept[0].Value, `"original_queue":"orders.events::live:shared-volatile:global"`)
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}
+
+func TestSubscribeNonDurableRefusals(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	ok := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	nd := &ConsumeOptions{NonDurable: true}
+
+	err := h.c.Consume(context.Background(), "orders", ok, nd)
+	assert.ErrorIs(t, err, ErrInvalidConfig, "a queue is not a subscription")
+	assert.Contains(t, err.Error(), "Subscribe")
+
+	err = h.c.Subscribe(context.Background(), "orders", "live|2", ok, nd)
+	assert.ErrorIs(t, err, ErrInvalidConfig, "Artemis would cut the name at the |")
+
+	for name, opt := range map[string]ConsumerOption{
+		"a schedule": WithRetrySchedule(func(int) time.Duration { return time.Second }),
+		"a backoff":  WithRetryBackoff(DefaultRetryBackoff()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := h.c.Subscribe(context.Background(), "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, opt), nd)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "a scheduled copy could outlive the queue")
+			assert.Contains(t, err.Error(), "retries at once")
+		})
+	}
+	assert.Empty(t, h.fb.conn(0).receiverList(), "nothing was attached")
+
+	// Immediate retries, by choice, are taken; so is a durable subscription
+	// with a schedule.
+	h2, attached := liveHarness(t)
+	require.NoError(t, h2.dial())
+	startSubscribe(h2, "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetrySchedule(nil)), nd)
+	attachedReceiver(t, attached)
+	startSubscribe(h2, "orders", "billing", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetryBackoff(DefaultRetryBackoff())), nil)
+	attachedReceiver(t, attached)
 }

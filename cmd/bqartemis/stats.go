@@ -269,7 +269,7 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 			return err
 		}
 		defer m.close(context.WithoutCancel(ctx))
-		all := len(args) == 0
+		all := len(args) == 0 && *address == "" // every queue of the broker
 		names := args
 		switch {
 		case *address != "":

@@ -148,3 +148,59 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationStatsOfANonDurableSubscription: stats -address lists a
+// non-durable subscription's queue (a temporary queue on the broker, which
+// stats without arguments leaves out) beside the durable ones, as not
+// durable, with its consumers.
+func TestIntegrationStatsOfANonDurableSubscription(t *testing.T) {
+	env := brokerEnv(t)
+	b := brokertest.Require(t)
+	topic := brokertest.Queue(t)
+	live, keep := topic+".live", topic+".keep"
+	attached := make(chan struct{}, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
+		if ev.Kind == artemis.EventConsumerAttached {
+			attached <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	sctx, stop := context.WithCancel(ctx)
+	defer func() { stop(); wg.Wait() }()
+	for sub, opts := range map[string]*artemis.ConsumeOptions{live: {NonDurable: true}, keep: nil} {
+		wg.Go(func() {
+			if err := c.Subscribe(sctx, topic, sub, cons, opts); err != nil {
+				t.Errorf("Subscribe %s: %v", sub, err)
+			}
+		})
+	}
+	for range 2 {
+		select {
+		case <-attached:
+		case <-ctx.Done():
+			t.Fatal("the subscriptions did not attach")
+		}
+	}
+	subs := jsonLines(t, cli(t, env, "stats", "-address", topic, "-json"))
+	if len(subs) != 2 {
+		t.Fatalf("stats -address %s: %v, want the 2 subscriptions", topic, subs)
+	}
+	for i, want := range []struct {
+		q       string
+		durable bool
+	}{{keep, true}, {live + ":shared-volatile:global", false}} {
+		if subs[i]["queue"] != want.q || subs[i]["routing"] != "multicast" || subs[i]["durable"] != want.durable || subs[i]["consumers"] != float64(1) {
+			t.Errorf("stats -address %s, row %d: %v, want %s, multicast, durable %t, 1 consumer", topic, i, subs[i], want.q, want.durable)
+		}
+	}
+}
