@@ -19,7 +19,7 @@ func TestBenchFixtures(t *testing.T) {
 	for _, data := range []any{benchOrderStruct(), benchOrderMap()} {
 		env, err := benchRoundTrip(data)
 		require.NoError(t, err)
-		assert.Equal(t, benchURN, env.URN())
+		assert.Equal(t, benchURN, env.URN)
 		assert.Equal(t, benchTrace, env.TraceID)
 		assert.JSONEq(t, `{"order_id":1042,"amount":99.9,"currency":"USD","note":"café ☕"}`, string(env.Data))
 		m, err := benchFloorJSON(data)
@@ -37,7 +37,7 @@ func TestBenchFixtures(t *testing.T) {
 	// floor's send goes through the accepting sender.
 	want, err := NewMessage(env)
 	require.NoError(t, err)
-	assert.Equal(t, want, benchFloorMessage(env.Job, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
+	assert.Equal(t, want, benchFloorMessage(env.URN, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
 	s := &fakelink.Sender{Discard: true}
 	require.NoError(t, benchFloorPublish(context.Background(), s, string(body), benchMessageID, time.Now()))
 	p := NewPublisher(s, benchQueue)

@@ -111,7 +111,7 @@ func routingKey(msg *amqp.Message) string {
 	return ""
 }
 
-// clusterSender is the OutcomeSender of a cluster publisher: it routes each
+// clusterSender is the outcomeSender of a cluster publisher: it routes each
 // message to one member's reconnecting sender.
 type clusterSender struct {
 	c       *Client
@@ -288,7 +288,7 @@ func (s *clusterSender) close(ctx context.Context) error {
 }
 
 var (
-	_ OutcomeSender = (*clusterSender)(nil)
+	_ outcomeSender = (*clusterSender)(nil)
 	_ pendingSender = (*clusterSender)(nil)
 )
 

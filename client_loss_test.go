@@ -99,7 +99,7 @@ func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 
 func TestShortContextsDoNotCountAsOutcomeTimeouts(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
-	assert.Equal(t, MinOutcomeWait, h.c.minOutcomeWait, "the default")
+	assert.Equal(t, minOutcomeWait, h.c.minOutcomeWait, "the default")
 	for range 2 * DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		_, err := p.Publish(ctx, urnCreated, orderData)

@@ -32,9 +32,9 @@ const DefaultIdleTimeout = 10 * time.Second
 // declare a connection dead (ClientOptions.OutcomeTimeouts).
 const DefaultOutcomeTimeouts = 3
 
-// MinOutcomeWait is how long a transfer must have waited for its outcome
+// minOutcomeWait is how long a transfer must have waited for its outcome
 // for its timeout to count toward ClientOptions.OutcomeTimeouts.
-const MinOutcomeWait = time.Second
+const minOutcomeWait = time.Second
 
 // ClientOptions configures a Client. The zero value (or nil) is usable:
 // credentials from the URLs' userinfo, no events, no logging.
@@ -101,7 +101,7 @@ type ClientOptions struct {
 	// end by their context while waiting for the broker's outcome, with no
 	// outcome received in between, before the Client declares the
 	// connection dead, drops it and re-dials (the next URL first). Only
-	// transfers that waited at least MinOutcomeWait count: a context too
+	// transfers that waited at least a second count: a context too
 	// short for any broker says nothing about the connection. It catches a
 	// half-open connection that still carries heartbeats; a negative value
 	// turns the check off. Default: DefaultOutcomeTimeouts (3).
@@ -175,7 +175,7 @@ type Client struct {
 	after          func(time.Duration) <-chan time.Time
 	now            func() time.Time
 	joined         func()        // hears of a caller waiting for another's dial
-	minOutcomeWait time.Duration // MinOutcomeWait; tests shorten it
+	minOutcomeWait time.Duration // minOutcomeWait; tests shorten it
 	closeGrace     time.Duration // bounds Consume's detaches after its ctx ended
 
 	done  chan struct{}   // closed by Close
@@ -212,7 +212,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 		now:             time.Now,
 		done:            make(chan struct{}),
 		closeGrace:      closeGrace,
-		minOutcomeWait:  MinOutcomeWait,
+		minOutcomeWait:  minOutcomeWait,
 	}
 	c.ctx, c.abort = context.WithCancel(context.Background())
 	if c.outcomeTimeouts == 0 {

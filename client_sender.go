@@ -1,4 +1,4 @@
-// The reconnecting sender: the OutcomeSender under a ClientPublisher and
+// The reconnecting sender: the outcomeSender under a ClientPublisher and
 // Consume's dead-letter writes, re-attached after a loss, and the rules for
 // a publish whose outcome is unknown (see Client.Publisher).
 
@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// clientSender is an OutcomeSender that forwards to the current link to its
+// clientSender is an outcomeSender that forwards to the current link to its
 // address, re-attaching when the link or the connection was lost. The
 // publishers and the consume loop's dead-letter writes go through it.
 type clientSender struct {
@@ -318,4 +318,4 @@ func hasDuplicateID(msg *amqp.Message) bool {
 	return ok && id != ""
 }
 
-var _ OutcomeSender = (*clientSender)(nil)
+var _ outcomeSender = (*clientSender)(nil)

@@ -207,7 +207,7 @@ func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
 // ends while it waits for the outcome says nothing about the link that
 // other callers share: the next publish uses the same link, no re-attach.
 func TestPublisherEndedByItsContextKeepsTheLink(t *testing.T) {
-	for _, d := range []time.Duration{time.Millisecond, 2 * MinOutcomeWait} {
+	for _, d := range []time.Duration{time.Millisecond, 2 * minOutcomeWait} {
 		t.Run(d.String(), func(t *testing.T) {
 			var calls atomic.Int32
 			h, p := newPublisherHarness(t, func(fb *fakeBroker) {

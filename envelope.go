@@ -30,8 +30,9 @@ const Lang = "go"
 // at the top level or in meta, are kept in their original order, in the
 // same canonical form, and written back by Encode.
 type Envelope struct {
-	// Job is the message URN, for example "urn:babel:orders:created".
-	Job string
+	// URN is the message URN, for example "urn:babel:orders:created": the
+	// wire key job (a decoded envelope takes its inbound alias urn too).
+	URN string
 	// TraceID is minted by the first producer and kept unchanged across hops.
 	TraceID string
 	// Data is the business payload: the JSON of an object. Decode and
@@ -179,7 +180,7 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 		now = time.Now()
 	}
 	*e = Envelope{
-		Job:     urn,
+		URN:     urn,
 		TraceID: traceID,
 		Data:    raw,
 		canon:   raw,
@@ -277,9 +278,6 @@ func appendUUID(b []byte, u uuid.UUID) []byte {
 	return b
 }
 
-// URN returns the message URN (the job key, or its inbound alias urn).
-func (e *Envelope) URN() string { return e.Job }
-
 // Bind decodes the data object into v, as json.Unmarshal does.
 func (e *Envelope) Bind(v any) error {
 	if len(e.Data) == 0 {
@@ -299,7 +297,7 @@ func (e *Envelope) Validate() error {
 		return fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
 	case e.issues != "":
 		return fmt.Errorf("%w: %s", ErrInvalidEnvelope, e.issues)
-	case strings.TrimSpace(e.Job) == "":
+	case strings.TrimSpace(e.URN) == "":
 		return fmt.Errorf("%w: the URN (job, else urn) is missing or blank", ErrInvalidEnvelope)
 	case e.Meta.SchemaVersion != SchemaVersion:
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)

@@ -155,7 +155,7 @@ func ExampleDecode() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(env.URN(), env.Validate(), string(env.Data))
+	fmt.Println(env.URN, env.Validate(), string(env.Data))
 	out, _ := env.Encode()
 	fmt.Println(string(out) == string(body))
 	// Output:

@@ -59,8 +59,8 @@ func TestOutcomeError(t *testing.T) {
 	}
 }
 
-// outcomeOnly is an OutcomeSender returning a fixed outcome and error; its
-// Send panics, since sendConfirmed must use SendOutcome on an OutcomeSender.
+// outcomeOnly is an outcomeSender returning a fixed outcome and error; its
+// Send panics, since sendConfirmed must use SendOutcome on an outcomeSender.
 func outcomeOnly(state amqp.DeliveryState, err error) *fakelink.Sender {
 	return &fakelink.Sender{Outcome: fakelink.Fixed(state, err), OutcomeOnly: true}
 }
@@ -123,7 +123,7 @@ func TestSendConfirmedOutcomeSender(t *testing.T) {
 }
 
 // TestSendConfirmedPlainSenderTrustsSend documents a limitation: a Sender
-// that is neither an OutcomeSender nor an *amqp.Sender (no SendWithReceipt)
+// that is neither an outcomeSender nor an *amqp.Sender (no SendWithReceipt)
 // only has Send, which, like go-amqp's Send, returns nil for released and
 // modified outcomes. sendConfirmed cannot see those, so they count as
 // success; only a rejection or a link error fails.

@@ -61,9 +61,9 @@ func protectPayload(v PayloadValidator, env *Envelope) (*Envelope, error) {
 	if len(data) == 0 {
 		data = emptyData
 	}
-	out, err := p.ProtectPayload(env.Job, data)
+	out, err := p.ProtectPayload(env.URN, data)
 	if err != nil {
-		return nil, fmt.Errorf("babelqueue: protecting the data of %s: %w", env.Job, err)
+		return nil, fmt.Errorf("babelqueue: protecting the data of %s: %w", env.URN, err)
 	}
 	if bytes.Equal(out, data) {
 		return env, nil

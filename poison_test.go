@@ -495,7 +495,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Empty(t, got.reports)
 		require.NotNil(t, got0)
-		assert.Equal(t, urnCreated, got0.Job)
+		assert.Equal(t, urnCreated, got0.URN)
 		assert.JSONEq(t, `{"order_id":1042}`, string(got0.Data))
 	})
 

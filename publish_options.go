@@ -205,7 +205,7 @@ func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) (*Envel
 	if c.payload == nil {
 		return env, nil
 	}
-	if err := checkPayload(ctx, c.payload, env.Job, env.Data); err != nil {
+	if err := checkPayload(ctx, c.payload, env.URN, env.Data); err != nil {
 		return nil, err
 	}
 	return protectPayload(c.payload, env)

@@ -44,7 +44,7 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 // message and sends it. It returns meta.id only after the broker accepted
 // the transfer: a rejected, released or modified outcome is an error
 // matching ErrNotAccepted (when the Sender is an *amqp.Sender or an
-// OutcomeSender). data may be a struct, a map, a json.RawMessage or nil.
+// outcomeSender). data may be a struct, a map, a json.RawMessage or nil.
 // opts are PublishOptions and EnvelopeOptions (see BuildOption): pass
 // EnvelopeTraceID to continue a trace.
 //
@@ -160,7 +160,7 @@ var noOptions publishConfig
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
 	if cfg.observer != nil {
 		start := cfg.clock()
-		defer func() { cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err) }()
+		defer func() { cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err) }()
 	}
 	if p.reusesMessages(cfg) {
 		err = p.sendReused(ctx, p.sender, env, cfg)
@@ -171,7 +171,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 		}
 	}
 	if err != nil && !isRefusal(err) {
-		err = publishError(p.queue, env.Job, err)
+		err = publishError(p.queue, env.URN, err)
 	}
 	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
 	if err != nil {
@@ -244,7 +244,7 @@ func (p *Publisher) reused(ctx context.Context, env *Envelope, cfg *publishConfi
 	}
 	pm.body = env.appendEncode(pm.body[:0])
 	pm.project(env, unsafe.String(unsafe.SliceData(pm.body), len(pm.body)),
-		reusedProperties(env, cfg), p.annotations(env.Job, cfg))
+		reusedProperties(env, cfg), p.annotations(env.URN, cfg))
 	pm.applyOptions(cfg)
 	return pm, nil
 }
@@ -336,7 +336,7 @@ func (p *Publisher) annotations(urn string, cfg *publishConfig) amqp.Annotations
 // Over an *amqp.Sender the transfer is written with SendWithReceipt, which
 // blocks while the link has no credit: the transfers in flight are bounded
 // by the credit the broker grants the link (Artemis: 1,000 by default).
-// Over any other Sender (an OutcomeSender, a plain Sender, a fake),
+// Over any other Sender (an outcomeSender, a plain Sender, a fake),
 // PublishWithReceipt sends and waits for the outcome before it returns, and
 // the receipt is already resolved; a ClientPublisher's receipts are
 // pipelined (see Client.Publisher).
@@ -405,13 +405,13 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 func (p *Publisher) receipt(env *Envelope, cfg *publishConfig, start time.Time, pt pendingTransfer, err error) (*Receipt, error) {
 	if err != nil {
 		if !isRefusal(err) {
-			err = publishError(p.queue, env.Job, err)
+			err = publishError(p.queue, env.URN, err)
 		}
 		callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
-		cfg.observePublish(p.queue, env.Job, env.Meta.ID, start, err)
+		cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
 		return nil, err
 	}
-	r := &Receipt{id: env.Meta.ID, urn: env.Job, queue: p.queue, onOutcome: cfg.onOutcome, done: make(chan struct{})}
+	r := &Receipt{id: env.Meta.ID, urn: env.URN, queue: p.queue, onOutcome: cfg.onOutcome, done: make(chan struct{})}
 	if cfg.observer != nil {
 		r.observed, r.start = cfg, start
 	}

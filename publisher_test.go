@@ -54,7 +54,7 @@ func TestPublisherPublish(t *testing.T) {
 		if env.Meta.ID != id || sent[0].Properties.MessageID != id {
 			t.Errorf("returned id %q, body meta.id %q, message-id %v", id, env.Meta.ID, sent[0].Properties.MessageID)
 		}
-		if env.Job != "urn:babel:orders:created" || env.Meta.Queue != "orders" || env.Meta.Lang != "go" ||
+		if env.URN != "urn:babel:orders:created" || env.Meta.Queue != "orders" || env.Meta.Lang != "go" ||
 			env.Attempts != 0 || string(env.Data) != `{"order_id":1042,"customer":"ACME"}` || env.Meta.CreatedAt < before {
 			t.Errorf("sent envelope %+v", env)
 		}
@@ -214,7 +214,7 @@ func TestPublisherPublishEnvelope(t *testing.T) {
 		t.Errorf("rejected: %q, %v", id, err)
 	}
 	none := &fakelink.Sender{}
-	if id, err := NewPublisher(none, "orders").PublishEnvelope(ctx, &Envelope{Job: " "}); id != "" || !errors.Is(err, ErrInvalidEnvelope) || len(none.Sent()) != 0 {
+	if id, err := NewPublisher(none, "orders").PublishEnvelope(ctx, &Envelope{URN: " "}); id != "" || !errors.Is(err, ErrInvalidEnvelope) || len(none.Sent()) != 0 {
 		t.Errorf("blank job: %q, %v, %d sent", id, err, len(none.Sent()))
 	}
 }
@@ -245,7 +245,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 			return env
 		}, publishConfig{}},
 		{"no ids", func(t *testing.T) *Envelope {
-			return &Envelope{Job: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
+			return &Envelope{URN: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
 		}, publishConfig{dupID: true}},
 	}
 	p := NewPublisher(nil, "orders")
@@ -311,13 +311,13 @@ func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, env.Meta.ID, msg.Properties.MessageID, "message-id is the body's meta.id")
 		assert.Equal(t, env.TraceID, msg.Properties.CorrelationID)
-		assert.Equal(t, env.Job, msg.Annotations[AnnotationJMSType], "the annotation is the body's URN")
-		assert.Equal(t, env.Job, *msg.Properties.Subject)
+		assert.Equal(t, env.URN, msg.Annotations[AnnotationJMSType], "the annotation is the body's URN")
+		assert.Equal(t, env.URN, *msg.Properties.Subject)
 		var data struct{ Worker, I int }
 		require.NoError(t, json.Unmarshal(env.Data, &data))
-		assert.Equal(t, fmt.Sprintf("urn:worker:%d", data.Worker%3), env.Job)
+		assert.Equal(t, fmt.Sprintf("urn:worker:%d", data.Worker%3), env.URN)
 		if h, ok := msg.ApplicationProperties["h"]; ok {
-			assert.Equal(t, env.Job, h)
+			assert.Equal(t, env.URN, h)
 			assert.Zero(t, data.I%5)
 		}
 		assert.False(t, seen[env.Meta.ID], "meta.id %s sent twice", env.Meta.ID)

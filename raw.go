@@ -38,7 +38,7 @@ func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, 
 	if err != nil {
 		var urn, id string
 		if env != nil {
-			urn, id = env.Job, env.Meta.ID
+			urn, id = env.URN, env.Meta.ID
 		}
 		callOnOutcome(cfg.onOutcome, id, err)
 		cfg.observePublish(p.queue, urn, id, start, err)
@@ -63,13 +63,13 @@ func encodedMessage(ctx context.Context, body []byte, cfg *publishConfig) (*Enve
 		return env, nil, err
 	}
 	if sent != env {
-		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.Job)
+		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.URN)
 	}
 	if !bytes.Equal(env.appendEncode(make([]byte, 0, len(body))), body) {
 		return env, nil, fmt.Errorf("%w: the body is not the canonical encoding of its envelope (Envelope.Encode)", ErrInvalidEnvelope)
 	}
 	b := new(messageBlock)
-	b.project(env, string(body), publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
+	b.project(env, string(body), publishProperties(env, cfg), publishAnnotations(env.URN, cfg))
 	b.applyOptions(cfg)
 	return env, &b.msg, nil
 }

@@ -46,7 +46,7 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 		"Disposition.String":           func() error { return err0(Disposition(0).String()) },
 		"Envelope.Bind":                func() error { var v map[string]any; return (&Envelope{}).Bind(&v) },
 		"Envelope.Encode":              func() error { _, err := (&Envelope{}).Encode(); return err },
-		"Envelope.URN":                 func() error { return err0((&Envelope{}).URN()) },
+		"Envelope.URN":                 func() error { return err0((&Envelope{}).URN) },
 		"Envelope.Validate":            func() error { return err0((&Envelope{}).Validate()) },
 		"nil Envelope.Validate":        func() error { return err0((*Envelope)(nil).Validate()) },
 		"nil Envelope.Encode":          func() error { _, err := (*Envelope)(nil).Encode(); return err },

@@ -105,7 +105,7 @@ func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
 	assert.Equal(t, trace, h.msg.Properties.CorrelationID, "JMSCorrelationID arrives as correlation-id")
 	assert.Equal(t, body, valueString(t, h.msg), "a TextMessage arrives as an AMQP value string")
 
-	assert.Equal(t, urn, h.env.Job)
+	assert.Equal(t, urn, h.env.URN)
 	assert.Equal(t, trace, h.env.TraceID)
 	assert.Equal(t, id, h.env.Meta.ID)
 	assert.Equal(t, "java", h.env.Meta.Lang)

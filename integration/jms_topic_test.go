@@ -107,6 +107,6 @@ func TestIntegrationGoTopicPublishReachesAJMSDurableSubscriber(t *testing.T) {
 	env, err := artemis.Decode([]byte(strings.TrimSpace(m.Body)))
 	require.NoError(t, err, "the JMS text body is the envelope")
 	assert.Equal(t, id, env.Meta.ID)
-	assert.Equal(t, urnOrderCreated, env.Job)
+	assert.Equal(t, urnOrderCreated, env.URN)
 	assert.Equal(t, topic, env.Meta.Queue)
 }

@@ -303,7 +303,7 @@ func pyRoutedOn(msg *amqp.Message, body []byte) (slot, urn string) {
 		return "properties.subject", *msg.Properties.Subject
 	}
 	if env, err := artemis.Decode(body); err == nil {
-		return "body URN", env.URN()
+		return "body URN", env.URN
 	}
 	return "none", ""
 }
@@ -421,7 +421,7 @@ func TestIntegrationPythonConsumesGoPublished(t *testing.T) {
 	assert.Contains(t, string(handled[0].Envelope), `"big":`+pyBigInt, "the big integer reaches Python as its literal")
 
 	env := pyDecodeHandled(t, handled[0])
-	assert.Equal(t, urn, env.Job, "routed by URN")
+	assert.Equal(t, urn, env.URN, "routed by URN")
 	assert.Equal(t, trace, env.TraceID)
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, 0, env.Attempts)
@@ -563,7 +563,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 	assert.Nil(t, d.env.DeadLetter)
 	assert.Equal(t, id, d.env.Meta.ID)
 	assert.Equal(t, trace, d.env.TraceID)
-	assert.Equal(t, urn, d.env.Job)
+	assert.Equal(t, urn, d.env.URN)
 	pyJSONEqual(t, []byte(data), d.env.Data)
 	assert.Empty(t, conn.Drain(dlq, ""), "the DLQ is empty after the redrive")
 }
@@ -616,7 +616,7 @@ func TestIntegrationPythonDeadLetterDecodedByGo(t *testing.T) {
 	assert.Equal(t, 3, dl.Attempts, "observed Python behaviour: dead_letter.attempts")
 	assert.Equal(t, 3, env.Attempts, "observed Python behaviour: attempts")
 
-	assert.Equal(t, urn, env.Job)
+	assert.Equal(t, urn, env.URN)
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, trace, env.TraceID)
 	assert.Equal(t, artemis.Lang, env.Meta.Lang, "meta is kept: the Go producer")
@@ -794,7 +794,7 @@ func TestIntegrationPythonHandlesAGoScheduledRetry(t *testing.T) {
 	assert.Equal(t, 1, env.Attempts, "the copy's body count")
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, trace, env.TraceID)
-	assert.Equal(t, urn, env.Job)
+	assert.Equal(t, urn, env.URN)
 	pyJSONEqual(t, data, env.Data)
 	assert.GreaterOrEqual(t, handledAt.Sub(failedAt), wait, "handled no earlier than its time")
 

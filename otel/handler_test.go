@@ -185,13 +185,13 @@ func TestHandlersLeavesTheGivenMapAlone(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	hs := artemis.Handlers{urnCreated: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}
 	wrapped := tel.Handlers(hs)
-	if err := hs[urnCreated](context.Background(), &artemis.Envelope{Job: urnCreated}, nil); err != nil {
+	if err := hs[urnCreated](context.Background(), &artemis.Envelope{URN: urnCreated}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tel.spans.Ended()); n != 0 {
 		t.Fatalf("the given handler started %d spans: it was replaced in place", n)
 	}
-	if err := wrapped[urnCreated](context.Background(), &artemis.Envelope{Job: urnCreated, TraceID: "t"}, nil); err != nil {
+	if err := wrapped[urnCreated](context.Background(), &artemis.Envelope{URN: urnCreated, TraceID: "t"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tel.spans.Ended()); n != 1 {

@@ -171,7 +171,7 @@ func (p *Publisher) end(span trace.Span, env *artemis.Envelope, err error) {
 		span.SetAttributes(
 			semconv.MessagingMessageID(env.Meta.ID),
 			semconv.MessagingMessageConversationID(env.TraceID),
-			attribute.String("babelqueue.urn", env.Job),
+			attribute.String("babelqueue.urn", env.URN),
 		)
 	}
 	if err != nil {

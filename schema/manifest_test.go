@@ -63,10 +63,10 @@ func TestRegistryFileTakesTheURNFromTheManifest(t *testing.T) {
 		}
 		for _, msg := range []string{"order-created.json", "user-registered.json"} {
 			env := exampleEnvelope(t, msg)
-			if !r.Has(env.URN()) {
-				t.Fatalf("%s: no schema for %s", name, env.URN())
+			if !r.Has(env.URN) {
+				t.Fatalf("%s: no schema for %s", name, env.URN)
 			}
-			if err := r.ValidatePayload(context.Background(), env.URN(), env.Data); err != nil {
+			if err := r.ValidatePayload(context.Background(), env.URN, env.Data); err != nil {
 				t.Errorf("%s: the example %s: %v", name, msg, err)
 			}
 		}

@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	arrivals := make(chan arrival, 2)
 	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		select {
-		case arrivals <- arrival{urn: env.Job, id: env.Meta.ID, at: time.Now()}:
+		case arrivals <- arrival{urn: env.URN, id: env.Meta.ID, at: time.Now()}:
 		case <-ctx.Done():
 		}
 		return nil

@@ -78,7 +78,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 			if err := env.Bind(&o); err != nil {
 				return err
 			}
-			ev := event{service: service, instance: instance, urn: env.Job, order: o.OrderID, outcome: verb}
+			ev := event{service: service, instance: instance, urn: env.URN, order: o.OrderID, outcome: verb}
 			var err error
 			if service == "billing" && o.OrderID == FailingOrder {
 				err = fmt.Errorf("card declined (order %d)", o.OrderID)
