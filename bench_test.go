@@ -158,7 +158,7 @@ func benchPublishLoop(b *testing.B, p *Publisher) int {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		id, err := p.Publish(ctx, benchURN, data)
+		id, err := p.Publish(ctx, Job(benchURN, data))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func BenchmarkRatios(b *testing.B) {
 				return benchFloorPublish(ctx, s, body, benchMessageID, created)
 			},
 			func() error {
-				id, err := p.Publish(ctx, benchURN, data)
+				id, err := p.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})
@@ -311,12 +311,12 @@ func BenchmarkRatios(b *testing.B) {
 		data := benchOrderStruct()
 		benchPair(b,
 			func() error {
-				id, err := p.Publish(ctx, benchURN, data)
+				id, err := p.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			},
 			func() error {
-				id, err := cp.Publish(ctx, benchURN, data)
+				id, err := cp.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})
@@ -571,12 +571,12 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		data := benchOrderStruct()
 		benchPair(b,
 			func() error {
-				id, err := plain.Publish(ctx, benchURN, data)
+				id, err := plain.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			},
 			func() error {
-				id, err := observed.Publish(ctx, benchURN, data)
+				id, err := observed.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})

@@ -108,9 +108,9 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 //
 // When no broker answers, the error matches ErrConnect: nothing was sent,
 // and publishing again is safe. A caller retrying an unknown outcome on its
-// own must resend the same envelope (PublishEnvelope with
-// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
-// meta.id each call. A rejected, released or modified outcome is the
+// own must resend the same envelope (Publish of the *Envelope with
+// WithDuplicateDetection) for Artemis to recognise it: a Job mints a new
+// meta.id each publish. A rejected, released or modified outcome is the
 // broker's answer, returned as an *OutcomeError and never retried.
 //
 // PublishWithReceipt pipelines over the current link (go-amqp's
@@ -173,7 +173,7 @@ func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
 // ClientPublisher is a Publisher whose link the Client keeps attached: after
 // the link or the connection is lost, the next publish re-dials and
 // re-attaches, without the caller rebuilding anything. Publish and
-// PublishEnvelope come from the embedded Publisher.
+// PublishWithReceipt come from the embedded Publisher.
 type ClientPublisher struct {
 	*Publisher
 	sender  *clientSender

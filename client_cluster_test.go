@@ -155,7 +155,7 @@ func TestDialClusterSucceedsWithOneMemberUpAndFailsWithNone(t *testing.T) {
 func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 30 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	for i := range 3 {
@@ -167,7 +167,7 @@ func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
 func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 12 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("customer-7"))
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("customer-7"))
 		require.NoError(t, err)
 	}
 	want := memberOf("customer-7", 3)
@@ -176,7 +176,7 @@ func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, orderData)
 	require.NoError(t, err)
 	for range 2 { // the caller's own retry of the same envelope
-		_, err := p.PublishEnvelope(context.Background(), env, WithDuplicateDetection())
+		_, err := p.Publish(context.Background(), env, WithDuplicateDetection())
 		require.NoError(t, err)
 	}
 	dup := memberOf(env.Meta.ID, 3)
@@ -209,14 +209,14 @@ func TestClusterKeyedPublishWaitsForItsMember(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := p.Publish(ctx, urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(ctx, Job(urnCreated, orderData), WithGroupID("g"))
 	assert.ErrorIs(t, err, ErrConnect, "waited for its member until ctx ended")
 	for i := range 3 {
 		assert.Zero(t, h.keptBy(i, "orders"), "member %d: nothing went elsewhere", i+1)
 	}
 
 	h.setDown(own, false)
-	_, err = p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy(own, "orders"), "on its member once it is back")
 }
@@ -227,7 +227,7 @@ func TestClusterFailoverSendsAKeyedPublishToTheNextMember(t *testing.T) {
 	h.setDown(own, true)
 	h.connOf(own).kill(&amqp.ConnError{})
 
-	_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy((own+1)%3, "orders"), "the next member took it")
 }
@@ -239,7 +239,7 @@ func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
 	require.Eventually(t, func() bool { return !h.c.Status().Members[1].Connected }, 5*time.Second, time.Millisecond)
 
 	for range 20 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	assert.Zero(t, h.keptBy(1, "orders"))
@@ -249,7 +249,7 @@ func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
 
 func TestClusterReceiptPipelinesOnTheKeyedMember(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 2, nil)
-	r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 	assert.Equal(t, 1, h.keptBy(memberOf("g", 2), "orders"))
@@ -409,7 +409,7 @@ func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
 	require.NoError(t, h.c.dialMembers(context.Background()))
 	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
 	require.NoError(t, err)
-	_, err = p.PublishEnvelope(context.Background(), env)
+	_, err = p.Publish(context.Background(), env)
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy(own, "orders"), "stored once, on its member")
 	for i := range 3 {

@@ -607,7 +607,7 @@ func TestConsumeBackoffEndsWhenAPublisherRedialled(t *testing.T) {
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")
 
 	// A publish re-dials meanwhile: the consumer's wait is over.
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	r := attachedReceiver(t, attached)
 	assert.Equal(t, "orders", r.Address())
@@ -672,7 +672,7 @@ func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
 	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")
 
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	attachedReceiver(t, attached)
 	resumed := h.ev.wait(t, EventConsumerResumed)

@@ -150,7 +150,7 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	published := make(chan error, 1)
 	go func() {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		published <- err
 	}()
 	select {
@@ -185,7 +185,7 @@ func TestClientObserverHearsItsPublishers(t *testing.T) {
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	require.Len(t, obs.publishes(), 1)
 	ev := obs.publishes()[0]
@@ -194,7 +194,7 @@ func TestClientObserverHearsItsPublishers(t *testing.T) {
 	// A publisher's own observer replaces the Client's.
 	p2, err := h.c.Publisher(context.Background(), "invoices", WithPublishObserver(own))
 	require.NoError(t, err)
-	_, err = p2.Publish(context.Background(), urnCreated, orderData)
+	_, err = p2.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	assert.Len(t, obs.publishes(), 1)
 	require.Len(t, own.publishes(), 1)

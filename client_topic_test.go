@@ -30,7 +30,7 @@ func TestTopicPublisherAttachesWithTheTopicCapability(t *testing.T) {
 	require.NoError(t, h.dial())
 	p, err := h.c.TopicPublisher(context.Background(), "orders.events")
 	require.NoError(t, err)
-	_, err = p.Publish(context.Background(), urnCreated, map[string]any{"id": 1})
+	_, err = p.Publish(context.Background(), Job(urnCreated, map[string]any{"id": 1}))
 	require.NoError(t, err)
 	snd := h.fb.conn(0).sendersTo("orders.events")
 	require.Len(t, snd, 1)

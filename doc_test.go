@@ -111,7 +111,7 @@ var flowPicture = [][]string{
 	{"settle.go"},
 	{"consumer.go", "cluster_attempts.go", "retry_schedule.go"},
 	{"consume_limit.go"},
-	{"raw.go", "publisher.go", "receipt.go"},
+	{"outgoing.go", "raw.go", "publisher.go", "receipt.go"},
 	{"mapping.go"},
 	{"publish_options.go", "observe.go", "payload.go"},
 	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},

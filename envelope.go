@@ -98,7 +98,7 @@ type rawField struct {
 }
 
 // EnvelopeOption configures an envelope being built: by NewEnvelope, or
-// by Publish and PublishWithReceipt, which take it as a BuildOption.
+// by Publish and PublishWithReceipt, which take it in Job.
 type EnvelopeOption func(*envelopeConfig)
 
 func (EnvelopeOption) buildOption() {}

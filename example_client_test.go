@@ -56,7 +56,7 @@ func ExampleClient_Publisher() {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second) // this caller's deadline, and no one else's
 	defer cancel()
-	id, err := pub.Publish(pctx, "urn:babel:orders:created", OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"})
+	id, err := pub.Publish(pctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"}))
 	switch {
 	case errors.Is(err, artemis.ErrOutcomeUnknown):
 		log.Print("the broker may have stored it: ", err) // resend the same envelope to be sure
@@ -86,7 +86,7 @@ func ExampleClientPublisher_PublishWithReceipt() {
 
 	receipts := make([]*artemis.Receipt, 0, 100)
 	for i := range 100 {
-		r, err := pub.PublishWithReceipt(ctx, "urn:babel:orders:created", OrderCreated{OrderID: int64(i)})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: int64(i)}))
 		if err != nil {
 			log.Print(err) // not written: nothing to wait for
 			break
@@ -153,7 +153,7 @@ func ExampleClient_TopicPublisher() {
 		return
 	}
 	// Accepted, and dropped by the broker, when nobody is subscribed.
-	if _, err := pub.Publish(ctx, "urn:babel:orders:created", OrderCreated{OrderID: 42}); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: 42})); err != nil {
 		log.Print(err)
 	}
 }

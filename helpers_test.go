@@ -1038,12 +1038,3 @@ func mustConsumer(t testing.TB, h Handlers, opts ...ConsumerOption) *Consumer {
 	}
 	return c
 }
-
-// buildOptions gives PublishOptions to Publish, whose options are BuildOptions.
-func buildOptions(opts []PublishOption) []BuildOption {
-	out := make([]BuildOption, len(opts))
-	for i, o := range opts {
-		out[i] = o
-	}
-	return out
-}

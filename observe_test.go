@@ -227,7 +227,7 @@ func TestObserverPanicNeverChangesTheSettlement(t *testing.T) {
 
 	s := &fakelink.Sender{}
 	p := NewPublisher(s, "orders", WithPublishObserver(panicking{}))
-	id, err := p.Publish(context.Background(), urnCreated, map[string]int{"order_id": 1})
+	id, err := p.Publish(context.Background(), Job(urnCreated, map[string]int{"order_id": 1}))
 	require.NoError(t, err, "the publish succeeds despite the observer")
 	assert.NotEmpty(t, id)
 	assert.Len(t, s.Kept(), 1)
@@ -306,7 +306,7 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 				s = tc.sender(clk)
 			}
 			p := NewPublisher(s, "orders", WithPublishObserver(obs), func(c *publishConfig) { c.now = clk.now })
-			id, err := p.Publish(context.Background(), tc.urn, map[string]int{"order_id": 1})
+			id, err := p.Publish(context.Background(), Job(tc.urn, map[string]int{"order_id": 1}))
 
 			evs := obs.publishes()
 			require.Len(t, evs, 1)
@@ -337,11 +337,11 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 func TestPerCallPublishObserverReplacesThePublishers(t *testing.T) {
 	first, second := &observed{}, &observed{}
 	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(first))
-	_, err := p.Publish(context.Background(), urnCreated, nil)
+	_, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	env, err := NewEnvelope(urnCreated, nil)
 	require.NoError(t, err)
-	_, err = p.PublishEnvelope(context.Background(), env, WithPublishObserver(second))
+	_, err = p.Publish(context.Background(), env, WithPublishObserver(second))
 	require.NoError(t, err)
 	assert.Len(t, first.publishes(), 1)
 	require.Len(t, second.publishes(), 1)
@@ -422,7 +422,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	data := benchOrderStruct()
 	publish := func(p *Publisher) func() {
 		return func() {
-			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+			if _, err := p.Publish(ctx, Job(benchURN, data)); err != nil {
 				t.Fatal(err)
 			}
 		}

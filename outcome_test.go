@@ -163,7 +163,7 @@ func TestSendConfirmedPlainSenderTrustsSend(t *testing.T) {
 
 	t.Run("publish through a plain sender returns the id on release (limitation)", func(t *testing.T) {
 		inner := &fakelink.Sender{Outcome: fakelink.Release}
-		id, err := NewPublisher(fakelink.PlainSender{S: inner}, "orders").Publish(ctx, "urn:a:b", nil)
+		id, err := NewPublisher(fakelink.PlainSender{S: inner}, "orders").Publish(ctx, Job("urn:a:b", nil))
 		if err != nil || id == "" {
 			t.Errorf("Publish = %q, %v", id, err)
 		}

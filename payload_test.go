@@ -138,7 +138,7 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 			}
 			p := NewPublisher(s, "orders", tc.base...)
 
-			_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 0, "extra": true}, buildOptions(tc.call)...)
+			_, err := p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 0, "extra": true}), tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be >= 1")
 			assert.Contains(t, err.Error(), "/extra: is not allowed")
@@ -149,20 +149,20 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 
 			env, err := NewEnvelope(urnCreated, map[string]any{"order_id": "x"})
 			require.NoError(t, err)
-			_, err = p.PublishEnvelope(ctx, env, tc.call...)
+			_, err = p.Publish(ctx, env, tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be an integer")
 
-			_, err = p.PublishWithReceipt(ctx, urnCreated, nil, buildOptions(tc.call)...)
+			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, nil), tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: is required")
 
 			assert.Equal(t, 0, fs.Count(), "nothing was sent")
 
 			// Valid data, and a URN without a schema, go out.
-			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1042}, buildOptions(tc.call)...)
+			_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1042}), tc.call...)
 			require.NoError(t, err)
-			_, err = p.Publish(ctx, "urn:babel:orders:cancelled", map[string]any{"anything": 0}, buildOptions(tc.call)...)
+			_, err = p.Publish(ctx, Job("urn:babel:orders:cancelled", map[string]any{"anything": 0}), tc.call...)
 			require.NoError(t, err)
 			assert.Equal(t, 2, fs.Count())
 		})
@@ -203,9 +203,9 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		var err error
 		if receipt {
-			_, err = p.PublishWithReceipt(ctx, urnCreated, map[string]any{"order_id": 1})
+			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		} else {
-			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+			_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		}
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -214,7 +214,7 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 		assert.Zero(t, s.Count(), "nothing sent")
 
 		<-v.started
-		_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+		_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Empty(t, v.started, "no check with an ended context")
 	}
@@ -279,7 +279,7 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 	fs := &fakelink.Sender{}
 	v := &fieldProtector{}
 	p := NewPublisher(fs, "orders", WithPublishPayloadValidator(v))
-	_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"})
+	_, err := p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"}))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"order_id":1,"email":"alice@example.com"}`, *v.seen.Load(), "the check saw the cleartext")
 	require.Equal(t, 1, fs.Count())
@@ -299,19 +299,19 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 	// An encoded body cannot be protected: refused, nothing sent.
 	encoded, err := mine.Encode()
 	require.NoError(t, err)
-	_, err = p.PublishEncodedWithReceipt(ctx, encoded)
+	_, err = p.PublishWithReceipt(ctx, Encoded(encoded))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "protects fields")
 	other, err := NewEnvelope("urn:babel:orders:cancelled", json.RawMessage(`{"email":"x"}`))
 	require.NoError(t, err)
 	encoded, err = other.Encode()
 	require.NoError(t, err)
-	r, err := p.PublishEncodedWithReceipt(ctx, encoded)
+	r, err := p.PublishWithReceipt(ctx, Encoded(encoded))
 	require.NoError(t, err, "a body with nothing to protect goes out as it is")
 	require.NoError(t, r.Wait(ctx))
 
 	v.failProtect = true
-	_, err = p.Publish(ctx, urnCreated, map[string]any{"email": "carol@example.com"})
+	_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"email": "carol@example.com"}))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "protecting the data of urn:babel:orders:created: email: the key service is down")
 	assert.NotContains(t, err.Error(), "carol")

@@ -17,18 +17,6 @@ import (
 // before the per-call ones.
 type PublishOption func(*publishConfig)
 
-// BuildOption is an option of a publish that builds its envelope, Publish
-// and PublishWithReceipt: a PublishOption, for how the message is sent, or
-// an EnvelopeOption, for the envelope it builds (EnvelopeTraceID continues
-// a trace). The trace id is part of the envelope, so it is set where an
-// envelope is built, and only there: PublishEnvelope,
-// PublishEnvelopeWithReceipt and NewMessage send an envelope that already
-// has one and take PublishOptions alone, so an EnvelopeOption given to
-// them does not compile.
-type BuildOption interface{ buildOption() }
-
-func (PublishOption) buildOption() {}
-
 type publishConfig struct {
 	delay       time.Duration
 	headers     map[string]string
@@ -114,8 +102,8 @@ func WithGroupID(key string) PublishOption {
 // there): it must not block for long, or it holds up the receipts behind
 // it. A Client's publisher has a link per cluster member (and a new one
 // after a re-attach), so f may be called from several goroutines at once
-// and must be safe for concurrent use. For Publish and
-// PublishEnvelope, for a publish refused or not written, and for a Sender
+// and must be safe for concurrent use. For Publish, for a publish refused
+// or not written, and for a Sender
 // that answers synchronously, it is called on the calling goroutine before
 // the call returns. A panic in f is recovered and logged to slog.Default()
 // at error level; it changes neither the publish nor any receipt.
@@ -129,7 +117,7 @@ func WithOnOutcome(f func(id string, err error)) PublishOption {
 // schema v holds for its URN before anything is sent: invalid data is
 // refused with a *PayloadError (matching ErrInvalidPayload) naming each
 // violation, and the broker never sees it. It applies to Publish,
-// PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
+// PublishWithReceipt and NewMessage; given to NewPublisher
 // or Client.Publisher it checks every publish. The check runs under the
 // publish's context (NewMessage's under none), and a publish whose context
 // ends during it fails with the context's error. A nil v checks nothing.

@@ -230,11 +230,11 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 	for name, opt := range cases {
 		t.Run(name, func(t *testing.T) {
 			fs := &fakelink.Sender{}
-			_, err := NewPublisher(fs, "orders").Publish(context.Background(), urnCreated, nil, opt)
+			_, err := NewPublisher(fs, "orders").Publish(context.Background(), Job(urnCreated, nil), opt)
 			require.ErrorIs(t, err, ErrInvalidConfig)
-			_, err = NewPublisher(fs, "orders", opt).Publish(context.Background(), urnCreated, nil)
+			_, err = NewPublisher(fs, "orders", opt).Publish(context.Background(), Job(urnCreated, nil))
 			require.ErrorIs(t, err, ErrInvalidConfig, "given to NewPublisher")
-			_, err = NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), urnCreated, nil, opt)
+			_, err = NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), Job(urnCreated, nil), opt)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			env, err := NewEnvelope(urnCreated, nil)
 			require.NoError(t, err)

@@ -13,23 +13,33 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// PublishEncodedWithReceipt is PublishEnvelopeWithReceipt for an envelope
-// that is already encoded: body, the canonical encoding of a valid envelope
-// (what Envelope.Encode returns), goes out as the message body exactly as
-// it is, and the section 2 projection (message-id, correlation-id, URN,
-// creation time, the bq_ properties) is read from it. The options apply as
-// they do to PublishEnvelopeWithReceipt: WithDuplicateDetection sets
-// _AMQ_DUPL_ID to the body's meta.id, WithDelay, WithGroupID, WithHeaders.
-//
-// A body that does not decode, fails Validate, or is not the canonical
-// encoding of the envelope it holds is refused with an error matching
-// ErrInvalidEnvelope, and nothing is sent. body is not kept after the call
-// returns.
-func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, opts ...PublishOption) (*Receipt, error) {
-	if p.unusable() {
-		return nil, errNotBuilt
+// publishEncoded is Publish of Encoded bytes: the section 2 projection read
+// from body, the body sent as it is (see Encoded), the outcome awaited.
+func (p *Publisher) publishEncoded(ctx context.Context, body []byte, cfg *publishConfig) (string, error) {
+	var start time.Time
+	if cfg.observer != nil {
+		start = cfg.clock()
 	}
-	cfg := p.config(opts)
+	env, msg, err := encodedMessage(ctx, body, cfg)
+	if err == nil {
+		if err = sendConfirmed(ctx, p.sender, msg); err != nil && !isRefusal(err) {
+			err = publishError(p.queue, env.URN, err)
+		}
+	}
+	var urn, id string
+	if env != nil {
+		urn, id = env.URN, env.Meta.ID
+	}
+	callOnOutcome(cfg.onOutcome, id, err)
+	cfg.observePublish(p.queue, urn, id, start, err)
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// publishEncodedWithReceipt is PublishWithReceipt of Encoded bytes.
+func (p *Publisher) publishEncodedWithReceipt(ctx context.Context, body []byte, cfg *publishConfig) (*Receipt, error) {
 	var start time.Time
 	if cfg.observer != nil {
 		start = cfg.clock()

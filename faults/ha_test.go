@@ -85,7 +85,7 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario, drainOn string, 
 	fill, err := c.Publisher(ctx, qc)
 	require.NoError(t, err)
 	for seq := range messages {
-		id, err := fill.Publish(ctx, faultURN, faultData{Seq: seq})
+		id, err := fill.Publish(ctx, artemis.Job(faultURN, faultData{Seq: seq}))
 		require.NoError(t, err, "fill %s", qc)
 		l.Acked(id)
 	}

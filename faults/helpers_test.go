@@ -257,7 +257,7 @@ func faultPublish(t *testing.T, ctx context.Context, fb *faultBroker, q string, 
 		go func() {
 			defer wg.Done()
 			for seq := int(next.Add(1) - 1); seq < n; seq = int(next.Add(1) - 1) {
-				id, err := pub.Publish(ctx, faultURN, faultData{Seq: seq})
+				id, err := pub.Publish(ctx, artemis.Job(faultURN, faultData{Seq: seq}))
 				if err != nil {
 					errs <- fmt.Errorf("publish seq %d: %w", seq, err)
 					return

@@ -287,7 +287,7 @@ func TestFaultRetryOutageUnderLoad(t *testing.T) {
 	tick := time.NewTicker(time.Second / rate)
 	for time.Since(start) < publishFor {
 		<-tick.C
-		id, err := pub.Publish(ctx, faultURN, faultData{Seq: len(sent)})
+		id, err := pub.Publish(ctx, artemis.Job(faultURN, faultData{Seq: len(sent)}))
 		require.NoError(t, err)
 		sent = append(sent, id)
 	}

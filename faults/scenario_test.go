@@ -133,7 +133,7 @@ func faultPublishLoop(ctx context.Context, pub *artemis.ClientPublisher, q strin
 				for attempt := 0; ctx.Err() == nil; attempt++ {
 					pctx, cancel := context.WithTimeout(ctx, perCall)
 					start := time.Now()
-					id, err := pub.PublishEnvelope(pctx, env)
+					id, err := pub.Publish(pctx, env)
 					took := time.Since(start)
 					cancel()
 					st.mu.Lock()

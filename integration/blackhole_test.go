@@ -65,7 +65,7 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	}()
 
 	for range 20 {
-		_, err := pub.Publish(ctx, "urn:babel:bh:tick", map[string]int{"n": 1})
+		_, err := pub.Publish(ctx, artemis.Job("urn:babel:bh:tick", map[string]int{"n": 1}))
 		require.NoError(t, err)
 	}
 

@@ -36,7 +36,7 @@ func boundedSetup(t *testing.T, n int) (context.Context, *artemis.Client, *broke
 	require.NoError(t, err)
 	ids := map[string]bool{}
 	for i := range n {
-		id, err := pub.Publish(ctx, boundedURN, map[string]int{"n": i})
+		id, err := pub.Publish(ctx, artemis.Job(boundedURN, map[string]int{"n": i}))
 		require.NoError(t, err)
 		ids[id] = true
 	}

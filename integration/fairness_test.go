@@ -40,7 +40,7 @@ func TestIntegrationDefaultCreditSharesTheBacklogFairly(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for n := next.Add(1); n <= backlog; n = next.Add(1) {
-				if _, err := pub.Publish(ctx, urn, map[string]int64{"n": n}); err != nil {
+				if _, err := pub.Publish(ctx, artemis.Job(urn, map[string]int64{"n": n})); err != nil {
 					errs <- err
 					return
 				}

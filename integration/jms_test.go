@@ -34,7 +34,7 @@ func TestIntegrationJMSViewOfAPublishedMessage(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokertest.CLITimeout)
 	defer cancel()
-	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
+	_, err = pub.Publish(ctx, env, artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
 	// The selector compares each bq_ property with a string literal: a JMS

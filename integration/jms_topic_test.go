@@ -83,8 +83,7 @@ func TestIntegrationGoTopicPublishReachesAJMSDurableSubscriber(t *testing.T) {
 	jms("")
 
 	pub := topicPublisher(t, b.URL, topic)
-	id, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"order_id": 7},
-		artemis.WithHeaders(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"order_id": 7}), artemis.WithHeaders(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
 	require.NoError(t, err)
 
 	file := filepath.Join(t.TempDir(), "messages.xml")

@@ -385,11 +385,11 @@ func pyPublish(t *testing.T, p *artemis.ClientPublisher, urn string, data []byte
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	defer cancel()
-	var opts []artemis.BuildOption
+	var opts []artemis.EnvelopeOption
 	if trace != "" {
 		opts = append(opts, artemis.EnvelopeTraceID(trace))
 	}
-	id, err := p.Publish(ctx, urn, json.RawMessage(data), opts...)
+	id, err := p.Publish(ctx, artemis.Job(urn, json.RawMessage(data), opts...))
 	require.NoError(t, err)
 	return id
 }
@@ -685,7 +685,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 		defer wg.Done()
 		for i := range perSide {
 			ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-			id, err := goPub.Publish(ctx, urn, map[string]any{"seq": i, "from": "go"})
+			id, err := goPub.Publish(ctx, artemis.Job(urn, map[string]any{"seq": i, "from": "go"}))
 			cancel()
 			if !assert.NoError(t, err) {
 				return

@@ -106,7 +106,7 @@ func TestIntegrationRetryAFailingMessageGetsMaxTriesThenTheDLQ(t *testing.T) {
 			defer cancel()
 			pub, err := c.Publisher(ctx, q)
 			require.NoError(t, err)
-			id, err := pub.Publish(ctx, urnOrder, orderData(tc.pad))
+			id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(tc.pad)))
 			require.NoError(t, err)
 
 			dl := receiveOn(t, conn, q+".dlq", nil)
@@ -187,7 +187,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	require.NoError(t, err)
 	ids := map[string]bool{}
 	for i := range n {
-		id, err := pub.Publish(ctx, urnOrder, map[string]any{"order_id": i})
+		id, err := pub.Publish(ctx, artemis.Job(urnOrder, map[string]any{"order_id": i}))
 		require.NoError(t, err)
 		ids[id] = true
 	}
@@ -196,7 +196,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return failed >= n }, 8*time.Second, 20*time.Millisecond,
 		"the first attempts did not all fail within 8s: a worker is held")
 	sent := time.Now()
-	_, err = pub.Publish(ctx, "urn:babel:probe:ping", map[string]any{})
+	_, err = pub.Publish(ctx, artemis.Job("urn:babel:probe:ping", map[string]any{}))
 	require.NoError(t, err)
 	var probeWait time.Duration
 	select {
@@ -265,7 +265,7 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 	defer cancel()
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
-	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(16)))
 	require.NoError(t, err)
 
 	first := receiveOn(t, conn, q+".dlq", nil)
@@ -275,7 +275,7 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 	firstAttempts := rec.DeadLetter.Attempts
 	rec.DeadLetter, rec.Attempts = nil, 0
 	redrive := artemis.NewPublisher(conn.NewSender(q), q)
-	_, err = redrive.PublishEnvelope(ctx, rec)
+	_, err = redrive.Publish(ctx, rec)
 	require.NoError(t, err)
 	second := receiveOn(t, conn, q+".dlq", nil)
 	again, err := artemis.Decode([]byte(valueString(t, second)))
@@ -321,7 +321,7 @@ func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
 			}
 		}))
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
-	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(16)))
 	require.NoError(t, err)
 	testkit.ConsumeInBackground(t, c, q, cons, nil, 2*arrival)
 

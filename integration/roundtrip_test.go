@@ -64,9 +64,9 @@ func TestIntegrationPublishConsumeRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	id, err := pub.PublishEnvelope(ctx, env)
+	id, err := pub.Publish(ctx, env)
 	require.NoError(t, err)
-	require.Equal(t, env.Meta.ID, id, "PublishEnvelope returns meta.id")
+	require.Equal(t, env.Meta.ID, id, "Publish of an envelope returns meta.id")
 
 	got := receiveOn(t, conn, q, nil)
 	assert.Equal(t, want, valueString(t, got), "the body is byte-identical after the broker")
@@ -88,8 +88,7 @@ func TestIntegrationPublishListenRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	id, err := pub.Publish(ctx, urn, json.RawMessage(roundTripData),
-		artemis.EnvelopeTraceID("  trace-abc-123  "), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
+	id, err := pub.Publish(ctx, artemis.Job(urn, json.RawMessage(roundTripData), artemis.EnvelopeTraceID("  trace-abc-123  ")), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
 	errs := newErrorLog()

@@ -70,7 +70,7 @@ func TestIntegrationTLSRoundTrip(t *testing.T) {
 			q := brokertest.Queue(t)
 			pub, err := c.Publisher(ctx, q)
 			require.NoError(t, err)
-			id, err := pub.Publish(ctx, "urn:babel:tls:checked", map[string]string{"over": "tls"})
+			id, err := pub.Publish(ctx, artemis.Job("urn:babel:tls:checked", map[string]string{"over": "tls"}))
 			require.NoError(t, err)
 			got := make(chan *artemis.Envelope, 1)
 			cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:tls:checked": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {

@@ -190,7 +190,7 @@ func TestIntegrationTopicThreeServicesEachHandleEveryEventOnce(t *testing.T) {
 	ids := make(map[string]bool, events)
 	receipts := make([]*artemis.Receipt, 0, events)
 	for i := range events {
-		r, err := pub.PublishWithReceipt(ctx, urnOrderCreated, map[string]any{"n": i})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 		receipts = append(receipts, r)
 	}
@@ -251,7 +251,7 @@ func TestIntegrationTopicSubscriptionDeadLettersToItsOwnQueueAndARedriveReturnsT
 	defer cancel()
 	const events = 10
 	for i := range events {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
 	ta.await(t, "shipping", events, arrival)
@@ -286,7 +286,7 @@ func TestIntegrationTopicSubscriptionDeadLettersToItsOwnQueueAndARedriveReturnsT
 	require.NoError(t, err)
 	for _, env := range records {
 		env.DeadLetter, env.Attempts = nil, 0
-		_, err := back.PublishEnvelope(ctx, env)
+		_, err := back.Publish(ctx, env)
 		require.NoError(t, err)
 	}
 	ta.await(t, "billing", events, arrival)
@@ -314,14 +314,14 @@ func TestIntegrationTopicDurableSubscriptionKeepsWhatWasPublishedWhileDown(t *te
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": -1})
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": -1}))
 	require.NoError(t, err)
 	ta.await(t, "audit", 1, arrival)
 	first.stop(t)
 
 	const whileDown = 25
 	for i := range whileDown {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
 	subscribe(t, b.URL, topic, sub, cons, nil)
@@ -336,7 +336,7 @@ func TestIntegrationTopicPublishWithoutSubscribersIsAcceptedAndDropped(t *testin
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 0})
+	_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 0}))
 	require.NoError(t, err, "no subscriber is not an error")
 
 	// A subscription made afterwards does not get it.
@@ -344,7 +344,7 @@ func TestIntegrationTopicPublishWithoutSubscribersIsAcceptedAndDropped(t *testin
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("late", nil)})
 	require.NoError(t, err)
 	subscribe(t, b.URL, topic, topic+".late", cons, nil)
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 1})
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 1}))
 	require.NoError(t, err)
 	ta.await(t, "late", 1, arrival)
 	time.Sleep(quiet)
@@ -375,7 +375,7 @@ func TestIntegrationTopicSelectorsFilterOnTheBroker(t *testing.T) {
 	for i, ev := range []struct{ urn, region string }{
 		{urnOrderCreated, "eu"}, {urnOrderShipped, "eu"}, {urnOrderCreated, "us"}, {urnOrderShipped, "us"}, {urnOrderCreated, "eu"},
 	} {
-		_, err := pub.Publish(ctx, ev.urn, map[string]any{"n": i}, artemis.WithHeaders(map[string]string{"region": ev.region}))
+		_, err := pub.Publish(ctx, artemis.Job(ev.urn, map[string]any{"n": i}), artemis.WithHeaders(map[string]string{"region": ev.region}))
 		require.NoError(t, err)
 	}
 	ta.await(t, "all", 5, arrival)
@@ -415,7 +415,7 @@ func TestIntegrationQueueSelectorLeavesTheRestToOtherConsumers(t *testing.T) {
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 	for i := range 6 {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i}, artemis.WithHeaders(map[string]string{"tier": fmt.Sprint(i % 2)}))
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}), artemis.WithHeaders(map[string]string{"tier": fmt.Sprint(i % 2)}))
 		require.NoError(t, err)
 	}
 	ta := newTally()
@@ -474,7 +474,7 @@ func TestIntegrationTopicSubscriptionWithAnotherSelectorIsRefused(t *testing.T) 
 	require.NoError(t, ctx.Err(), "at once, not retried")
 	assert.Contains(t, err.Error(), "another selector")
 	t.Logf("refused: %v", err)
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 1}, artemis.WithHeaders(map[string]string{"region": "eu"}))
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 1}), artemis.WithHeaders(map[string]string{"region": "eu"}))
 	require.NoError(t, err, "the Client's other links recover")
 
 	// The same selector, or none, is taken.

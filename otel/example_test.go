@@ -33,7 +33,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	pub := tel.Publisher(cp, "orders")
-	if _, err := pub.Publish(ctx, "urn:babel:orders:created", map[string]int{"order_id": 1042}); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]int{"order_id": 1042})); err != nil {
 		log.Fatal(err)
 	}
 

@@ -57,7 +57,7 @@ func handleOne(t *testing.T, tel *recorded, msg *amqp.Message, err error, opts .
 func published(t *testing.T, tel *recorded, ctx context.Context) *amqp.Message {
 	t.Helper()
 	s := &fakelink.Sender{}
-	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(ctx, urnCreated, map[string]int{"order_id": 1}); err != nil {
+	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(ctx, artemis.Job(urnCreated, map[string]int{"order_id": 1})); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	return s.Sent()[0]

@@ -125,7 +125,7 @@ func TestIntegrationTraceThroughTheBroker(t *testing.T) {
 	seen := consuming(t, ctx, tel, client, queue, false)
 
 	pctx, root := tel.tracer.Start(ctx, "checkout")
-	id, err := tel.Publisher(cp, queue).Publish(pctx, urnCreated, map[string]int{"order_id": 1042})
+	id, err := tel.Publisher(cp, queue).Publish(pctx, artemis.Job(urnCreated, map[string]int{"order_id": 1042}))
 	root.End()
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
@@ -172,7 +172,7 @@ func TestIntegrationRetriesAndDeadLettersAreCounted(t *testing.T) {
 	// as a scheduled copy (disposition "scheduled"), then dead-letters.
 	consuming(t, ctx, tel, client, queue, true, artemis.WithMaxTries(2),
 		artemis.WithRetrySchedule(func(int) time.Duration { return 200 * time.Millisecond }))
-	if _, err := tel.Publisher(cp, queue).Publish(ctx, urnCreated, nil); err != nil {
+	if _, err := tel.Publisher(cp, queue).Publish(ctx, artemis.Job(urnCreated, nil)); err != nil {
 		t.Fatal(err)
 	}
 	got := waitFor(t, ctx, tel, "the dead letter", func(m map[string][]point) bool {

@@ -45,7 +45,7 @@ func BenchmarkRelayAgainstDirectPublish(b *testing.B) {
 		start := time.Now()
 		receipts := make([]*artemis.Receipt, 0, n)
 		for i := range n {
-			r, err := pub.PublishWithReceipt(ctx, urnOrder, map[string]any{"n": i, "group": ""})
+			r, err := pub.PublishWithReceipt(ctx, artemis.Job(urnOrder, map[string]any{"n": i, "group": ""}))
 			require.NoError(b, err)
 			receipts = append(receipts, r)
 		}

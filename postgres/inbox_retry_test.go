@@ -62,7 +62,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 			p.restore()
 			upAt = time.Now()
 		}
-		id, err := pub.Publish(context.Background(), urnOrder, map[string]any{"order_id": i})
+		id, err := pub.Publish(context.Background(), artemis.Job(urnOrder, map[string]any{"order_id": i}))
 		require.NoError(t, err)
 		ids = append(ids, id)
 		time.Sleep(15 * time.Millisecond) // a steady stream of about 60 a second

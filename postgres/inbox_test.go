@@ -28,7 +28,7 @@ func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
 	require.NoError(t, err)
 	const copies = 24
 	for range copies {
-		_, err := pub.PublishEnvelope(ctx, env)
+		_, err := pub.Publish(ctx, env)
 		require.NoError(t, err)
 	}
 
@@ -176,13 +176,13 @@ ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); er
 	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue(queue))
 	require.NoError(t, err)
 
-	_, err = pub.PublishEnvelope(ctx, env)
+	_, err = pub.Publish(ctx, env)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return runs.get() == 1 })
-	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
+	_, err = pub.Publish(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return runs.get() == 2 })
-	_, err = pub.PublishEnvelope(ctx, env)
+	_, err = pub.Publish(ctx, env)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return skipped.get() == 1 })
 

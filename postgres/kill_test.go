@@ -176,7 +176,7 @@ func TestInboxConsumerKilledBetweenCommitAndAcceptRunsOnce(t *testing.T) {
 	client := dial(t, amqpURL)
 	pub, err := client.Publisher(context.Background(), queue)
 	require.NoError(t, err)
-	id, err := pub.Publish(context.Background(), urnOrder, map[string]int{"amount": 42})
+	id, err := pub.Publish(context.Background(), artemis.Job(urnOrder, map[string]int{"amount": 42}))
 	require.NoError(t, err)
 
 	got, kill := startChild(t, "consumer", db, queue, "COMMITTED ")

@@ -612,7 +612,7 @@ func (r *Relay) send(ctx context.Context, rw *row) (*artemis.Receipt, error) {
 			opts = append(opts, artemis.WithDelay(d))
 		}
 	}
-	return p.PublishEncodedWithReceipt(ctx, rw.body, opts...)
+	return p.PublishWithReceipt(ctx, artemis.Encoded(rw.body), opts...)
 }
 
 // publisher returns the relay's publisher to queue, attached on first use.

@@ -76,7 +76,7 @@ func TestBrokerValidateCommand(t *testing.T) {
 		{"urn:babel:orders:created", `{"order_id":0,"currency":"GBP"}`},
 		{"urn:babel:orders:refunded", `{"whatever":1}`},
 	} {
-		id, err := pub.Publish(ctx, m.urn, json.RawMessage(m.data))
+		id, err := pub.Publish(ctx, artemis.Job(m.urn, json.RawMessage(m.data)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherID, err := pub.Publish(ctx, "urn:babel:orders:refunded", json.RawMessage(`{"whatever":1}`))
+	otherID, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:refunded", json.RawMessage(`{"whatever":1}`)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,11 +163,11 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 	sender := &capturingSender{}
 	pub := artemis.NewPublisher(sender, "identity", enc.PublishOption())
 	msg := exampleEnvelope(t, "user-registered.json")
-	if _, err := pub.Publish(ctx, msg.URN, json.RawMessage(`{"user_id":1,"email":"ab"}`)); !errors.Is(err, artemis.ErrInvalidPayload) ||
+	if _, err := pub.Publish(ctx, artemis.Job(msg.URN, json.RawMessage(`{"user_id":1,"email":"ab"}`))); !errors.Is(err, artemis.ErrInvalidPayload) ||
 		!strings.Contains(err.Error(), "/email: must be at least 3 characters long") {
 		t.Fatalf("a short email: %v", err)
 	}
-	if _, err := pub.Publish(ctx, msg.URN, msg.Data); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job(msg.URN, msg.Data)); err != nil {
 		t.Fatal(err)
 	}
 	if len(sender.msgs) != 1 {

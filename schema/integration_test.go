@@ -107,7 +107,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checked.Publish(ctx, conformanceURN, map[string]any{"orderId": 1042}); !errors.Is(err, artemis.ErrInvalidPayload) {
+	if _, err := checked.Publish(ctx, artemis.Job(conformanceURN, map[string]any{"orderId": 1042})); !errors.Is(err, artemis.ErrInvalidPayload) {
 		t.Fatalf("the checked publisher sent invalid data: %v", err)
 	} else if !strings.Contains(err.Error(), "/order_id: is required") {
 		t.Errorf("refusal: %v", err)
@@ -117,11 +117,11 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	badID, err := unchecked.Publish(ctx, conformanceURN, json.RawMessage(`{"orderId":1042}`))
+	badID, err := unchecked.Publish(ctx, artemis.Job(conformanceURN, json.RawMessage(`{"orderId":1042}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	goodID, err := unchecked.Publish(ctx, conformanceURN, json.RawMessage(`{"order_id":1042}`))
+	goodID, err := unchecked.Publish(ctx, artemis.Job(conformanceURN, json.RawMessage(`{"order_id":1042}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +212,11 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostile := hostileOrder(400)
-	badID, err := unchecked.Publish(ctx, ordersURN, hostile)
+	badID, err := unchecked.Publish(ctx, artemis.Job(ordersURN, hostile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	goodID, err := unchecked.Publish(ctx, ordersURN, json.RawMessage(orderLines(3, "2", "10.5")))
+	goodID, err := unchecked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(orderLines(3, "2", "10.5"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 
 	ctx, cancelShort := context.WithTimeout(setup, 500*time.Millisecond)
 	start := time.Now()
-	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(orderLines(10, "1e999999", "1E+999999")))
+	_, err = checked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(orderLines(10, "1e999999", "1E+999999"))))
 	t.Logf("hostile order lines: returned after %v: %v", time.Since(start), err)
 	if !errors.Is(err, artemis.ErrInvalidPayload) || ctx.Err() != nil {
 		t.Errorf("want a refusal before the deadline, got %v (context: %v)", err, ctx.Err())
@@ -305,7 +305,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 	ctx, cancelShort = context.WithTimeout(setup, 100*time.Millisecond)
 	defer cancelShort()
 	start = time.Now()
-	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(big))
+	_, err = checked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(big)))
 	t.Logf("a %d-byte order with a 100 ms context: returned after %v: %v", len(big), time.Since(start), err)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, artemis.ErrInvalidPayload) {
 		t.Errorf("want the context's error, got %v", err)

@@ -157,7 +157,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(ctx, urn, tc.Cleartext); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job(urn, tc.Cleartext)); err != nil {
 		t.Fatal(err)
 	}
 	lines := runPeer(t, python, append([]string{"consume", "--queue", qGo, "--max", "1", "--idle", "30"}, gdprArgs...)...)

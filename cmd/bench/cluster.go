@@ -122,7 +122,7 @@ func (r *runner) clusterPublish(ctx context.Context, c *artemis.Client, queue st
 	return measure(r.cfg.n, func() error {
 		pending := make([]*artemis.Receipt, 0, clusterWindow)
 		for i := range r.cfg.n {
-			rc, err := p.PublishWithReceipt(ctx, urn, r.data)
+			rc, err := p.PublishWithReceipt(ctx, artemis.Job(urn, r.data))
 			if err != nil {
 				return err
 			}

@@ -44,7 +44,7 @@ func (r *runner) memory() error {
 		data := r.data
 		for i := range cfg.memN {
 			data.OrderID = 100000 + i%100000
-			rc, err := pub.PublishWithReceipt(ctx, urn, data)
+			rc, err := pub.PublishWithReceipt(ctx, artemis.Job(urn, data))
 			if err != nil {
 				errc <- err
 				return

@@ -356,7 +356,7 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 			mu.Lock()
 			starts[env.Meta.ID] = start
 			mu.Unlock()
-			rc, err := pub.PublishEnvelopeWithReceipt(ctx, env)
+			rc, err := pub.PublishWithReceipt(ctx, env)
 			if err != nil {
 				sendErr = err
 				break

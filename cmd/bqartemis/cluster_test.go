@@ -106,7 +106,7 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 * len(cl.Nodes) {
-		if _, err := p.Publish(ctx, urnFail, map[string]int{"n": i}); err != nil {
+		if _, err := p.Publish(ctx, artemis.Job(urnFail, map[string]int{"n": i})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -93,7 +93,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 	}
 	const events = 3
 	for i := range events {
-		if _, err := pub.Publish(ctx, urnFail, map[string]any{"n": i}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -77,15 +77,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// the clock for x-opt-delivery-time inside it.
 	sent := map[string]time.Time{}
 	start := time.Now()
-	delayedID, err := pub.Publish(ctx, URNReminder, map[string]any{"reminder_id": 7, "text": "call the customer back"},
-		artemis.WithDelay(cfg.Delay))
+	delayedID, err := pub.Publish(ctx, artemis.Job(URNReminder, map[string]any{"reminder_id": 7, "text": "call the customer back"}), artemis.WithDelay(cfg.Delay))
 	if err != nil {
 		return err
 	}
 	sent[delayedID] = start
 	fmt.Fprintf(out, "%s  published %s with WithDelay(%v)\n", clock(start), URNReminder, cfg.Delay)
 	start = time.Now()
-	nowID, err := pub.Publish(ctx, URNNow, map[string]any{"reminder_id": 7})
+	nowID, err := pub.Publish(ctx, artemis.Job(URNNow, map[string]any{"reminder_id": 7}))
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	id, err := tel.Publisher(cp, cfg.Queue).Publish(ctx, URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"})
+	id, err := tel.Publisher(cp, cfg.Queue).Publish(ctx, artemis.Job(URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"}))
 	if err != nil {
 		return err
 	}

@@ -296,7 +296,7 @@ func redeliver(ctx context.Context, pool *pgxpool.Pool, client *artemis.Client, 
 		return err
 	}
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
-	r, err := pub.PublishEncodedWithReceipt(ctx, body)
+	r, err := pub.PublishWithReceipt(ctx, artemis.Encoded(body))
 	if err != nil {
 		return err
 	}

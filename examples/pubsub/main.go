@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 		order int
 	}{{URNCreated, 1001}, {URNCreated, 1002}, {URNCreated, FailingOrder}, {URNCreated, 1004}, {URNCancelled, 1002}}
 	for _, p := range published {
-		if _, err := pub.Publish(ctx, p.urn, Order{OrderID: p.order}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(p.urn, Order{OrderID: p.order})); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "published %-27s order %d\n", p.urn, p.order)

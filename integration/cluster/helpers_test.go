@@ -148,7 +148,7 @@ func consume(t *testing.T, c *artemis.Client, queue string, h artemis.HandlerFun
 
 // publishAll publishes n messages on p with a window of receipts in
 // flight, and returns the acknowledged ids.
-func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.BuildOption)) map[string]bool {
+func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.PublishOption)) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -163,7 +163,7 @@ func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data fu
 	}
 	for i := range n {
 		d, opts := data(i)
-		r, err := p.PublishWithReceipt(ctx, urn, d, opts...)
+		r, err := p.PublishWithReceipt(ctx, artemis.Job(urn, d), opts...)
 		require.NoError(t, err)
 		pending = append(pending, r)
 		if len(pending) == window {

@@ -67,7 +67,7 @@ func TestClusterReceiptsOfHealthyMembersDoNotWaitForAStalledOne(t *testing.T) {
 
 	rs := make([]*artemis.Receipt, n)
 	for i := range rs {
-		rs[i], err = p.PublishWithReceipt(ctx, urn, order{Seq: i})
+		rs[i], err = p.PublishWithReceipt(ctx, artemis.Job(urn, order{Seq: i}))
 		require.NoError(t, err)
 	}
 	written := time.Since(stalledAt)

@@ -63,7 +63,7 @@ func TestClusterTopicEachSubscriptionGetsEveryEventOnce(t *testing.T) {
 	p, err := c.TopicPublisher(context.Background(), topic)
 	require.NoError(t, err)
 	start := time.Now()
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	for _, svc := range services {
 		tallies[svc].wait(t, 4*time.Minute)
 	}

@@ -72,7 +72,7 @@ func PublishUntil(ctx context.Context, pub *artemis.ClientPublisher, workers int
 				}
 				pctx, cancel := context.WithTimeout(ctx, perCall)
 				start := time.Now()
-				id, err := pub.Publish(pctx, urn, data)
+				id, err := pub.Publish(pctx, artemis.Job(urn, data))
 				cancel()
 				record(id, err, time.Since(start))
 			}

@@ -95,7 +95,7 @@ func consume(ctx context.Context, client *artemis.Client, pub *artemis.ClientPub
 		return err
 	}
 	for i := range Orders {
-		if _, err := pub.Publish(ctx, URNCreated, map[string]int{"order_id": 1001 + i}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(URNCreated, map[string]int{"order_id": 1001 + i})); err != nil {
 			_ = cons.Stop()
 			return err
 		}
