@@ -302,7 +302,7 @@ func BenchmarkRatios(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
+		defer c.Close(context.Background())
 		cp, err := c.Publisher(ctx, benchQueue)
 		if err != nil {
 			b.Fatal(err)
@@ -527,7 +527,7 @@ func BenchmarkHandleRoutedObserved(b *testing.B) {
 func BenchmarkPublishObserved(b *testing.B) {
 	obs := &benchObserver{}
 	s := &fakelink.Sender{Discard: true}
-	n := benchPublishLoop(b, NewPublisher(s, benchQueue, WithPublishObserver(obs)))
+	n := benchPublishLoop(b, NewPublisher(s, benchQueue, WithObserver(obs)))
 	if obs.accepted.Load() != int64(n) || s.Count() != n {
 		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.Count())
 	}
@@ -567,7 +567,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		obs := &benchObserver{}
 		s := &fakelink.Sender{Discard: true}
 		plain := NewPublisher(s, benchQueue)
-		observed := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+		observed := NewPublisher(s, benchQueue, WithObserver(obs))
 		data := benchOrderStruct()
 		benchPair(b,
 			func() error {

@@ -27,7 +27,7 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 		return nil, err
 	}
 	if _, err := c.connection(ctx); err != nil {
-		_ = c.Close()
+		_ = c.closeNow()
 		return nil, err
 	}
 	return c, nil
@@ -78,7 +78,7 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 		return nil, err
 	}
 	if err := c.dialMembers(ctx); err != nil {
-		_ = c.Close()
+		_ = c.closeNow()
 		return nil, err
 	}
 	return c, nil
@@ -151,23 +151,14 @@ func (c *Client) publisher(ctx context.Context, queue string, topic bool, opts [
 		if err != nil {
 			return nil, err
 		}
-		return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), cluster: s}, nil
+		return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), cluster: s}, nil
 	}
 	s := c.newSender(queue)
 	s.topic = topic
 	if _, err := s.link(ctx, !c.failFast); err != nil {
 		return nil, err
 	}
-	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), sender: s}, nil
-}
-
-// publishOptions puts the Client's Observer (ClientOptions.Observer) before
-// opts, so a publisher's own WithPublishObserver replaces it.
-func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
-	if c.observer != nil {
-		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
-	}
-	return opts
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), sender: s}, nil
 }
 
 // ClientPublisher is a Publisher whose link the Client keeps attached: after
@@ -217,60 +208,50 @@ func (p *ClientPublisher) Close(ctx context.Context) error {
 // before Consume returns; then the receiver and the dead-letter sender are
 // detached side by side, each given at most 2 s, so an unresponsive
 // network does not hold Consume longer. A failed link's detach is bounded
-// by ctx and the dial timeout. With ConsumeOptions.MaxMessages or
-// StopWhenIdle, Consume also returns nil once that limit is reached, as on
-// ctx's end.
-func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+// by ctx and the dial timeout. With WithMaxMessages or WithStopWhenIdle,
+// Consume also returns nil once that limit is reached, as on ctx's end.
+// Credit, selector and dead-letter sender are the Consumer's options too
+// (WithCredit, WithSelector, WithOnlyHandledURNs, WithoutDeadLetter).
+func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer) error {
 	if c.done == nil {
 		return errNotBuilt
 	}
 	if strings.TrimSpace(queue) == "" {
 		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
-	return c.consumeOn(ctx, queue, false, cons, opts)
+	return c.consumeOn(ctx, queue, false, cons)
 }
 
 // consumeOn is Consume on queue, a subscription's address::queue when
 // topic is set (Subscribe); queue was checked.
-func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *Consumer, opts *ConsumeOptions) error {
+func (c *Client) consumeOn(ctx context.Context, queue string, topic bool, cons *Consumer) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
 	}
 	if cons.err != nil {
 		return cons.err
 	}
-	var o ConsumeOptions
-	if opts != nil {
-		o = *opts
-	}
-	sel, err := composeSelector(o.Selector, o.OnlyHandledURNs, cons.handlers)
+	o := cons.run
+	sel, err := composeSelector(o.selector, o.onlyHandled, cons.handlers)
 	if err != nil {
 		return err
 	}
 	src := source{topic: topic, selector: sel}
-	credit := o.Credit
-	switch {
-	case credit < 0:
-		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
-	case credit == 0:
+	credit := o.credit
+	if credit == 0 {
 		credit = defaultCredit(cons.concurrency)
 	}
 	credit = min(credit, math.MaxInt32)
-	switch {
-	case o.MaxMessages < 0:
-		return fmt.Errorf("%w: MaxMessages is %d, want >= 0", ErrInvalidConfig, o.MaxMessages)
-	case o.StopWhenIdle < 0:
-		return fmt.Errorf("%w: StopWhenIdle is %v, want >= 0", ErrInvalidConfig, o.StopWhenIdle)
-	case o.MaxMessages > 0 || o.StopWhenIdle > 0:
+	if o.maxMessages > 0 || o.stopWhenIdle > 0 {
 		// A bounded Consume: the limit ends this context when reached.
 		var end context.CancelFunc
 		ctx, end = context.WithCancel(ctx)
 		defer end()
 		bounded := *cons
-		bounded.limit = newConsumeLimit(o.MaxMessages, o.StopWhenIdle, end)
+		bounded.limit = newConsumeLimit(o.maxMessages, o.stopWhenIdle, end)
 		cons = &bounded
-		if o.MaxMessages > 0 {
-			credit = min(credit, o.MaxMessages)
+		if o.maxMessages > 0 {
+			credit = min(credit, o.maxMessages)
 		}
 	}
 	if c.members != nil {
@@ -300,10 +281,30 @@ func (c *Client) Status() ClientStatus {
 // for the connection with an error that matches both ErrConnect and
 // ErrClosed). It waits for no dial. Cancel Consume's context first for a
 // graceful stop that lets handlers in flight settle.
-func (c *Client) Close() error {
+//
+// ctx bounds the wait for the connection's close handshake: when it ends
+// first, Close returns its error at once; the Client is closed all the same
+// (every call fails with ErrClosed), and the connection's teardown finishes
+// on its own.
+func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.done == nil {
 		return nil // a nil or zero Client: nothing was opened
 	}
+	done := make(chan error, 1)
+	go func() { done <- c.closeNow() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// closeNow shut the Client first, without waiting on the network
+		// (done is closed then): the teardown goes on.
+		<-c.done
+		return ctx.Err()
+	}
+}
+
+// closeNow is Close, waiting for the teardown.
+func (c *Client) closeNow() error {
 	if c.members != nil {
 		if _, first := c.shut(); !first {
 			return nil

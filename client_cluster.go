@@ -294,7 +294,7 @@ var (
 
 // consumeCluster runs Consume on every member side by side. cons and o
 // were validated, and credit settled, by Consume.
-func (c *Client) consumeCluster(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *Client) consumeCluster(ctx context.Context, queue string, src source, cons *Consumer, o consumeOptions, credit int32) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One memory of failed attempts for every member's loop: a message that

@@ -76,7 +76,7 @@ func newClusterHarnessDialling(t *testing.T, n int, opts *ClientOptions, prepare
 	c, err := newCluster(nodes, &o, dial)
 	require.NoError(t, err)
 	h.c = c
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return h
 }
 
@@ -273,7 +273,7 @@ func TestClusterConsumesFromEveryMemberAndReattachesALostOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- h.c.Consume(ctx, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}), nil)
+		done <- h.c.Consume(ctx, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}))
 	}()
 
 	for range 3 {
@@ -311,10 +311,10 @@ func TestClusterConsumeReturnsErrClosedAndCloseClosesEveryMember(t *testing.T) {
 	require.NoError(t, h.c.dialMembers(context.Background()))
 	done := make(chan error, 1)
 	go func() {
-		done <- h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{urnCreated: succeeding}), nil)
+		done <- h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{urnCreated: succeeding}))
 	}()
 	require.Eventually(t, func() bool { return len(h.connOf(0).receiverList()) == 1 && len(h.connOf(1).receiverList()) == 1 }, 5*time.Second, time.Millisecond)
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	select {
 	case err := <-done:
 		assert.ErrorIs(t, err, ErrClosed)
@@ -331,9 +331,9 @@ func TestClusterConsumeReturnsErrClosedAndCloseClosesEveryMember(t *testing.T) {
 
 func TestClusterConsumeRefusesABadConsumerAtOnce(t *testing.T) {
 	h := newClusterHarness(t, 2, nil, nil)
-	err := h.c.Consume(context.Background(), " ", mustConsumer(t, Handlers{urnCreated: succeeding}), nil)
+	err := h.c.Consume(context.Background(), " ", mustConsumer(t, Handlers{urnCreated: succeeding}))
 	assert.ErrorIs(t, err, ErrInvalidConfig)
-	err = h.c.Consume(context.Background(), "orders", nil, nil)
+	err = h.c.Consume(context.Background(), "orders", nil)
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 }
 

@@ -148,7 +148,7 @@ func hangingConsume(t *testing.T) (*harness, *hangingCloses, *consumeRun, *fakel
 	h.c.dial = hc.wrap(h.fb.dial)
 	h.c.closeGrace = 50 * time.Millisecond
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	r := attachedReceiver(t, attached)
 	return h, hc, run, r
 }

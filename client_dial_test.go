@@ -327,7 +327,7 @@ func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the re-dial never began")
 	}
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	for range waiting {
 		select {
 		case err := <-errs:

@@ -137,12 +137,6 @@ type ClientOptions struct {
 	// stored twice. Without it the publish waits for the member within its
 	// context (ClientOptions.FailFast: fails at once). Default: false.
 	ClusterFailover bool
-
-	// Observer, when set, hears every publish of the Client's publishers
-	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
-	// per-call WithPublishObserver replaces it. The consumers given to
-	// Consume take theirs with WithObserver. Default: none.
-	Observer Observer
 }
 
 // Client owns one AMQP connection and session to Artemis, re-dialing them
@@ -159,8 +153,6 @@ type Client struct {
 	onEvent         func(ConnectionEvent)
 	logger          *slog.Logger
 	red             redactor
-
-	observer Observer // every Client.Publisher's, unless it has its own
 
 	// DialCluster: one Client per member, each dialling its own URL list;
 	// this Client dials nothing itself (client_cluster.go).
@@ -218,7 +210,6 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*Client, erro
 	if c.outcomeTimeouts == 0 {
 		c.outcomeTimeouts = DefaultOutcomeTimeouts
 	}
-	c.observer = o.Observer
 	c.red.add(o.Password)
 	for _, raw := range urls {
 		c.red.addURLPassword(raw)

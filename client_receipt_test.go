@@ -114,7 +114,7 @@ func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness 
 	require.NoError(t, err)
 	c.random = func() float64 { return 0.5 }
 	c.after = h.timers.after
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	h.c = c
 	return h
 }

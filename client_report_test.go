@@ -21,7 +21,7 @@ func TestEventCallbackPanicIsContained(t *testing.T) {
 		Logger:  slog.New(slog.NewTextHandler(&buf, nil)),
 	}, fb.dial)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	_, err = c.connection(context.Background())
 	require.NoError(t, err)
 	assert.Contains(t, buf.String(), "callback panicked")
@@ -39,7 +39,7 @@ func TestClientWithoutLoggerOrCallbackLogsFailuresToSlogDefault(t *testing.T) {
 	}
 	c, err := newClient([]string{"amqp://babel:" + secret + "@live.example:5672", "amqp://babel:" + secret + "@backup.example:5672"}, nil, fb.dial)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	_, err = c.connection(context.Background())
 	require.NoError(t, err, "the live URL is refused, the backup answers")
 	fb.conn(0).kill(&amqp.ConnError{})
@@ -70,7 +70,7 @@ func TestClientCallbackWithoutLoggerLogsNothing(t *testing.T) {
 		OnEvent: func(ev ConnectionEvent) { heard = append(heard, ev.Kind) },
 	}, fb.dial)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	_, err = c.connection(context.Background())
 	require.Error(t, err)
 	assert.Equal(t, []ConnectionEventKind{EventDialFailed}, heard)
@@ -98,7 +98,7 @@ func TestClientEventCallbackPanicGoesToSlogDefault(t *testing.T) {
 		OnEvent: func(ev ConnectionEvent) { panic("callback saw " + ev.URL + " " + secret) },
 	}, fb.dial)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	_, err = c.connection(context.Background())
 	require.NoError(t, err)
 	lines := logs.lines(t)

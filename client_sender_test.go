@@ -322,7 +322,7 @@ func TestPublisherClose(t *testing.T) {
 
 func TestPublishAfterClientClose(t *testing.T) {
 	h, p := newPublisherHarness(t, nil)
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	assert.ErrorIs(t, err, ErrClosed)
 }
@@ -429,7 +429,7 @@ func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
 	require.NoError(t, err)
 	c.random = func() float64 { return 0.5 }
 	c.after = h.timers.after
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	t.Cleanup(func() { close(unblock) }) // runs first
 	h.c = c
 	require.NoError(t, h.dial())

@@ -33,7 +33,7 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // fully qualified name topic::subscription, attached with the "topic"
 // capability. Artemis creates the queue when it is missing (with
 // auto-create-queues, its default): a durable multicast queue on topic,
-// with ConsumeOptions.Selector as its filter, which from then on receives
+// with the Consumer's WithSelector as its filter, which from then on receives
 // a copy of every message published to topic, whether or not a consumer
 // runs. Every consumer that subscribes with the same topic and subscription,
 // in this process or another, shares that queue: each message is handled
@@ -51,11 +51,11 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // The queue outlives its consumers until it is deleted (bqartemis or the
 // broker's console), unless the broker's address settings auto-delete
 // queues (docs/pubsub.md). Its filter is fixed when it is created: to
-// change a subscription's Selector (or OnlyHandledURNs's URN list), delete
+// change a subscription's selector (or WithOnlyHandledURNs's URN list), delete
 // the queue or use a new name. Artemis refuses an attach with another
 // selector than the existing queue's filter, and Subscribe then returns at
 // once with an error matching ErrInvalidConfig.
-func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer, opts *ConsumeOptions) error {
+func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer) error {
 	if c.done == nil {
 		return errNotBuilt
 	}
@@ -65,7 +65,7 @@ func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons
 	if err := checkAddressPart("subscription", subscription); err != nil {
 		return err
 	}
-	return c.consumeOn(ctx, topic+"::"+subscription, true, cons, opts)
+	return c.consumeOn(ctx, topic+"::"+subscription, true, cons)
 }
 
 // checkAddressPart refuses a blank name, and one holding "::", which

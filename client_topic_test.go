@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func startSubscribe(h *harness, topic, sub string, cons *Consumer, opts *ConsumeOptions) *consumeRun {
+func startSubscribe(h *harness, topic, sub string, cons *Consumer) *consumeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &consumeRun{cancel: cancel, done: make(chan error, 1)}
-	go func() { run.done <- h.c.Subscribe(ctx, topic, sub, cons, opts) }()
+	go func() { run.done <- h.c.Subscribe(ctx, topic, sub, cons) }()
 	h.t.Cleanup(func() {
 		cancel()
 		if err := <-run.done; err != nil && !errors.Is(err, ErrClosed) {
@@ -58,7 +58,7 @@ func TestSubscribeConsumesTheSubscriptionQueueAndDeadLettersToItsOwnQueue(t *tes
 			require.NoError(t, h.dial())
 			seen := newHandled()
 			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("ledger down"))}, append(opts, WithMaxTries(1))...)
-			run := startSubscribe(h, "orders.events", "billing", cons, nil)
+			run := startSubscribe(h, "orders.events", "billing", cons)
 
 			r := attachedReceiver(t, attached)
 			assert.Equal(t, "orders.events::billing", r.Address(), "the subscription queue, fully qualified")
@@ -101,7 +101,7 @@ func TestSubscribeRejectsInvalidNames(t *testing.T) {
 			if strings.HasPrefix(name, "nil") {
 				cons = nil
 			}
-			err := h.c.Subscribe(context.Background(), tc[0], tc[1], cons, nil)
+			err := h.c.Subscribe(context.Background(), tc[0], tc[1], cons)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
@@ -117,13 +117,12 @@ func TestConsumeAndSubscribeSendTheSelector(t *testing.T) {
 	for _, topic := range []bool{false, true} {
 		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
-		cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
-		o := &ConsumeOptions{Selector: "region = 'eu'", OnlyHandledURNs: true}
+		cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region = 'eu'"), WithOnlyHandledURNs())
 		var run *consumeRun
 		if topic {
-			run = startSubscribe(h, "orders", "billing", cons, o)
+			run = startSubscribe(h, "orders", "billing", cons)
 		} else {
-			run = startConsume(h, "orders", cons, o)
+			run = startConsume(h, "orders", cons)
 		}
 		r := attachedReceiver(t, attached)
 		assert.Len(t, r.Options.Filters, 1, "one selector filter (its text: TestComposeSelector)")
@@ -145,13 +144,14 @@ func TestConsumeRejectsABadSelectorBeforeAttaching(t *testing.T) {
 		"over the limit": "a = '" + strings.Repeat("x", maxSelectorLen) + "'",
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Consume(context.Background(), "orders", ok, &ConsumeOptions{Selector: sel})
+			withSel := mustConsumer(t, ok.handlers, WithSelector(sel))
+			err := h.c.Consume(context.Background(), "orders", withSel)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
-			err = h.c.Subscribe(context.Background(), "orders", "billing", ok, &ConsumeOptions{Selector: sel})
+			err = h.c.Subscribe(context.Background(), "orders", "billing", withSel)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
-	err := h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{}, WithUnknownURN(UnknownURNRelease)), &ConsumeOptions{OnlyHandledURNs: true})
+	err := h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{}, WithUnknownURN(UnknownURNRelease), WithOnlyHandledURNs()))
 	assert.ErrorIs(t, err, ErrInvalidConfig, "no handlers: nothing would ever be delivered")
 	assert.Empty(t, h.fb.conn(0).receiverList(), "nothing was attached")
 }
@@ -168,10 +168,10 @@ func TestConsumeEndsOnASelectorTheBrokerRefuses(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region == 'eu'"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := h.c.Subscribe(ctx, "orders", "billing", cons, &ConsumeOptions{Selector: "region == 'eu'"})
+	err := h.c.Subscribe(ctx, "orders", "billing", cons)
 	require.ErrorIs(t, err, ErrInvalidConfig, "at once, not retried until ctx ends")
 	require.NoError(t, ctx.Err())
 	assert.Contains(t, err.Error(), `"region == 'eu'"`)
@@ -201,10 +201,10 @@ func TestSubscribeEndsWhenTheSubscriptionHasAnotherSelector(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region = 'us'"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := h.c.Subscribe(ctx, "orders", "billing", cons, &ConsumeOptions{Selector: "region = 'us'"})
+	err := h.c.Subscribe(ctx, "orders", "billing", cons)
 	require.ErrorIs(t, err, ErrInvalidConfig, "at once, not re-attached (and the connection re-dialled) until ctx ends")
 	require.NoError(t, ctx.Err())
 	assert.Contains(t, err.Error(), "another selector")

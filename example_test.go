@@ -198,7 +198,7 @@ func ExampleWithObserver() {
 	ctx := context.Background()
 	m := &counters{}
 	sender := &fakelink.Sender{} // a go-amqp *amqp.Sender in a real program
-	pub := artemis.NewPublisher(sender, "orders", artemis.WithPublishObserver(m))
+	pub := artemis.NewPublisher(sender, "orders", artemis.WithObserver(m))
 	for id := range 3 {
 		if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]int{"order_id": id})); err != nil {
 			fmt.Println(err)

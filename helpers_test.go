@@ -400,7 +400,7 @@ func newHarness(t *testing.T, urls []string, opts *ClientOptions, prepare func(*
 	c.random = func() float64 { return 0.5 }
 	c.after = h.timers.after
 	h.c = c
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return h
 }
 
@@ -988,7 +988,7 @@ func renderMessage(t *testing.T, msg *amqp.Message) []byte {
 var fixedClock = time.Date(2025, 6, 5, 14, 12, 7, 250_000_000, time.UTC) // 1749132727250 ms
 
 func withClock(now time.Time) PublishOption {
-	return func(c *publishConfig) { c.now = func() time.Time { return now } }
+	return publishOption(func(c *publishConfig) { c.now = func() time.Time { return now } })
 }
 
 // contractPHP is CONTRACT.md's order-created envelope as a PHP producer

@@ -52,7 +52,7 @@ const defaultPriority = 4
 func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 	var cfg publishConfig
 	for _, o := range opts {
-		o(&cfg)
+		o.applyPublish(&cfg)
 	}
 	return newMessage(context.Background(), env, &cfg)
 }

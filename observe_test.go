@@ -226,7 +226,7 @@ func TestObserverPanicNeverChangesTheSettlement(t *testing.T) {
 	assert.Contains(t, logs.String(), `level=ERROR msg="settlement observer panicked" panic="observer bug"`)
 
 	s := &fakelink.Sender{}
-	p := NewPublisher(s, "orders", WithPublishObserver(panicking{}))
+	p := NewPublisher(s, "orders", WithObserver(panicking{}))
 	id, err := p.Publish(context.Background(), Job(urnCreated, map[string]int{"order_id": 1}))
 	require.NoError(t, err, "the publish succeeds despite the observer")
 	assert.NotEmpty(t, id)
@@ -305,7 +305,7 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 			if tc.sender != nil {
 				s = tc.sender(clk)
 			}
-			p := NewPublisher(s, "orders", WithPublishObserver(obs), func(c *publishConfig) { c.now = clk.now })
+			p := NewPublisher(s, "orders", WithObserver(obs), publishOption(func(c *publishConfig) { c.now = clk.now }))
 			id, err := p.Publish(context.Background(), Job(tc.urn, map[string]int{"order_id": 1}))
 
 			evs := obs.publishes()
@@ -336,12 +336,12 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 
 func TestPerCallPublishObserverReplacesThePublishers(t *testing.T) {
 	first, second := &observed{}, &observed{}
-	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(first))
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithObserver(first))
 	_, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	env, err := NewEnvelope(urnCreated, nil)
 	require.NoError(t, err)
-	_, err = p.Publish(context.Background(), env, WithPublishObserver(second))
+	_, err = p.Publish(context.Background(), env, WithObserver(second))
 	require.NoError(t, err)
 	assert.Len(t, first.publishes(), 1)
 	require.Len(t, second.publishes(), 1)
@@ -428,7 +428,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 		}
 	}
 	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
-	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
+	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithObserver(obs))))
 	if with > base {
 		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
 	}

@@ -104,7 +104,7 @@ func TestPublishEncodedWaitsForTheOutcome(t *testing.T) {
 	fs := &fakelink.Sender{Outcome: func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
 		return &amqp.StateRejected{}, nil
 	}}
-	id, err := NewPublisher(fs, "orders", WithPublishObserver(obs)).Publish(context.Background(), Encoded(body))
+	id, err := NewPublisher(fs, "orders", WithObserver(obs)).Publish(context.Background(), Encoded(body))
 	require.ErrorIs(t, err, ErrNotAccepted)
 	assert.Empty(t, id)
 	assert.Contains(t, err.Error(), "publish "+urnCreated+" to orders")

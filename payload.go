@@ -34,7 +34,7 @@ type PayloadValidator interface {
 // PayloadProtector is a PayloadValidator that also protects parts of the
 // data object on the wire: the schema module encrypts the fields a schema
 // marks x-gdpr-sensitive (the family's personal-data rule). Given to
-// WithPublishPayloadValidator, the data is validated as the caller wrote
+// WithPayloadValidator, the data is validated as the caller wrote
 // it, then ProtectPayload's result is what is sent; given to
 // WithPayloadValidator, UnprotectPayload runs first, then the check and the
 // handler see its result, while a dead-letter copy keeps the data as it

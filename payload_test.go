@@ -125,9 +125,9 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 		call   []PublishOption // per publish
 		sender func(*fakelink.Sender) Sender
 	}{
-		{"publisher option", []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil, nil},
-		{"per-call option", nil, []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil},
-		{"plain sender", []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil,
+		{"publisher option", []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil, nil},
+		{"per-call option", nil, []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil},
+		{"plain sender", []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil,
 			func(s *fakelink.Sender) Sender { return fakelink.PlainSender{S: s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,11 +172,11 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 func TestNewMessageChecksPayload(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, map[string]any{"order_id": -1})
 	require.NoError(t, err)
-	_, err = NewMessage(env, WithPublishPayloadValidator(&orderIDValidator{}))
+	_, err = NewMessage(env, WithPayloadValidator(&orderIDValidator{}))
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	_, err = NewMessage(env)
 	assert.NoError(t, err, "without a validator nothing is checked")
-	_, err = NewMessage(env, WithPublishPayloadValidator(nil))
+	_, err = NewMessage(env, WithPayloadValidator(nil))
 	assert.NoError(t, err, "a nil validator checks nothing")
 }
 
@@ -199,7 +199,7 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 	for _, receipt := range []bool{false, true} {
 		v := &blockingValidator{started: make(chan struct{}, 1)}
 		s := &fakelink.Sender{}
-		p := NewPublisher(s, "orders", WithPublishPayloadValidator(v))
+		p := NewPublisher(s, "orders", WithPayloadValidator(v))
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		var err error
 		if receipt {
@@ -278,7 +278,7 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 	ctx := context.Background()
 	fs := &fakelink.Sender{}
 	v := &fieldProtector{}
-	p := NewPublisher(fs, "orders", WithPublishPayloadValidator(v))
+	p := NewPublisher(fs, "orders", WithPayloadValidator(v))
 	_, err := p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"}))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"order_id":1,"email":"alice@example.com"}`, *v.seen.Load(), "the check saw the cleartext")
@@ -291,7 +291,7 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 
 	mine, err := NewEnvelope(urnCreated, json.RawMessage(`{"email":"bob@example.com"}`))
 	require.NoError(t, err)
-	msg, err := NewMessage(mine, WithPublishPayloadValidator(v))
+	msg, err := NewMessage(mine, WithPayloadValidator(v))
 	require.NoError(t, err)
 	assert.NotContains(t, msg.Value.(string), "bob@")
 	assert.Equal(t, `{"email":"bob@example.com"}`, string(mine.Data), "the caller's envelope is not changed")

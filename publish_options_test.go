@@ -188,7 +188,7 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 			require.NoError(t, err)
 			var cfg publishConfig
 			for _, o := range tc.opts {
-				o(&cfg)
+				o.applyPublish(&cfg)
 			}
 			fresh, err := newMessage(context.Background(), env, &cfg)
 			require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			ws := &fakelink.Sender{Wire: true}
 			var cfg publishConfig
-			opt(&cfg)
+			opt.applyPublish(&cfg)
 			require.ErrorIs(t, NewPublisher(ws, "orders").sendReused(context.Background(), ws, env, &cfg), ErrInvalidConfig)
 			assert.Empty(t, fs.Sent(), "nothing sent")
 			assert.Empty(t, ws.Sent(), "nothing sent")

@@ -33,7 +33,7 @@ func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 	if len(opts) > 0 {
 		base = new(publishConfig)
 		for _, o := range opts {
-			o(base)
+			o.applyPublish(base)
 		}
 	}
 	return &Publisher{sender: s, queue: queue, base: base}
@@ -53,7 +53,7 @@ func (p *Publisher) config(opts []PublishOption) *publishConfig {
 	}
 	cfg := p.copyConfig(new(publishConfig))
 	for _, o := range opts {
-		o(cfg)
+		o.applyPublish(cfg)
 	}
 	return cfg
 }

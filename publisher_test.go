@@ -469,7 +469,7 @@ func TestReusedMessageForgetsTheOptionsOfTheLastPublish(t *testing.T) {
 		require.NoError(t, err)
 		var cfg publishConfig
 		for _, o := range opts {
-			o(&cfg)
+			o.applyPublish(&cfg)
 		}
 		require.NoError(t, p.sendReused(context.Background(), ws, env, &cfg))
 	}

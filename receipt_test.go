@@ -443,7 +443,7 @@ func TestReceiptsAreObserved(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			obs := &observed{}
 			s := newPipeSender()
-			p := NewPublisher(s, "orders", WithPublishObserver(obs))
+			p := NewPublisher(s, "orders", WithObserver(obs))
 			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"n": 1}))
 			require.NoError(t, err)
 			assert.Empty(t, obs.publishes(), "not observed before the outcome")
@@ -459,7 +459,7 @@ func TestReceiptsAreObserved(t *testing.T) {
 	}
 	t.Run("refused before anything is sent", func(t *testing.T) {
 		obs := &observed{}
-		p := NewPublisher(newPipeSender(), "orders", WithPublishObserver(obs))
+		p := NewPublisher(newPipeSender(), "orders", WithObserver(obs))
 		_, err := p.PublishWithReceipt(context.Background(), Job(" ", nil))
 		require.ErrorIs(t, err, ErrInvalidEnvelope)
 		evs := obs.publishes()

@@ -182,7 +182,7 @@ func TestNoFormOfThePasswordInAnyURLText(t *testing.T) {
 				Logger:  slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			}, fb.dial)
 			if err == nil {
-				t.Cleanup(func() { _ = c.Close() })
+				t.Cleanup(func() { _ = c.Close(context.Background()) })
 				_, err = c.connection(context.Background())
 				require.Error(t, err, "the fake broker refuses every dial")
 				assert.ErrorIs(t, err, ErrConnect)
@@ -237,7 +237,7 @@ func TestNoPieceOfThePasswordInDialErrorsEventsOrLogs(t *testing.T) {
 						}})),
 				})
 				if err == nil {
-					_ = c.Close()
+					_ = c.Close(context.Background())
 					t.Fatal("Dial succeeded against a port with no broker")
 				}
 				if !errors.Is(err, ErrConnect) && !errors.Is(err, ErrInvalidConfig) {

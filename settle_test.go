@@ -314,7 +314,7 @@ func TestCallbackPanicIsLoggedToSlogDefault(t *testing.T) {
 
 func TestPublishObserverPanicIsLoggedToSlogDefault(t *testing.T) {
 	logs := captureDefaultLog(t)
-	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(panicking{}))
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithObserver(panicking{}))
 	_, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	lines := logs.lines(t)

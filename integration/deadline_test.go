@@ -45,7 +45,7 @@ func TestIntegrationACallersDeadlineIsItsOwn(t *testing.T) {
 		}
 	}})
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 

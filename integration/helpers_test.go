@@ -121,7 +121,7 @@ func onBrokerClientPublisher(t *testing.T, opts ...artemis.PublishOption) (conte
 	t.Cleanup(cancel)
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	pub, err := c.Publisher(ctx, q, opts...)
 	require.NoError(t, err)
 	return ctx, conn, q, pub

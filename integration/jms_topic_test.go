@@ -27,11 +27,11 @@ func TestIntegrationJMSTopicPublishReachesAGoSubscription(t *testing.T) {
 	b.RequireCLI(t)
 	topic := brokertest.Queue(t)
 	ta := newTally()
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)}, artemis.WithOnlyHandledURNs())
 	require.NoError(t, err)
 	// OnlyHandledURNs: the broker's selector reads the JMS producer's
 	// JMSType too.
-	subscribe(t, b.URL, topic, topic+".go", cons, &artemis.ConsumeOptions{OnlyHandledURNs: true})
+	subscribe(t, b.URL, topic, topic+".go", cons)
 
 	const id = "5c1d0e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*brokertest.CLITimeout)

@@ -35,7 +35,7 @@ func TestIntegrationClientPublisherPooledMessagesUnderResets(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{through}, nil)
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 

@@ -342,15 +342,15 @@ func pyDial(t *testing.T, b *brokertest.Broker) *artemis.Client {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{Username: b.User, Password: b.Password})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
 // pyConsume runs cons on queue in the background; the returned stop ends it
 // and checks that Consume returned nil within pyTimeout.
-func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) (stop func()) {
+func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer) (stop func()) {
 	t.Helper()
-	return testkit.ConsumeInBackground(t, c, queue, cons, opts, pyTimeout)
+	return testkit.ConsumeInBackground(t, c, queue, cons, pyTimeout)
 }
 
 // pyDelivery is one delivery a Go handler saw.
@@ -459,7 +459,7 @@ func TestIntegrationPythonPublishedGoConsumes(t *testing.T) {
 			return nil
 		},
 	})
-	stop := pyConsume(t, c, queue, cons, nil)
+	stop := pyConsume(t, c, queue, cons)
 	d := pyWait(t, got, "the Go handler")
 	stop()
 
@@ -509,7 +509,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			return errors.New("go handler fails on purpose")
 		},
 	}, artemis.WithMaxTries(3), artemis.WithRetryBackoff(artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}))
-	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender and the retry sender
+	stop := pyConsume(t, c, queue, failing) // Consume attaches the <q>.dlq sender and the retry sender
 	var seen []int
 	for range 3 {
 		seen = append(seen, pyWait(t, attempts, "a failing attempt"))
@@ -555,7 +555,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			return nil
 		},
 	})
-	stop = pyConsume(t, c, queue, ok, nil)
+	stop = pyConsume(t, c, queue, ok)
 	d := pyWait(t, got, "the redriven message")
 	stop()
 	t.Logf("redriven message wire: %s", pyWire(d.msg))
@@ -653,7 +653,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 			return nil
 		},
 	})
-	stopGo := pyConsume(t, c, queue, cons, nil)
+	stopGo := pyConsume(t, c, queue, cons)
 
 	// Python's handled lines arrive on the peer's stdout while it runs.
 	pyDone := make(chan []pyLine, 1)
@@ -778,7 +778,7 @@ func TestIntegrationPythonHandlesAGoScheduledRetry(t *testing.T) {
 			return errors.New("go handler fails on purpose")
 		},
 	}, artemis.WithRetrySchedule(func(int) time.Duration { return wait }))
-	stop := pyConsume(t, c, queue, cons, nil)
+	stop := pyConsume(t, c, queue, cons)
 	failedAt := pyWait(t, failed, "the Go attempt")
 	stop() // Consume returns once the failed delivery is settled: the copy is on the broker
 	assert.Empty(t, failed, "one Go attempt")

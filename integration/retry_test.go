@@ -29,7 +29,7 @@ func onBrokerClient(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string,
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return b, conn, q, c
 }
 
@@ -100,7 +100,7 @@ func TestIntegrationRetryAFailingMessageGetsMaxTriesThenTheDLQ(t *testing.T) {
 				opts = append(opts, artemis.WithRetrySender(conn.NewSender(q)), artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")))
 				listen(t, conn, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), 10)
 			} else {
-				testkit.ConsumeInBackground(t, c, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), nil, arrival)
+				testkit.ConsumeInBackground(t, c, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), arrival)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), arrival)
 			defer cancel()
@@ -179,7 +179,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 			return nil
 		},
 	}, artemis.WithLogger(quietLogger())) // the defaults: concurrency 1, maxTries 3, DefaultRetryBackoff
-	testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, arrival)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -260,7 +260,7 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 		log.add(env, msg)
 		return &gatewayError{}
 	}}, artemis.WithRetryBackoff(shortSchedule), artemis.WithLogger(quietLogger()))
-	testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, arrival)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*arrival)
 	defer cancel()
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
@@ -306,7 +306,7 @@ func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 
 	var log callLog
 	var refused atomic.Int32
@@ -323,7 +323,7 @@ func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
 	id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(16)))
 	require.NoError(t, err)
-	testkit.ConsumeInBackground(t, c, q, cons, nil, 2*arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, 2*arrival)
 
 	r := conn.NewReceiver(q+".dlq", nil)
 	dl := conn.Receive(r, 20*time.Second)

@@ -66,7 +66,7 @@ func TestIntegrationTLSRoundTrip(t *testing.T) {
 			defer cancel()
 			c, err := artemis.Dial(ctx, []string{raw}, &artemis.ClientOptions{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 			require.NoError(t, err)
-			defer c.Close()
+			defer c.Close(context.Background())
 			q := brokertest.Queue(t)
 			pub, err := c.Publisher(ctx, q)
 			require.NoError(t, err)
@@ -76,8 +76,8 @@ func TestIntegrationTLSRoundTrip(t *testing.T) {
 			cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:tls:checked": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 				got <- env
 				return nil
-			}})
-			stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}, 10*time.Second)
+			}}, artemis.WithoutDeadLetter())
+			stop := testkit.ConsumeInBackground(t, c, q, cons, 10*time.Second)
 			select {
 			case env := <-got:
 				assert.Equal(t, id, env.Meta.ID)

@@ -63,7 +63,7 @@ func consuming(t *testing.T, ctx context.Context, tel *recorded, client *artemis
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, queue, cons, nil) }()
+	go func() { done <- client.Consume(cctx, queue, cons) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {
@@ -75,11 +75,11 @@ func consuming(t *testing.T, ctx context.Context, tel *recorded, client *artemis
 
 func dial(t *testing.T, ctx context.Context, tel *recorded) *artemis.Client {
 	t.Helper()
-	client, err := artemis.Dial(ctx, []string{brokerURL(t)}, &artemis.ClientOptions{Observer: tel})
+	client, err := artemis.Dial(ctx, []string{brokerURL(t)}, nil)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	t.Cleanup(func() { _ = client.Close() })
+	t.Cleanup(func() { _ = client.Close(context.Background()) })
 	return client
 }
 
@@ -118,7 +118,7 @@ func TestIntegrationTraceThroughTheBroker(t *testing.T) {
 	tel := newRecorded(t, Config{ServerURL: url})
 	client := dial(t, ctx, tel)
 	queue := freshQueue("bqtest.otel")
-	cp, err := client.Publisher(ctx, queue)
+	cp, err := client.Publisher(ctx, queue, artemis.WithObserver(tel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestIntegrationRetriesAndDeadLettersAreCounted(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	client := dial(t, ctx, tel)
 	queue := freshQueue("bqtest.otel")
-	cp, err := client.Publisher(ctx, queue)
+	cp, err := client.Publisher(ctx, queue, artemis.WithObserver(tel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 
 func TestPublishMetrics(t *testing.T) {
 	tel := newRecorded(t, Config{})
-	ok := artemis.NewPublisher(&fakelink.Sender{}, "orders", artemis.WithPublishObserver(tel))
-	refused := artemis.NewPublisher(&fakelink.Sender{Outcome: fakelink.Reject}, "orders", artemis.WithPublishObserver(tel))
+	ok := artemis.NewPublisher(&fakelink.Sender{}, "orders", artemis.WithObserver(tel))
+	refused := artemis.NewPublisher(&fakelink.Sender{Outcome: fakelink.Reject}, "orders", artemis.WithObserver(tel))
 	for range 3 {
 		if _, err := ok.Publish(context.Background(), artemis.Job(urnCreated, nil)); err != nil {
 			t.Fatal(err)

@@ -149,7 +149,7 @@ func TestPublishOfAnInvalidEnvelopeIsRefusedAsTheLibraryRefusesIt(t *testing.T) 
 	tel := newRecorded(t, Config{})
 	s := &fakelink.Sender{}
 	obs := &countingObserver{}
-	pub := tel.Publisher(artemis.NewPublisher(s, "orders", artemis.WithPublishObserver(obs)), "orders")
+	pub := tel.Publisher(artemis.NewPublisher(s, "orders", artemis.WithObserver(obs)), "orders")
 	_, err := pub.Publish(context.Background(), artemis.Job("  ", nil))
 	if !errors.Is(err, artemis.ErrInvalidEnvelope) {
 		t.Fatalf("Publish with a blank URN: %v, want ErrInvalidEnvelope", err)

@@ -43,7 +43,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 	c := dial(t, amqpURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, queue, cons, nil) }()
+	go func() { done <- c.Consume(ctx, queue, cons) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done

@@ -45,13 +45,13 @@ func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // a slow effect: the others wait on its record
 			return chargeOnce(ctx, tx, e, m)
 		})(ctx, e, m)
-	}}, artemis.WithConcurrency(copies))
+	}}, artemis.WithConcurrency(copies), artemis.WithCredit(copies), artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: copies, NoDeadLetter: true})
+		_ = client.Consume(cctx, queue, cons)
 	}()
 	waitFor(t, 30*time.Second, func() bool { return arrived.get() == copies }) // 24 workers hold a copy each
 	close(start)
@@ -159,13 +159,13 @@ ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); er
 				mails.add()
 				return nil
 			})
-		})})
+		})}, artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = client.Consume(cctx, queue, cons)
 	}()
 	defer func() {
 		cancel()

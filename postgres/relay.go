@@ -624,7 +624,7 @@ func (r *Relay) publisher(ctx context.Context, queue string) (*artemis.ClientPub
 	}
 	opts := []artemis.PublishOption{artemis.WithDuplicateDetection()}
 	if r.o.Observer != nil {
-		opts = append(opts, artemis.WithPublishObserver(r.o.Observer))
+		opts = append(opts, artemis.WithObserver(r.o.Observer))
 	}
 	p, err := r.client.Publisher(ctx, queue, opts...)
 	if err != nil {

@@ -110,13 +110,13 @@ func TestBrokerValidateCommand(t *testing.T) {
 	got := newReceived()
 	cons, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": got.handler, "urn:babel:orders:refunded": got.handler,
-	})
+	}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	envs := got.wait(t, 3, 30*time.Second)
 	got.none(t, 300*time.Millisecond)
 	stop()
@@ -253,13 +253,13 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 		refused = append(refused, err)
 		mu.Unlock()
 		got.ch <- struct{}{}
-	}))
+	}), artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	got.wait(t, 7, 30*time.Second)
 	stop()
 	if err := <-done; err != nil {

@@ -40,7 +40,7 @@ func dial(t *testing.T, url string) *artemis.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -133,7 +133,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := newReceived()
-	dlqCons, err := artemis.NewConsumer(artemis.Handlers{conformanceURN: dead.handler})
+	dlqCons, err := artemis.NewConsumer(artemis.Handlers{conformanceURN: dead.handler}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := client.Consume(cctx, run.queue, run.cons, &artemis.ConsumeOptions{NoDeadLetter: run.queue != q}); err != nil {
+			if err := client.Consume(cctx, run.queue, run.cons); err != nil {
 				t.Errorf("Consume %s: %v", run.queue, err)
 			}
 		}()
@@ -228,7 +228,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := newReceived()
-	dlqCons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: dead.handler})
+	dlqCons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: dead.handler}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		cons  *artemis.Consumer
 	}{{q, cons}, {q + ".dlq", dlqCons}} {
 		go func() {
-			returned <- client.Consume(cctx, run.queue, run.cons, &artemis.ConsumeOptions{NoDeadLetter: run.queue != q})
+			returned <- client.Consume(cctx, run.queue, run.cons)
 		}()
 	}
 	start := time.Now()
@@ -319,7 +319,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(setup)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, nil) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	seen.none(t, time.Second)
 	stop()
 	<-done

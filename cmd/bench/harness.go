@@ -47,7 +47,7 @@ func (sd *side) close() {
 		_ = sd.cpub.Close(context.Background())
 	}
 	if sd.dialed != nil {
-		_ = sd.dialed.Close()
+		_ = sd.dialed.Close(context.Background())
 	}
 	if sd.conn != nil {
 		_ = sd.conn.Close()

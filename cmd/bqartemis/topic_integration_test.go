@@ -45,7 +45,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	var wg sync.WaitGroup
 	sctx, stop := context.WithCancel(ctx)
 	defer func() { stop(); wg.Wait() }()
@@ -56,7 +56,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, topic+"."+svc, cons, nil); err != nil {
+			if err := c.Subscribe(sctx, topic, topic+"."+svc, cons); err != nil {
 				t.Errorf("Subscribe %s: %v", svc, err)
 			}
 		})

@@ -56,7 +56,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	// The consumer is listening before anything is published, so the
 	// arrival times are the broker's doing, not ours.

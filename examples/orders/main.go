@@ -81,7 +81,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	// 1. Publish the orders. Duplicate detection makes a publish whose
 	// outcome was lost safe to retry: Artemis stores it once.

@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	got := make(chan string, 1)
 	ship := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {

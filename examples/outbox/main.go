@@ -151,13 +151,13 @@ func run(ctx context.Context, cfg Config, out io.Writer) error {
 				err = de.Err // the handler's own error
 			}
 			fmt.Fprintf(out, "billing  %v -> rolled back, back on the queue for a retry\n", err)
-		}))
+		}), artemis.WithoutDeadLetter())
 	if err != nil {
 		return err
 	}
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := make(chan error, 1)
-	go func() { consumed <- client.Consume(cctx, cfg.Queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { consumed <- client.Consume(cctx, cfg.Queue, cons) }()
 	defer func() {
 		stopConsumer()
 		<-consumed

@@ -52,7 +52,7 @@ func dialCluster(t *testing.T, cl *brokertest.Cluster, opts *artemis.ClientOptio
 	defer cancel()
 	c, err := artemis.DialCluster(ctx, cl.Members(), opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -63,7 +63,7 @@ func dialNode(t *testing.T, url string) *artemis.Client {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{Logger: quiet})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -143,7 +143,7 @@ func (t *tally) wait(tb testing.TB, timeout time.Duration) {
 func consume(t *testing.T, c *artemis.Client, queue string, h artemis.HandlerFunc, opts ...artemis.ConsumerOption) (stop func()) {
 	t.Helper()
 	cons := testkit.MustConsumer(t, artemis.Handlers{urn: h}, append([]artemis.ConsumerOption{artemis.WithLogger(quiet)}, opts...)...)
-	return testkit.ConsumeInBackground(t, c, queue, cons, nil, 30*time.Second)
+	return testkit.ConsumeInBackground(t, c, queue, cons, 30*time.Second)
 }
 
 // publishAll publishes n messages on p with a window of receipts in

@@ -46,7 +46,7 @@ func TestClusterReceiptsOfHealthyMembersDoNotWaitForAStalledOne(t *testing.T) {
 		DialTimeout: 15 * time.Second, // receipts' deadline 30 s, past the stall
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.True(t, c.Status().Members[0].Connected, "member 1 is connected through the proxy")
 	q := queueName(t, "stall")
 	p, err := c.Publisher(ctx, q)

@@ -40,7 +40,7 @@ func TestClusterTopicEachSubscriptionGetsEveryEventOnce(t *testing.T) {
 		}}, artemis.WithLogger(quiet), artemis.WithConcurrency(4))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- c.Subscribe(ctx, topic, topic+"."+svc, cons, nil) }()
+		go func() { done <- c.Subscribe(ctx, topic, topic+"."+svc, cons) }()
 		t.Cleanup(func() {
 			cancel()
 			select {
