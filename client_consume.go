@@ -230,7 +230,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 			return a, fmt.Errorf("%w %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
 		}
 		l.c.linkFailed(cn, err)
-		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
+		return a, fmt.Errorf("attach receiver to %s: %w", l.queue, l.c.red.error(err))
 	}
 	r := &countingReceiver{linkReceiver: lr}
 	if l.dlq != nil {

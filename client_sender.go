@@ -95,7 +95,7 @@ func (s *clientSender) link(ctx context.Context, wait bool) (*senderLink, error)
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, ctx.Err())
+			return nil, fmt.Errorf("attach sender to %s: %w", s.addr, ctx.Err())
 		}
 		sl, ev, err := s.attach(ctx, cn)
 		<-s.sem
@@ -126,7 +126,7 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 	cancel()
 	if err != nil {
 		s.c.linkFailed(cn, err)
-		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
+		return nil, nil, fmt.Errorf("attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
 	_, goAMQP := link.(*amqp.Sender)
 	sl := &senderLink{sender: s, cn: cn, link: link, goAMQP: goAMQP}

@@ -227,7 +227,7 @@ func TestListenReturnsLinkFailure(t *testing.T) {
 			require.Error(t, err)
 			var le *amqp.LinkError
 			assert.ErrorAs(t, err, &le)
-			assert.Contains(t, err.Error(), "babelqueue: receive")
+			assert.Contains(t, err.Error(), "receive: ")
 			assert.Equal(t, 1, r.Settled())
 		})
 	}

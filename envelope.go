@@ -256,7 +256,7 @@ func drawRandom(dst []byte) {
 	if rs.off+len(dst) > randomBatch {
 		if _, err := idRandomRead(rs.b[:]); err != nil {
 			// crypto/rand.Read does not fail (it ends the program instead).
-			panic(fmt.Sprintf("babelqueue: read random bytes: %v", err))
+			panic(fmt.Sprintf("artemis: read random bytes: %v", err))
 		}
 		rs.off = 0
 	}

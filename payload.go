@@ -63,7 +63,7 @@ func protectPayload(v PayloadValidator, env *Envelope) (*Envelope, error) {
 	}
 	out, err := p.ProtectPayload(env.URN, data)
 	if err != nil {
-		return nil, fmt.Errorf("babelqueue: protecting the data of %s: %w", env.URN, err)
+		return nil, fmt.Errorf("protecting the data of %s: %w", env.URN, err)
 	}
 	if bytes.Equal(out, data) {
 		return env, nil
@@ -105,7 +105,7 @@ type PayloadError struct {
 	Err error
 }
 
-// Error is "babelqueue: invalid payload for URN: /a: ...; /b: ...".
+// Error is "artemis: invalid payload for URN: /a: ...; /b: ...".
 func (e *PayloadError) Error() string {
 	var b strings.Builder
 	b.WriteString(ErrInvalidPayload.Error())

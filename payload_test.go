@@ -76,10 +76,10 @@ func TestPayloadErrorText(t *testing.T) {
 		{Pointer: "/order_id", Message: "must be >= 1"},
 		{Pointer: "", Message: "must have at most 3 properties"},
 	}}
-	assert.Equal(t, "babelqueue: invalid payload for urn:babel:orders:created: /order_id: must be >= 1; (root): must have at most 3 properties", err.Error())
+	assert.Equal(t, "artemis: invalid payload for urn:babel:orders:created: /order_id: must be >= 1; (root): must have at most 3 properties", err.Error())
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	assert.NotErrorIs(t, err, ErrInvalidEnvelope)
-	assert.Equal(t, "babelqueue: invalid payload", (&PayloadError{}).Error())
+	assert.Equal(t, "artemis: invalid payload", (&PayloadError{}).Error())
 }
 
 type plainValidator struct{ err error }
@@ -114,7 +114,7 @@ func TestCheckPayload(t *testing.T) {
 	err = checkPayload(ctx, plainValidator{cause}, "urn:z", json.RawMessage(`{}`))
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	assert.ErrorIs(t, err, cause)
-	assert.Equal(t, "babelqueue: invalid payload for urn:z: (root): schema says no", err.Error())
+	assert.Equal(t, "artemis: invalid payload for urn:z: (root): schema says no", err.Error())
 }
 
 func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
@@ -142,7 +142,7 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be >= 1")
 			assert.Contains(t, err.Error(), "/extra: is not allowed")
-			assert.True(t, strings.HasPrefix(err.Error(), "babelqueue: invalid payload for urn:babel:orders:created: "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "artemis: invalid payload for urn:babel:orders:created: "), err.Error())
 			var pe *PayloadError
 			require.ErrorAs(t, err, &pe)
 			assert.Len(t, pe.Violations, 2)

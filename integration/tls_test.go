@@ -117,7 +117,7 @@ func TestIntegrationTLSRefusals(t *testing.T) {
 	require.NoError(t, err)
 	// Each refusal comes before SASL, so a password of its own shows
 	// whether any piece of it is printed (the broker's is "babel", a piece
-	// of the library's "babelqueue:" prefix).
+	// of the library's module path).
 	const password = "Tq9#Lx/Vw"
 	u2, plain2 := *u, *plain
 	u2.User, plain2.User = url.UserPassword("babel", password), url.UserPassword("babel", password)

@@ -224,7 +224,7 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 (poison and gated messages)\n%s%s", code, out, errOut)
 	}
-	const poison = " urn:babel:orders:created: POISON (a consumer dead-letters it unread): babelqueue: invalid envelope: "
+	const poison = " urn:babel:orders:created: POISON (a consumer dead-letters it unread): artemis: invalid envelope: "
 	want := "#1" + poison + "the body is JSON but not an object: it is an array\n" +
 		"#2" + poison + "the body is JSON but not an object: it is an array\n" +
 		"#3" + poison + "meta is not an object: it is missing\n" +

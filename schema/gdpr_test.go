@@ -234,7 +234,7 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dead.DeadLetter.Reason != artemis.ReasonFailed || dead.DeadLetter.Error == nil ||
-		*dead.DeadLetter.Error != "babelqueue: cannot decrypt a protected field: email: the cipher could not decrypt it" {
+		*dead.DeadLetter.Error != "artemis: cannot decrypt a protected field: email: the cipher could not decrypt it" {
 		t.Errorf("dead_letter %+v", dead.DeadLetter)
 	}
 	sent, err := artemis.Decode([]byte(body))
@@ -323,7 +323,7 @@ func TestGDPRMarks(t *testing.T) {
 		}
 		// A string that does not decrypt is an ErrDecrypt naming the field.
 		_, err = enc.UnprotectPayload(urn, json.RawMessage(`{"tags":[{"v":"x"},{"v":"plain text"}]}`))
-		if !errors.Is(err, artemis.ErrDecrypt) || err.Error() != "babelqueue: cannot decrypt a protected field: tags[0].v: the cipher could not decrypt it" {
+		if !errors.Is(err, artemis.ErrDecrypt) || err.Error() != "artemis: cannot decrypt a protected field: tags[0].v: the cipher could not decrypt it" {
 			t.Errorf("a clear string: %v", err)
 		}
 	})

@@ -168,7 +168,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if b == nil {
 		t.Fatal("the record has no dead_letter block")
 	}
-	wantErr := "babelqueue: invalid payload for urn:babel:orders:created: /orderId: is not allowed; /order_id: is required"
+	wantErr := "artemis: invalid payload for urn:babel:orders:created: /orderId: is not allowed; /order_id: is required"
 	switch {
 	case b.Reason != artemis.ReasonFailed:
 		t.Errorf("reason %q, want failed", b.Reason)
@@ -253,7 +253,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 	if dl.Meta.ID != badID || dl.DeadLetter == nil || dl.DeadLetter.Error == nil {
 		t.Fatalf("the DLQ has %s (%+v), want %s with its dead_letter block", dl.Meta.ID, dl.DeadLetter, badID)
 	}
-	want := "babelqueue: invalid payload for " + ordersURN + ": /lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"
+	want := "artemis: invalid payload for " + ordersURN + ": /lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"
 	if *dl.DeadLetter.Error != want {
 		t.Errorf("error %q, want %q", *dl.DeadLetter.Error, want)
 	}
