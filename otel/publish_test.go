@@ -107,7 +107,7 @@ func TestPublishKeepsAGivenTraceIDAndReplacesAForwardedTraceparent(t *testing.T)
 	}
 }
 
-func TestPublishEnvelopeKeepsItsTraceID(t *testing.T) {
+func TestPublishOfAnEnvelopeKeepsItsTraceID(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	s := &fakelink.Sender{}
 	pub := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders")
