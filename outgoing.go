@@ -173,7 +173,11 @@ func EnvelopeOf(m Outgoing, defaults ...EnvelopeOption) (*Envelope, error) {
 		if len(defaults) > 0 {
 			m.opts = append(defaults[:len(defaults):len(defaults)], m.opts...)
 		}
-		return m.envelope("")
+		env, err := m.envelope("")
+		if err != nil {
+			return nil, err
+		}
+		return env, nil
 	case *Envelope:
 		if m == nil {
 			return nil, errNilEnvelope

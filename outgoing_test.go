@@ -116,3 +116,37 @@ func TestPublishEncodedWaitsForTheOutcome(t *testing.T) {
 	assert.Equal(t, env.Meta.ID, evs[0].MessageID)
 	assert.Len(t, fs.Sent(), 1)
 }
+
+// EnvelopeOf gives the envelope a publish of m sends: a Job's built with
+// the defaults before its own options, an envelope itself, Encoded bytes
+// decoded; what is no envelope is refused as a publish refuses it.
+func TestEnvelopeOfEachOutgoing(t *testing.T) {
+	env, err := EnvelopeOf(Job(urnCreated, map[string]int{"n": 1}, EnvelopeTraceID("mine")),
+		EnvelopeQueue("orders"), EnvelopeTraceID("default"))
+	require.NoError(t, err)
+	assert.Equal(t, urnCreated, env.URN)
+	assert.Equal(t, "orders", env.Meta.Queue, "a default applies")
+	assert.Equal(t, "mine", env.TraceID, "the Job's own option wins over a default")
+	assert.JSONEq(t, `{"n":1}`, string(env.Data))
+
+	built, err := EnvelopeOf(Job(urnCreated, nil), EnvelopeTraceID("default"))
+	require.NoError(t, err)
+	assert.Equal(t, "default", built.TraceID)
+
+	same, err := EnvelopeOf(env, EnvelopeTraceID("ignored"))
+	require.NoError(t, err)
+	assert.Same(t, env, same, "an envelope is itself; defaults do not touch it")
+
+	body, err := env.Encode()
+	require.NoError(t, err)
+	decoded, err := EnvelopeOf(Encoded(body))
+	require.NoError(t, err)
+	assert.Equal(t, env.Meta.ID, decoded.Meta.ID)
+	assert.Equal(t, "mine", decoded.TraceID)
+
+	for name, m := range map[string]Outgoing{"nil": nil, "nil envelope": (*Envelope)(nil), "not JSON": Encoded("{"), "blank URN": Job(" ", nil)} {
+		got, err := EnvelopeOf(m)
+		assert.ErrorIs(t, err, ErrInvalidEnvelope, name)
+		assert.Nil(t, got, name)
+	}
+}
