@@ -103,7 +103,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	fmt.Fprintf(out, "outbox example: queue %s, schema %s\n", cfg.Queue, cfg.Schema)
 
 	// 1. The order service: an order and its message, one transaction.
