@@ -19,7 +19,7 @@ func TestBenchFixtures(t *testing.T) {
 	for _, data := range []any{benchOrderStruct(), benchOrderMap()} {
 		env, err := benchRoundTrip(data)
 		require.NoError(t, err)
-		assert.Equal(t, benchURN, env.URN())
+		assert.Equal(t, benchURN, env.URN)
 		assert.Equal(t, benchTrace, env.TraceID)
 		assert.JSONEq(t, `{"order_id":1042,"amount":99.9,"currency":"USD","note":"café ☕"}`, string(env.Data))
 		m, err := benchFloorJSON(data)
@@ -37,11 +37,11 @@ func TestBenchFixtures(t *testing.T) {
 	// floor's send goes through the accepting sender.
 	want, err := NewMessage(env)
 	require.NoError(t, err)
-	assert.Equal(t, want, benchFloorMessage(env.Job, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
+	assert.Equal(t, want, benchFloorMessage(env.URN, env.TraceID, env.Meta.ID, string(body), time.UnixMilli(env.Meta.CreatedAt).UTC()))
 	s := &fakelink.Sender{Discard: true}
 	require.NoError(t, benchFloorPublish(context.Background(), s, string(body), benchMessageID, time.Now()))
 	p := NewPublisher(s, benchQueue)
-	id, err := p.Publish(context.Background(), benchURN, benchOrderStruct())
+	id, err := p.Publish(context.Background(), Job(benchURN, benchOrderStruct()))
 	require.NoError(t, err)
 	assert.NotEmpty(t, id)
 	assert.Equal(t, 2, s.Count())
@@ -99,10 +99,10 @@ func TestAllocationBudgets(t *testing.T) {
 		// the library's batches of randomness, no allocation); with it,
 		// sync.Pool drops some of encoding/json's encoder states, which then
 		// cost an allocation each (up to three).
-		{"Publish", 15, func() error { _, err := p.Publish(ctx, benchURN, structData); return err }},
-		{"Publish, map data", 24, func() error { _, err := p.Publish(ctx, benchURN, mapData); return err }},
-		{"Publish, 1 KB struct data", 15, func() error { _, err := p.Publish(ctx, benchURN, struct1K); return err }},
-		{"Publish, 1 KB map data", 24, func() error { _, err := p.Publish(ctx, benchURN, map1K); return err }},
+		{"Publish", 15, func() error { _, err := p.Publish(ctx, Job(benchURN, structData)); return err }},
+		{"Publish, map data", 24, func() error { _, err := p.Publish(ctx, Job(benchURN, mapData)); return err }},
+		{"Publish, 1 KB struct data", 15, func() error { _, err := p.Publish(ctx, Job(benchURN, struct1K)); return err }},
+		{"Publish, 1 KB map data", 24, func() error { _, err := p.Publish(ctx, Job(benchURN, map1K)); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
@@ -141,7 +141,7 @@ func TestClientAllocationBudgets(t *testing.T) {
 	data := any(benchOrderStruct())
 	publish := func(p *Publisher) func() {
 		return func() {
-			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+			if _, err := p.Publish(ctx, Job(benchURN, data)); err != nil {
 				t.Error(err)
 			}
 		}
@@ -162,7 +162,7 @@ func TestClientAllocationBudgets(t *testing.T) {
 
 	receipt := func(p *Publisher) func() {
 		return func() {
-			r, err := p.PublishWithReceipt(ctx, benchURN, data)
+			r, err := p.PublishWithReceipt(ctx, Job(benchURN, data))
 			if err == nil {
 				err = r.Wait(ctx)
 			}

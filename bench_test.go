@@ -158,7 +158,7 @@ func benchPublishLoop(b *testing.B, p *Publisher) int {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		id, err := p.Publish(ctx, benchURN, data)
+		id, err := p.Publish(ctx, Job(benchURN, data))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func BenchmarkRatios(b *testing.B) {
 				return benchFloorPublish(ctx, s, body, benchMessageID, created)
 			},
 			func() error {
-				id, err := p.Publish(ctx, benchURN, data)
+				id, err := p.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})
@@ -302,8 +302,8 @@ func BenchmarkRatios(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := clientOver(bc, nil)
-		defer c.Close()
+		c := clientOver(bc)
+		defer c.Close(context.Background())
 		cp, err := c.Publisher(ctx, benchQueue)
 		if err != nil {
 			b.Fatal(err)
@@ -312,12 +312,12 @@ func BenchmarkRatios(b *testing.B) {
 		data := benchOrderStruct()
 		benchPair(b,
 			func() error {
-				id, err := p.Publish(ctx, benchURN, data)
+				id, err := p.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			},
 			func() error {
-				id, err := cp.Publish(ctx, benchURN, data)
+				id, err := cp.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})
@@ -528,7 +528,7 @@ func BenchmarkHandleRoutedObserved(b *testing.B) {
 func BenchmarkPublishObserved(b *testing.B) {
 	obs := &benchObserver{}
 	s := &fakelink.Sender{Discard: true}
-	n := benchPublishLoop(b, NewPublisher(s, benchQueue, WithPublishObserver(obs)))
+	n := benchPublishLoop(b, NewPublisher(s, benchQueue, WithObserver(obs)))
 	if obs.accepted.Load() != int64(n) || s.Count() != n {
 		b.Fatalf("%d publishes: %d observed accepted, %d sends", n, obs.accepted.Load(), s.Count())
 	}
@@ -568,16 +568,16 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		obs := &benchObserver{}
 		s := &fakelink.Sender{Discard: true}
 		plain := NewPublisher(s, benchQueue)
-		observed := NewPublisher(s, benchQueue, WithPublishObserver(obs))
+		observed := NewPublisher(s, benchQueue, WithObserver(obs))
 		data := benchOrderStruct()
 		benchPair(b,
 			func() error {
-				id, err := plain.Publish(ctx, benchURN, data)
+				id, err := plain.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			},
 			func() error {
-				id, err := observed.Publish(ctx, benchURN, data)
+				id, err := observed.Publish(ctx, Job(benchURN, data))
 				benchSinkID = id
 				return err
 			})

@@ -28,9 +28,9 @@ func Dial(ctx context.Context, urls []string, opts *ClientOptions) (*Client, err
 	if err != nil {
 		return nil, err
 	}
-	c := clientOver(b, opts)
+	c := clientOver(b)
 	if _, err := b.connection(ctx); err != nil {
-		_ = c.Close()
+		_ = c.closeNow()
 		return nil, err
 	}
 	return c, nil
@@ -80,9 +80,9 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 	if err != nil {
 		return nil, err
 	}
-	c := clientOver(cl, opts)
+	c := clientOver(cl)
 	if err := cl.dialMembers(ctx); err != nil {
-		_ = c.Close()
+		_ = c.closeNow()
 		return nil, err
 	}
 	return c, nil
@@ -95,8 +95,7 @@ func DialCluster(ctx context.Context, nodes [][]string, opts *ClientOptions) (*C
 // Publisher and Consumer work on any go-amqp link you manage. A Client is
 // safe for concurrent use.
 type Client struct {
-	be       backend  // nil in a zero Client: nothing was opened
-	observer Observer // every Client.Publisher's, unless it has its own
+	be backend // nil in a zero Client: nothing was opened
 }
 
 // backend is what a Client runs on: one broker (brokerClient) or a
@@ -108,11 +107,13 @@ type backend interface {
 	publishSender(ctx context.Context, queue string, topic bool) (publishLink, error)
 	// consume runs Consume (or Subscribe) with cons and o validated and
 	// credit settled.
-	consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error
+	consume(ctx context.Context, queue string, src source, cons *Consumer, o consumeOptions, credit int32) error
 	// status is Status (ClientStatus.Members set by a cluster).
 	status() ClientStatus
-	// close is Close: later calls return nil.
-	close() error
+	// closeWithin is Close: it marks the backend closed at once (every
+	// later call fails with ErrClosed) and waits for the connections'
+	// teardown until ctx ends; later calls return nil.
+	closeWithin(ctx context.Context) error
 }
 
 var (
@@ -120,15 +121,8 @@ var (
 	_ backend = (*clusterClient)(nil)
 )
 
-// clientOver is the user's Client over be, with opts's Observer (nil opts:
-// none).
-func clientOver(be backend, opts *ClientOptions) *Client {
-	c := &Client{be: be}
-	if opts != nil {
-		c.observer = opts.Observer
-	}
-	return c
-}
+// clientOver is the user's Client over be.
+func clientOver(be backend) *Client { return &Client{be: be} }
 
 // Publisher attaches a sender to queue with the "queue" capability (an
 // anycast queue on Artemis) and returns a publisher over it. opts apply to
@@ -154,9 +148,9 @@ func clientOver(be backend, opts *ClientOptions) *Client {
 //
 // When no broker answers, the error matches ErrConnect: nothing was sent,
 // and publishing again is safe. A caller retrying an unknown outcome on its
-// own must resend the same envelope (PublishEnvelope with
-// WithDuplicateDetection) for Artemis to recognise it: Publish mints a new
-// meta.id each call. A rejected, released or modified outcome is the
+// own must resend the same envelope (Publish of the *Envelope with
+// WithDuplicateDetection) for Artemis to recognise it: a Job mints a new
+// meta.id each publish. A rejected, released or modified outcome is the
 // broker's answer, returned as an *OutcomeError and never retried.
 //
 // PublishWithReceipt pipelines over the current link (go-amqp's
@@ -196,22 +190,13 @@ func (c *Client) publisher(ctx context.Context, queue string, topic bool, opts [
 	if err != nil {
 		return nil, err
 	}
-	return &ClientPublisher{Publisher: NewPublisher(s, queue, c.publishOptions(opts)...), link: s}, nil
-}
-
-// publishOptions puts the Client's Observer (ClientOptions.Observer) before
-// opts, so a publisher's own WithPublishObserver replaces it.
-func (c *Client) publishOptions(opts []PublishOption) []PublishOption {
-	if c.observer != nil {
-		opts = append([]PublishOption{WithPublishObserver(c.observer)}, opts...)
-	}
-	return opts
+	return &ClientPublisher{Publisher: NewPublisher(s, queue, opts...), link: s}, nil
 }
 
 // ClientPublisher is a Publisher whose link the Client keeps attached: after
 // the link or the connection is lost, the next publish re-dials and
 // re-attaches, without the caller rebuilding anything. Publish and
-// PublishEnvelope come from the embedded Publisher.
+// PublishWithReceipt come from the embedded Publisher.
 type ClientPublisher struct {
 	*Publisher
 	link publishLink // one broker's reconnecting sender, or a cluster's
@@ -251,63 +236,53 @@ func (p *ClientPublisher) Close(ctx context.Context) error {
 // before Consume returns; then the receiver and the dead-letter sender are
 // detached side by side, each given at most 2 s, so an unresponsive
 // network does not hold Consume longer. A failed link's detach is bounded
-// by ctx and the dial timeout. With ConsumeOptions.MaxMessages or
-// StopWhenIdle, Consume also returns nil once that limit is reached, as on
-// ctx's end.
-func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer, opts *ConsumeOptions) error {
+// by ctx and the dial timeout. With WithMaxMessages or WithStopWhenIdle,
+// Consume also returns nil once that limit is reached, as on ctx's end.
+// Credit, selector and dead-letter sender are the Consumer's options too
+// (WithCredit, WithSelector, WithOnlyHandledURNs, WithoutDeadLetter).
+func (c *Client) Consume(ctx context.Context, queue string, cons *Consumer) error {
 	if c.be == nil {
 		return errNotBuilt
 	}
 	if strings.TrimSpace(queue) == "" {
 		return fmt.Errorf("%w: the queue name is blank", ErrInvalidConfig)
 	}
-	return c.consumeOn(ctx, queue, source{}, cons, opts)
+	return c.consumeOn(ctx, queue, source{}, cons)
 }
 
 // consumeOn is Consume on queue, a subscription's address::queue when
 // src.topic is set (Subscribe); queue was checked.
-func (c *Client) consumeOn(ctx context.Context, queue string, src source, cons *Consumer, opts *ConsumeOptions) error {
+func (c *Client) consumeOn(ctx context.Context, queue string, src source, cons *Consumer) error {
 	if cons == nil {
 		return fmt.Errorf("%w: the consumer is nil", ErrInvalidConfig)
 	}
 	if cons.err != nil {
 		return cons.err
 	}
-	var o ConsumeOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := cons.run
 	if err := src.check(o, cons); err != nil {
 		return err
 	}
-	sel, err := composeSelector(o.Selector, o.OnlyHandledURNs, cons.handlers)
+	sel, err := composeSelector(o.selector, o.onlyHandled, cons.handlers)
 	if err != nil {
 		return err
 	}
 	src.selector = sel
-	credit := o.Credit
-	switch {
-	case credit < 0:
-		return fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, credit)
-	case credit == 0:
+	credit := o.credit
+	if credit == 0 {
 		credit = defaultCredit(cons.concurrency)
 	}
 	credit = min(credit, math.MaxInt32)
-	switch {
-	case o.MaxMessages < 0:
-		return fmt.Errorf("%w: MaxMessages is %d, want >= 0", ErrInvalidConfig, o.MaxMessages)
-	case o.StopWhenIdle < 0:
-		return fmt.Errorf("%w: StopWhenIdle is %v, want >= 0", ErrInvalidConfig, o.StopWhenIdle)
-	case o.MaxMessages > 0 || o.StopWhenIdle > 0:
+	if o.maxMessages > 0 || o.stopWhenIdle > 0 {
 		// A bounded Consume: the limit ends this context when reached.
 		var end context.CancelFunc
 		ctx, end = context.WithCancel(ctx)
 		defer end()
 		bounded := *cons
-		bounded.limit = newConsumeLimit(o.MaxMessages, o.StopWhenIdle, end)
+		bounded.limit = newConsumeLimit(o.maxMessages, o.stopWhenIdle, end)
 		cons = &bounded
-		if o.MaxMessages > 0 {
-			credit = min(credit, o.MaxMessages)
+		if o.maxMessages > 0 {
+			credit = min(credit, o.maxMessages)
 		}
 	}
 	return c.be.consume(ctx, queue, src, cons, o, int32(credit))
@@ -334,9 +309,17 @@ func (c *Client) Status() ClientStatus {
 // for the connection with an error that matches both ErrConnect and
 // ErrClosed). It waits for no dial. Cancel Consume's context first for a
 // graceful stop that lets handlers in flight settle.
-func (c *Client) Close() error {
+//
+// ctx bounds the wait for the connection's close handshake: when it ends
+// first, Close returns its error at once; the Client is closed all the same
+// (every call fails with ErrClosed), and the connection's teardown finishes
+// on its own.
+func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.be == nil {
 		return nil // a nil or zero Client: nothing was opened
 	}
-	return c.be.close()
+	return c.be.closeWithin(ctx)
 }
+
+// closeNow is Close, waiting for the teardown.
+func (c *Client) closeNow() error { return c.be.closeWithin(context.Background()) }

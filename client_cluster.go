@@ -60,7 +60,7 @@ func newCluster(nodes [][]string, opts *ClientOptions, dial dialFunc) (*clusterC
 		m, err := newClient(urls, opts, dial)
 		if err != nil {
 			// Close the members built so far.
-			_ = c.close()
+			_ = c.closeWithin(context.Background())
 			return nil, err
 		}
 		c.members = append(c.members, m)
@@ -90,18 +90,34 @@ func (c *clusterClient) dialMembers(ctx context.Context) error {
 	return c.red.error(fmt.Errorf("%w: no cluster member answered: %w", ErrConnect, errors.Join(failed...)))
 }
 
-// close marks the cluster closed and closes every member.
-func (c *clusterClient) close() error {
+// closeWithin marks the cluster and every member closed at once, then
+// waits for the members' teardowns until ctx ends.
+func (c *clusterClient) closeWithin(ctx context.Context) error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	var errs []error
+	// Every member marked closed first, then their teardowns side by side.
+	errs := make([]error, len(c.members))
+	var wg sync.WaitGroup
 	for i, m := range c.members {
-		if err := m.close(); err != nil {
-			errs = append(errs, fmt.Errorf("member %d: %w", i+1, err))
+		cn, first := m.shut()
+		if !first || cn == nil {
+			continue
 		}
+		wg.Go(func() {
+			if cn.dead() {
+				_ = cn.conn.Close()
+				return
+			}
+			if err := m.red.error(cn.conn.Close()); err != nil {
+				errs[i] = fmt.Errorf("member %d: %w", i+1, err)
+			}
+		})
 	}
-	return errors.Join(errs...)
+	return waitFor(ctx, func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	})
 }
 
 func (c *clusterClient) isClosed() bool { return c.closed.Load() }
@@ -125,7 +141,7 @@ func routingKey(msg *amqp.Message) string {
 	return ""
 }
 
-// clusterSender is the OutcomeSender of a cluster publisher: it routes each
+// clusterSender is the outcomeSender of a cluster publisher: it routes each
 // message to one member's reconnecting sender.
 type clusterSender struct {
 	c       *clusterClient
@@ -312,13 +328,13 @@ func (s *clusterSender) close(ctx context.Context) error {
 }
 
 var (
-	_ OutcomeSender = (*clusterSender)(nil)
+	_ outcomeSender = (*clusterSender)(nil)
 	_ sendPath      = (*clusterSender)(nil)
 )
 
 // consume runs Consume on every member side by side. cons and o were
 // validated, and credit settled, by Consume.
-func (c *clusterClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *clusterClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o consumeOptions, credit int32) error {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One memory of failed attempts for every member's loop: a message that

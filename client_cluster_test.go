@@ -76,9 +76,9 @@ func newClusterHarnessDialling(t *testing.T, n int, opts *ClientOptions, prepare
 	}
 	cl, err := newCluster(nodes, &o, dial)
 	require.NoError(t, err)
-	c := clientOver(cl, &o)
+	c := clientOver(cl)
 	h.cl, h.c = cl, c
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return h
 }
 
@@ -157,7 +157,7 @@ func TestDialClusterSucceedsWithOneMemberUpAndFailsWithNone(t *testing.T) {
 func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 30 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	for i := range 3 {
@@ -169,7 +169,7 @@ func TestClusterPublishesSpreadOverTheMembers(t *testing.T) {
 func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 3, nil)
 	for range 12 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("customer-7"))
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("customer-7"))
 		require.NoError(t, err)
 	}
 	want := memberOf("customer-7", 3)
@@ -178,7 +178,7 @@ func TestClusterPinsAGroupAndADuplicateIDToOneMember(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, orderData)
 	require.NoError(t, err)
 	for range 2 { // the caller's own retry of the same envelope
-		_, err := p.PublishEnvelope(context.Background(), env, WithDuplicateDetection())
+		_, err := p.Publish(context.Background(), env, WithDuplicateDetection())
 		require.NoError(t, err)
 	}
 	dup := memberOf(env.Meta.ID, 3)
@@ -211,14 +211,14 @@ func TestClusterKeyedPublishWaitsForItsMember(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := p.Publish(ctx, urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(ctx, Job(urnCreated, orderData), WithGroupID("g"))
 	assert.ErrorIs(t, err, ErrConnect, "waited for its member until ctx ended")
 	for i := range 3 {
 		assert.Zero(t, h.keptBy(i, "orders"), "member %d: nothing went elsewhere", i+1)
 	}
 
 	h.setDown(own, false)
-	_, err = p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy(own, "orders"), "on its member once it is back")
 }
@@ -229,7 +229,7 @@ func TestClusterFailoverSendsAKeyedPublishToTheNextMember(t *testing.T) {
 	h.setDown(own, true)
 	h.connOf(own).kill(&amqp.ConnError{})
 
-	_, err := p.Publish(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy((own+1)%3, "orders"), "the next member took it")
 }
@@ -241,7 +241,7 @@ func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
 	require.Eventually(t, func() bool { return !h.c.Status().Members[1].Connected }, 5*time.Second, time.Millisecond)
 
 	for range 20 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	assert.Zero(t, h.keptBy(1, "orders"))
@@ -251,7 +251,7 @@ func TestClusterUnkeyedPublishesSkipAMemberThatIsDown(t *testing.T) {
 
 func TestClusterReceiptPipelinesOnTheKeyedMember(t *testing.T) {
 	h, p := dialedClusterPublisher(t, 2, nil)
-	r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID("g"))
+	r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID("g"))
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 	assert.Equal(t, 1, h.keptBy(memberOf("g", 2), "orders"))
@@ -275,7 +275,7 @@ func TestClusterConsumesFromEveryMemberAndReattachesALostOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- h.c.Consume(ctx, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}), nil)
+		done <- h.c.Consume(ctx, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}))
 	}()
 
 	for range 3 {
@@ -313,10 +313,10 @@ func TestClusterConsumeReturnsErrClosedAndCloseClosesEveryMember(t *testing.T) {
 	require.NoError(t, h.cl.dialMembers(context.Background()))
 	done := make(chan error, 1)
 	go func() {
-		done <- h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{urnCreated: succeeding}), nil)
+		done <- h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{urnCreated: succeeding}))
 	}()
 	require.Eventually(t, func() bool { return len(h.connOf(0).receiverList()) == 1 && len(h.connOf(1).receiverList()) == 1 }, 5*time.Second, time.Millisecond)
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	select {
 	case err := <-done:
 		assert.ErrorIs(t, err, ErrClosed)
@@ -333,9 +333,9 @@ func TestClusterConsumeReturnsErrClosedAndCloseClosesEveryMember(t *testing.T) {
 
 func TestClusterConsumeRefusesABadConsumerAtOnce(t *testing.T) {
 	h := newClusterHarness(t, 2, nil, nil)
-	err := h.c.Consume(context.Background(), " ", mustConsumer(t, Handlers{urnCreated: succeeding}), nil)
+	err := h.c.Consume(context.Background(), " ", mustConsumer(t, Handlers{urnCreated: succeeding}))
 	assert.ErrorIs(t, err, ErrInvalidConfig)
-	err = h.c.Consume(context.Background(), "orders", nil, nil)
+	err = h.c.Consume(context.Background(), "orders", nil)
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 }
 
@@ -411,7 +411,7 @@ func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
 	require.NoError(t, h.cl.dialMembers(context.Background()))
 	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
 	require.NoError(t, err)
-	_, err = p.PublishEnvelope(context.Background(), env)
+	_, err = p.Publish(context.Background(), env)
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy(own, "orders"), "stored once, on its member")
 	for i := range 3 {

@@ -116,7 +116,7 @@ func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
 
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.ErrorIs(t, err, ErrOutcomeUnknown, "the link broke after the transfer was written")
 
 	// The next publishes find the link broken: its detach hangs, but in the
@@ -126,7 +126,7 @@ func TestAPublishOnABrokenLinkDoesNotWaitForItsDetach(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_, err := p.Publish(ctx, urnCreated, orderData)
+			_, err := p.Publish(ctx, Job(urnCreated, orderData))
 			assert.NoError(t, err)
 		})
 	}
@@ -148,7 +148,7 @@ func hangingConsume(t *testing.T) (*harness, *hangingCloses, *consumeRun, *fakel
 	h.b.dial = hc.wrap(h.fb.dial)
 	h.b.closeGrace = 50 * time.Millisecond
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	r := attachedReceiver(t, attached)
 	return h, hc, run, r
 }

@@ -18,98 +18,21 @@ import (
 const MinCredit = 100
 
 // defaultCredit is the link credit Consume grants a Consumer with
-// concurrency workers when ConsumeOptions.Credit is 0.
+// concurrency workers without WithCredit.
 func defaultCredit(concurrency int) int { return max(2*concurrency, MinCredit) }
-
-// ConsumeOptions configures Client.Consume. nil means the defaults.
-type ConsumeOptions struct {
-	// Credit is the receiver's link credit: how many deliveries the broker
-	// may push ahead of the handlers. A credit below the concurrency leaves
-	// workers idle. The window refills as deliveries are settled (go-amqp
-	// grants the settled ones again), so it bounds what the process holds:
-	// at most Credit messages (memory: Credit times the largest message;
-	// lower it for messages of hundreds of KB). Deliveries held on credit
-	// when ctx ends go back to the queue with the link, not counted as a
-	// delivery attempt (Artemis, on a clean detach); after a crash Artemis
-	// may count every delivery the process held as an attempt.
-	// Default: max(2*concurrency, MinCredit), 100 up to 50 workers: the
-	// window at which eight workers get raw go-amqp's throughput, while two
-	// instances sharing a backlog still take even shares.
-	Credit int
-
-	// NoDeadLetter attaches no dead-letter sender: messages that would be
-	// dead-lettered are dropped and reported, as the Consumer does without
-	// one. Ignored when the Consumer already has its own
-	// (WithDeadLetterSender). Default: false.
-	NoDeadLetter bool
-
-	// MaxMessages makes Consume return, nil, once it has taken this many
-	// deliveries and they were handled and settled, for a job that works
-	// a batch and exits. No delivery beyond them reaches a handler: those
-	// the broker pushed ahead on credit go back to the queue with the
-	// link, uncounted (the credit is at most MaxMessages). Default: 0, no
-	// limit.
-	MaxMessages int
-
-	// StopWhenIdle makes Consume return, nil, once no delivery has come
-	// for this long (the queue is empty, as far as a receiver can tell:
-	// AMQP has no end-of-queue mark), after the handlers in flight
-	// settled. A delivery a handler failed and the broker sends again
-	// after that stays on the queue for the next run. On a cluster Client
-	// it returns once every member's receiver was idle. With
-	// MaxMessages, whichever comes first. Default: 0, never.
-	StopWhenIdle time.Duration
-
-	// Selector is a JMS message selector the broker applies before it
-	// delivers: a message it excludes is never sent to this consumer, so it
-	// is neither decoded, handled nor dead-lettered here (see
-	// docs/pubsub.md). It reads the message's properties: JMSType (the
-	// URN), the bq_ properties and the application headers, for example
-	// "bq_source_lang = 'java'" or "region IN ('eu','uk')". On a queue it
-	// filters this consumer only: the messages it excludes stay on the
-	// queue for other consumers. On a subscription (Client.Subscribe) it
-	// is the subscription queue's filter, set when the broker creates the
-	// queue: the messages it excludes never enter it. It is checked when
-	// Consume or Subscribe starts (ErrInvalidConfig), and a selector the
-	// broker refuses ends them at the attach with an error matching
-	// ErrInvalidConfig that quotes it. Default: none.
-	Selector string
-
-	// OnlyHandledURNs has the broker deliver only the URNs the Consumer
-	// has handlers for (JMSType IN (...), AND-ed with Selector): an event
-	// of another URN is never delivered, so the unknown-URN strategy never
-	// sees it. Default: false, every message is delivered.
-	OnlyHandledURNs bool
-
-	// NonDurable makes Client.Subscribe's subscription live only while a
-	// consumer is attached to it: a non-durable queue that Artemis creates
-	// at the first attach, shares between every consumer that subscribes
-	// with the same topic and subscription name (in any process), and
-	// deletes when the last one detaches, with what it still holds.
-	// Nothing published while no consumer runs is kept for it. Its queue
-	// is <subscription>:shared-volatile:global (what a JMS shared
-	// non-durable subscription over AMQP uses), its dead letters go to that
-	// name's .dlq, which is kept, and its retries are immediate
-	// redeliveries: a scheduled copy could outlive the queue, so a
-	// Consumer with WithRetrySchedule or WithRetryBackoff is refused
-	// (docs/pubsub.md). Subscribe only: Consume refuses it.
-	// Default: false, the subscription is a durable queue.
-	NonDurable bool
-}
 
 // source is what a consume loop's receiver asks of the broker besides the
 // queue: the "topic" capability of a subscription (Subscribe), the
-// selector (ConsumeOptions.Selector and OnlyHandledURNs, composed and
-// checked; "" for none), and for a non-durable subscription the address
-// the receiver attaches to and the subscription name its link is named
-// after.
+// selector (WithSelector and WithOnlyHandledURNs, composed and checked; ""
+// for none), and for a non-durable subscription the address the receiver
+// attaches to and the subscription name its link is named after.
 type source struct {
 	topic    bool
 	selector string
 	volatile *volatileSub // nil: a queue or a durable subscription
 }
 
-// volatileSub is a non-durable subscription (ConsumeOptions.NonDurable):
+// volatileSub is a non-durable subscription (WithNonDurable):
 // a receiver on the topic itself, as a JMS shared non-durable subscriber
 // attaches over AMQP: the capabilities topic, shared and global, no
 // terminus durability, expiry at the link's detach, and a link name that
@@ -144,14 +67,14 @@ func (s source) address(queue string) string {
 	return queue
 }
 
-// check refuses what a source cannot take: NonDurable outside Subscribe,
+// check refuses what a source cannot take: WithNonDurable outside Subscribe,
 // and a scheduled retry on a non-durable subscription (a copy scheduled on
 // its queue could outlive it, and sent once the queue is gone, Artemis
 // would create a durable queue of that name for it).
-func (s source) check(o ConsumeOptions, cons *Consumer) error {
+func (s source) check(o consumeOptions, cons *Consumer) error {
 	switch {
-	case o.NonDurable && s.volatile == nil:
-		return fmt.Errorf("%w: NonDurable is for Client.Subscribe: a queue is durable or not by the broker's configuration", ErrInvalidConfig)
+	case o.nonDurable && s.volatile == nil:
+		return fmt.Errorf("%w: WithNonDurable is for Client.Subscribe: a queue is durable or not by the broker's configuration", ErrInvalidConfig)
 	case s.volatile != nil && cons.scheduleSet && cons.schedule != nil && cons.retrySender == nil:
 		return fmt.Errorf("%w: a non-durable subscription retries at once: a retry scheduled on its queue could outlive it (drop WithRetrySchedule/WithRetryBackoff, or subscribe durably)", ErrInvalidConfig)
 	}
@@ -160,7 +83,7 @@ func (s source) check(o ConsumeOptions, cons *Consumer) error {
 
 // consume is Consume on one broker, cons and o validated and credit
 // settled.
-func (c *brokerClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o ConsumeOptions, credit int32) error {
+func (c *brokerClient) consume(ctx context.Context, queue string, src source, cons *Consumer, o consumeOptions, credit int32) error {
 	// The Consumer is immutable; give this loop its own copy wired to the
 	// Client's dead-letter sender. (Consumer holds no locks, so a copy is a
 	// faithful one.)
@@ -177,7 +100,7 @@ func (c *brokerClient) consume(ctx context.Context, queue string, src source, co
 		run.schedule = nil
 	}
 	var dlq *clientSender
-	if run.dlq == nil && !o.NoDeadLetter {
+	if run.dlq == nil && !o.noDeadLetter {
 		dlq = c.newSender(dlqAddress(run.queue))
 		run.dlq = dlq
 	}
@@ -293,7 +216,7 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 			return a, fmt.Errorf("%w %q on %s: %w", errSelectorRefused, l.src.selector, l.queue, l.c.red.error(err))
 		}
 		l.c.linkFailed(cn, err)
-		return a, fmt.Errorf("babelqueue: attach receiver to %s: %w", l.queue, l.c.red.error(err))
+		return a, fmt.Errorf("attach receiver to %s: %w", l.queue, l.c.red.error(err))
 	}
 	if l.creditBytes > 0 {
 		if lr, err = l.windowed(ctx, lr); err != nil {

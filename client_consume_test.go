@@ -22,10 +22,10 @@ type consumeRun struct {
 	done   chan error
 }
 
-func startConsume(h *harness, queue string, cons *Consumer, opts *ConsumeOptions) *consumeRun {
+func startConsume(h *harness, queue string, cons *Consumer) *consumeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &consumeRun{cancel: cancel, done: make(chan error, 1)}
-	go func() { run.done <- h.c.Consume(ctx, queue, cons, opts) }()
+	go func() { run.done <- h.c.Consume(ctx, queue, cons) }()
 	h.t.Cleanup(func() {
 		cancel()
 		if err := <-run.done; err != nil && !errors.Is(err, ErrClosed) {
@@ -133,8 +133,8 @@ func TestConsumeAttachesTheReceiverAndTheDeadLetterSender(t *testing.T) {
 			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
 			seen := newHandled()
-			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency))
-			run := startConsume(h, "orders", cons, &ConsumeOptions{Credit: tc.credit})
+			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithMaxTries(1), WithConcurrency(tc.concurrency), WithCredit(tc.credit))
+			run := startConsume(h, "orders", cons)
 
 			r := attachedReceiver(t, attached)
 			assert.Equal(t, "orders", r.Address())
@@ -191,7 +191,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 	})
 	require.NoError(t, h.dial())
 	seen := newHandled()
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}))
 
 	r1 := attachedReceiver(t, attached)
 	assert.Equal(t, messageID(first), seen.next(t))
@@ -231,7 +231,7 @@ func TestConsumeResumesAfterTheConnectionDrops(t *testing.T) {
 func TestConsumeReattachesALostLinkWithoutRedialing(t *testing.T) {
 	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 
 	r1 := attachedReceiver(t, attached)
 	r1.Fail(&amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}})
@@ -259,7 +259,7 @@ func TestConsumeBackoffGrowsAndCaps(t *testing.T) {
 			}
 		})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
@@ -287,7 +287,7 @@ func TestConsumeBackoffWhileTheBrokerIsDown(t *testing.T) {
 	require.NoError(t, h.dial())
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 
 	// random 0.5, jitter 0.5: three quarters of 1s, 3s, then the 4s cap.
 	for i, w := range []time.Duration{750 * time.Millisecond, 2250 * time.Millisecond, 3 * time.Second, 3 * time.Second} {
@@ -332,7 +332,7 @@ func flappingHarness(t *testing.T, setup func(*fakeConn), onAttach func(*fakelin
 func assertConsumeWaits(t *testing.T, h *harness, want []time.Duration) {
 	t.Helper()
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	for i, w := range want {
 		assert.Equal(t, w*time.Millisecond, h.timers.next(t), "wait %d", i+1)
 	}
@@ -373,7 +373,7 @@ func TestConsumeReturnsPromptlyWhenCancelledDuringBackoff(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 	h.timers.hold = true // the backoff never ends by itself
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t))
 	run.cancel()
 	assert.NoError(t, run.wait(t), "a cancelled context is a normal end")
@@ -384,17 +384,17 @@ func TestConsumeReturnsErrClosedWhenTheClientCloses(t *testing.T) {
 		h := newHarness(t, []string{"amqp://live:5672"}, nil, refuseReceivers)
 		h.timers.hold = true
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 		h.timers.next(t)
-		require.NoError(t, h.c.Close())
+		require.NoError(t, h.c.Close(context.Background()))
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
 	})
 	t.Run("while listening", func(t *testing.T) {
 		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
-		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+		run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 		attachedReceiver(t, attached)
-		require.NoError(t, h.c.Close())
+		require.NoError(t, h.c.Close(context.Background()))
 		assert.ErrorIs(t, run.wait(t), ErrClosed)
 		assert.NotContains(t, h.ev.kinds(), EventConsumerLost, "a deliberate close is not a loss")
 	})
@@ -407,16 +407,15 @@ func TestConsumeRejectsInvalidArguments(t *testing.T) {
 	cases := map[string]struct {
 		queue string
 		cons  *Consumer
-		opts  *ConsumeOptions
 	}{
-		"nil consumer":     {"orders", nil, nil},
-		"invalid consumer": {"orders", newConsumer(Handlers{urnCreated: nil}, nil), nil},
-		"blank queue":      {" ", ok, nil},
-		"negative credit":  {"orders", ok, &ConsumeOptions{Credit: -1}},
+		"nil consumer":     {"orders", nil},
+		"invalid consumer": {"orders", newConsumer(Handlers{urnCreated: nil}, nil)},
+		"blank queue":      {" ", ok},
+		"negative credit":  {"orders", newConsumer(Handlers{urnCreated: newHandled().handler(nil)}, []ConsumerOption{WithCredit(-1)})},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Consume(context.Background(), tc.queue, tc.cons, tc.opts)
+			err := h.c.Consume(context.Background(), tc.queue, tc.cons)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
@@ -426,16 +425,15 @@ func TestConsumeRejectsInvalidArguments(t *testing.T) {
 func TestConsumeKeepsTheConsumersOwnDeadLetterSender(t *testing.T) {
 	cases := map[string]struct {
 		cons *Consumer
-		opts *ConsumeOptions
 	}{
-		"own sender":     {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{})), nil},
-		"no dead letter": {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), &ConsumeOptions{NoDeadLetter: true}},
+		"own sender":     {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithDeadLetterSender(&fakelink.Sender{}))},
+		"no dead letter": {mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithoutDeadLetter())},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			h, attached := liveHarness(t)
 			require.NoError(t, h.dial())
-			run := startConsume(h, "orders", tc.cons, tc.opts)
+			run := startConsume(h, "orders", tc.cons)
 			attachedReceiver(t, attached)
 			assert.Empty(t, h.fb.conn(0).sendersTo("orders.dlq"))
 			run.cancel()
@@ -448,7 +446,7 @@ func TestConsumeDeadLettersToTheConsumersQueue(t *testing.T) {
 	h, attached := liveHarness(t)
 	require.NoError(t, h.dial())
 	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithQueue("billing"))
-	run := startConsume(h, "billing.v2", cons, nil)
+	run := startConsume(h, "billing.v2", cons)
 	r := attachedReceiver(t, attached)
 	assert.Equal(t, "billing.v2", r.Address())
 	// The dead-letter sender attaches after the receiver, before the event.
@@ -474,7 +472,7 @@ func TestConsumeRetriesARefusedDeadLetterAddress(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	r1 := attachedReceiver(t, attached)
 	r2 := attachedReceiver(t, attached)
 	r3 := attachedReceiver(t, attached)
@@ -504,7 +502,7 @@ func TestConsumeLetsHandlersInFlightFinishOnCancel(t *testing.T) {
 		<-release
 		return nil
 	}})
-	run := startConsume(h, "orders", cons, nil)
+	run := startConsume(h, "orders", cons)
 	r := attachedReceiver(t, attached)
 	<-inHandler
 	run.cancel()
@@ -540,7 +538,7 @@ func TestConsumeStartsNoHandlerAfterTheClientDropsTheConnection(t *testing.T) {
 		<-release
 		return nil
 	}})
-	run := startConsume(h, "orders", cons, nil)
+	run := startConsume(h, "orders", cons)
 	r1 := attachedReceiver(t, attached)
 	first := <-inHandler
 
@@ -603,7 +601,7 @@ func TestConsumeBackoffEndsWhenAPublisherRedialled(t *testing.T) {
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	attachedReceiver(t, attached)
 	h.ev.wait(t, EventConsumerAttached)
 
@@ -612,7 +610,7 @@ func TestConsumeBackoffEndsWhenAPublisherRedialled(t *testing.T) {
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")
 
 	// A publish re-dials meanwhile: the consumer's wait is over.
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	r := attachedReceiver(t, attached)
 	assert.Equal(t, "orders", r.Address())
@@ -631,7 +629,7 @@ func TestConsumeDoesNotWaitForAConnectionAlreadyBack(t *testing.T) {
 	})
 	h.timers.hold = true
 	require.NoError(t, h.dial())
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	r1 := attachedReceiver(t, attached)
 	h.ev.wait(t, EventConsumerAttached)
 
@@ -666,7 +664,7 @@ func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
 	h.timers.hold = true // the consumer's backoff would never end by itself
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	attachedReceiver(t, attached)
 	h.ev.wait(t, EventConsumerAttached)
 
@@ -677,7 +675,7 @@ func TestConsumeBackoffEndsWhenADroppedConnectionIsRedialled(t *testing.T) {
 	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
 	assert.Equal(t, 90*time.Millisecond, h.timers.next(t), "the consumer waits its backoff")
 
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	attachedReceiver(t, attached)
 	resumed := h.ev.wait(t, EventConsumerResumed)
@@ -702,7 +700,7 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	var logs fakelink.LogBuffer
 	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("gateway down"))}, WithObserver(obs),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithRetrySchedule(nil))
-	run := startConsume(h, "orders.eu", cons, nil)
+	run := startConsume(h, "orders.eu", cons)
 	r := attachedReceiver(t, attached)
 	msg := orderMessage(t, 0)
 	r.Push(msg)

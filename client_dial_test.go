@@ -220,7 +220,7 @@ func TestPublishRidesOutAnOutage(t *testing.T) {
 	for range publishers {
 		wg.Go(func() {
 			for range each {
-				_, err := p.Publish(context.Background(), urnCreated, orderData)
+				_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 				errs <- err
 			}
 		})
@@ -274,7 +274,7 @@ func TestPublishDuringAnOutageEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	id, err := p.Publish(ctx, urnCreated, orderData)
+	id, err := p.Publish(ctx, Job(urnCreated, orderData))
 	require.Error(t, err)
 	assert.Empty(t, id)
 	assert.ErrorIs(t, err, ErrConnect, "nothing was sent")
@@ -309,7 +309,7 @@ func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
 	errs := make(chan error, waiting)
 	for range waiting {
 		go func() {
-			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 			errs <- err
 		}()
 	}
@@ -327,7 +327,7 @@ func TestPublishWaitingForTheConnectionEndsAtClose(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the re-dial never began")
 	}
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	for range waiting {
 		select {
 		case err := <-errs:
@@ -358,7 +358,7 @@ func TestFailFastPublishDoesNotWait(t *testing.T) {
 	h.ev.wait(t, EventDisconnected)
 
 	for i := range 20 {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		assert.ErrorIs(t, err, ErrConnect, "publish %d", i)
 		assert.ErrorIs(t, err, refused)
 	}

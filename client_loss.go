@@ -61,7 +61,7 @@ func (c *brokerClient) outcomeTimedOut(cn *connection, err error) {
 	if c.outcomeTimeouts <= 0 || int(n) < c.outcomeTimeouts {
 		return
 	}
-	c.drop(cn, fmt.Errorf("babelqueue: %d transfers in a row got no outcome before their context ended; taking the connection for dead: %w", n, err))
+	c.drop(cn, fmt.Errorf("%d transfers in a row got no outcome before their context ended; taking the connection for dead: %w", n, err))
 }
 
 // linkFailed is told of every failure of a link on cn; when the failure

@@ -30,7 +30,7 @@ func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	h.b.minOutcomeWait = 10 * time.Millisecond
 	for i := range DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := p.Publish(ctx, urnCreated, orderData)
+		_, err := p.Publish(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.Error(t, err, "publish %d", i)
 		assert.ErrorIs(t, err, ErrOutcomeUnknown)
@@ -40,7 +40,7 @@ func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	assert.Equal(t, "amqp://live:5672", lost.URL)
 	assert.Contains(t, lost.Err.Error(), "no outcome")
 
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err, "the backup takes over")
 	kept := h.keptOn("orders")
 	require.Len(t, kept, 1)
@@ -66,7 +66,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 		hang.Store(true)
 		for range n {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-			_, err := p.Publish(ctx, urnCreated, orderData)
+			_, err := p.Publish(ctx, Job(urnCreated, orderData))
 			cancel()
 			require.ErrorIs(t, err, ErrOutcomeUnknown)
 		}
@@ -74,7 +74,7 @@ func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
 	}
 	for range 3 {
 		timeOut(DefaultOutcomeTimeouts - 1)
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 1, h.fb.connCount(), "timeouts with outcomes in between never add up")
@@ -89,7 +89,7 @@ func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 	require.NoError(t, err)
 	for range 2 * DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		_, err := p.Publish(ctx, urnCreated, orderData)
+		_, err := p.Publish(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.ErrorIs(t, err, ErrOutcomeUnknown)
 	}
@@ -99,10 +99,10 @@ func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {
 
 func TestShortContextsDoNotCountAsOutcomeTimeouts(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
-	assert.Equal(t, MinOutcomeWait, h.b.minOutcomeWait, "the default")
+	assert.Equal(t, minOutcomeWait, h.b.minOutcomeWait, "the default")
 	for range 2 * DefaultOutcomeTimeouts {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		_, err := p.Publish(ctx, urnCreated, orderData)
+		_, err := p.Publish(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.ErrorIs(t, err, ErrOutcomeUnknown)
 	}

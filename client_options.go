@@ -32,9 +32,9 @@ const DefaultIdleTimeout = 10 * time.Second
 // declare a connection dead (ClientOptions.OutcomeTimeouts).
 const DefaultOutcomeTimeouts = 3
 
-// MinOutcomeWait is how long a transfer must have waited for its outcome
+// minOutcomeWait is how long a transfer must have waited for its outcome
 // for its timeout to count toward ClientOptions.OutcomeTimeouts.
-const MinOutcomeWait = time.Second
+const minOutcomeWait = time.Second
 
 // ClientOptions configures a Client. The zero value (or nil) is usable:
 // credentials from the URLs' userinfo, no events, no logging.
@@ -101,7 +101,7 @@ type ClientOptions struct {
 	// end by their context while waiting for the broker's outcome, with no
 	// outcome received in between, before the Client declares the
 	// connection dead, drops it and re-dials (the next URL first). Only
-	// transfers that waited at least MinOutcomeWait count: a context too
+	// transfers that waited at least a second count: a context too
 	// short for any broker says nothing about the connection. It catches a
 	// half-open connection that still carries heartbeats; a negative value
 	// turns the check off. Default: DefaultOutcomeTimeouts (3).
@@ -137,12 +137,6 @@ type ClientOptions struct {
 	// stored twice. Without it the publish waits for the member within its
 	// context (ClientOptions.FailFast: fails at once). Default: false.
 	ClusterFailover bool
-
-	// Observer, when set, hears every publish of the Client's publishers
-	// (Client.Publisher), as WithPublishObserver does; a per-publisher or
-	// per-call WithPublishObserver replaces it. The consumers given to
-	// Consume take theirs with WithObserver. Default: none.
-	Observer Observer
 }
 
 // brokerClient is the Client on one broker (the user's Client from Dial,
@@ -167,7 +161,7 @@ type brokerClient struct {
 	after          func(time.Duration) <-chan time.Time
 	now            func() time.Time
 	joined         func()        // hears of a caller waiting for another's dial
-	minOutcomeWait time.Duration // MinOutcomeWait; tests shorten it
+	minOutcomeWait time.Duration // minOutcomeWait; tests shorten it
 	closeGrace     time.Duration // bounds Consume's detaches after its ctx ended
 
 	done  chan struct{}   // closed by Close
@@ -206,7 +200,7 @@ func newClient(urls []string, opts *ClientOptions, dial dialFunc) (*brokerClient
 		now:             time.Now,
 		done:            make(chan struct{}),
 		closeGrace:      closeGrace,
-		minOutcomeWait:  MinOutcomeWait,
+		minOutcomeWait:  minOutcomeWait,
 	}
 	c.ctx, c.abort = context.WithCancel(context.Background())
 	if c.outcomeTimeouts == 0 {
@@ -292,8 +286,13 @@ func (c *brokerClient) shut() (cn *connection, first bool) {
 	return cn, true
 }
 
-// close is Close for a Client on one broker (a cluster's member).
-func (c *brokerClient) close() error {
+// close is Close for a Client on one broker (a cluster's member),
+// waiting for the teardown.
+func (c *brokerClient) close() error { return c.closeWithin(context.Background()) }
+
+// closeWithin marks the Client closed at once and waits for its
+// connection's close handshake until ctx ends (the teardown goes on).
+func (c *brokerClient) closeWithin(ctx context.Context) error {
 	cn, first := c.shut()
 	if !first || cn == nil {
 		return nil
@@ -303,5 +302,18 @@ func (c *brokerClient) close() error {
 		_ = cn.conn.Close()
 		return nil
 	}
-	return c.red.error(cn.conn.Close())
+	return waitFor(ctx, func() error { return c.red.error(cn.conn.Close()) })
+}
+
+// waitFor runs fn on a goroutine of its own and returns its error, or
+// ctx's once ctx ends first (fn goes on).
+func waitFor(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

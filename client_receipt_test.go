@@ -114,8 +114,8 @@ func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness 
 	require.NoError(t, err)
 	bc.random = func() float64 { return 0.5 }
 	bc.after = h.timers.after
-	c := clientOver(bc, &o)
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientOver(bc)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	h.b, h.c = bc, c
 	return h
 }
@@ -127,7 +127,7 @@ func TestClientPublisherReceiptsPipeline(t *testing.T) {
 	book := receiptOutcomes(h.fb.conn(0))
 	var rs []*Receipt
 	for range 5 {
-		r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil, WithTTL(1000), WithGroupID("g"))
+		r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil), WithTTL(1000), WithGroupID("g"))
 		require.NoError(t, err)
 		rs = append(rs, r)
 	}
@@ -153,7 +153,7 @@ func publishReceipts(t *testing.T, pub *ClientPublisher, n int) []*Receipt {
 	t.Helper()
 	var rs []*Receipt
 	for range n {
-		r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+		r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 		require.NoError(t, err)
 		rs = append(rs, r)
 	}
@@ -177,7 +177,7 @@ func TestClientPublisherReceiptsOfALostConnectionAreUnknown(t *testing.T) {
 	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
 
 	// The next publish re-dials.
-	r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	receiptOutcomes(h.fb.conn(1)).channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
 	require.NoError(t, r.Wait(context.Background()))
@@ -241,15 +241,15 @@ func TestClientPublisherReceiptOnADetachedLinkReattachesAtOnce(t *testing.T) {
 	pub, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
 	book := receiptOutcomes(h.fb.conn(0))
-	r1, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil) // holds the resolver
+	r1, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil)) // holds the resolver
 	require.NoError(t, err)
 	senders := h.fb.conn(0).sendersTo("orders")
 	require.Len(t, senders, 1)
 	require.NoError(t, senders[0].Close(context.Background())) // the broker detaches the link
 
-	r2, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r2, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
-	r3, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r3, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{r1.ID(), r3.ID()}, book.ids(), "r3 was written, on a new link")
 	assert.Len(t, h.fb.conn(0).sendersTo("orders"), 2)
@@ -286,7 +286,7 @@ func TestClientPublisherReceiptsWithNoOutcomeTimeOut(t *testing.T) {
 	assert.Contains(t, ev.Err.Error(), "3 transfers in a row got no outcome")
 
 	// The next publish re-dials, and its receipt resolves with the outcome.
-	r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	require.Equal(t, 2, h.fb.connCount())
 	receiptOutcomes(h.fb.conn(1)).channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
@@ -314,7 +314,7 @@ func TestClientPublisherReceiptOutcomeThatCameInTimeIsKept(t *testing.T) {
 // even over a go-amqp link (where a message without one is pooled and
 // recycled once written): the resend carries the same envelope.
 func TestClientPublisherKeepsAMessageWithADuplicateIDForTheResend(t *testing.T) {
-	for name, opt := range map[string]BuildOption{
+	for name, opt := range map[string]PublishOption{
 		"WithDuplicateDetection": WithDuplicateDetection(),
 		"a header":               WithHeaders(map[string]string{PropDuplicateID: "order-1042"}),
 	} {
@@ -331,12 +331,12 @@ func TestClientPublisherKeepsAMessageWithADuplicateIDForTheResend(t *testing.T) 
 			// Pooled messages go round before and after, so a recycled one
 			// would be overwritten.
 			for range 3 {
-				r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+				r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 				require.NoError(t, err)
 				receiptOutcomes(h.fb.conn(0)).channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
 				require.NoError(t, r.Wait(context.Background()))
 			}
-			r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil, opt)
+			r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil), opt)
 			require.NoError(t, err)
 			h.fb.conn(0).kill(&amqp.ConnError{})
 			require.NoError(t, r.Wait(context.Background()), "resent once, as its duplicate id allows")
@@ -400,10 +400,10 @@ func TestClusterReceiptsOfAHealthyMemberDoNotWaitForAStalledOne(t *testing.T) {
 	start := time.Now()
 	var stalled, healthy []*Receipt
 	for range 20 {
-		r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(stalledGroup))
+		r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID(stalledGroup))
 		require.NoError(t, err)
 		stalled = append(stalled, r)
-		r, err = p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(healthyGroup))
+		r, err = p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID(healthyGroup))
 		require.NoError(t, err)
 		healthy = append(healthy, r)
 	}
@@ -477,10 +477,10 @@ func TestClusterReceiptsOfAHealthyMemberDoNotWaitForALostOne(t *testing.T) {
 
 	var lost, healthy []*Receipt
 	for range 20 {
-		r, err := p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(lostGroup))
+		r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID(lostGroup))
 		require.NoError(t, err)
 		lost = append(lost, r)
-		r, err = p.PublishWithReceipt(context.Background(), urnCreated, orderData, WithGroupID(healthyGroup))
+		r, err = p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), WithGroupID(healthyGroup))
 		require.NoError(t, err)
 		healthy = append(healthy, r)
 	}

@@ -1,4 +1,4 @@
-// The reconnecting sender: the OutcomeSender under a ClientPublisher and
+// The reconnecting sender: the outcomeSender under a ClientPublisher and
 // Consume's dead-letter writes, re-attached after a loss, and the rules for
 // a publish whose outcome is unknown (see Client.Publisher).
 
@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// clientSender is an OutcomeSender that forwards to the current link to its
+// clientSender is an outcomeSender that forwards to the current link to its
 // address, re-attaching when the link or the connection was lost. The
 // publishers and the consume loop's dead-letter writes go through it.
 type clientSender struct {
@@ -112,7 +112,7 @@ func (s *clientSender) link(ctx context.Context, wait bool) (*senderLink, error)
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, ctx.Err())
+			return nil, fmt.Errorf("attach sender to %s: %w", s.addr, ctx.Err())
 		}
 		sl, ev, err := s.attach(ctx, cn)
 		<-s.sem
@@ -143,7 +143,7 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 	cancel()
 	if err != nil {
 		s.c.linkFailed(cn, err)
-		return nil, nil, fmt.Errorf("babelqueue: attach sender to %s: %w", s.addr, s.c.red.error(err))
+		return nil, nil, fmt.Errorf("attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
 	_, goAMQP := link.(*amqp.Sender)
 	sl := &senderLink{sender: s, cn: cn, link: link, goAMQP: goAMQP}
@@ -343,6 +343,6 @@ func hasDuplicateID(msg *amqp.Message) bool {
 }
 
 var (
-	_ OutcomeSender = (*clientSender)(nil)
+	_ outcomeSender = (*clientSender)(nil)
 	_ sendPath      = (*clientSender)(nil)
 )

@@ -78,7 +78,7 @@ func TestPublisherAttachesWithTheQueueCapability(t *testing.T) {
 	require.NotNil(t, opts.SettlementMode)
 	assert.Equal(t, amqp.SenderSettleModeUnsettled, *opts.SettlementMode, "unsettled, so every transfer has an outcome")
 
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	kept := h.keptOn("orders")
 	require.Len(t, kept, 1)
@@ -95,7 +95,7 @@ func TestPublisherRedialsAfterAnIdleLoss(t *testing.T) {
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	h.ev.wait(t, EventDisconnected)
 
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	sent := h.sentTo("orders")
 	require.Len(t, sent, 1, "nothing was sent on the dead link")
@@ -106,7 +106,7 @@ func TestPublisherRedialsAfterAnIdleLoss(t *testing.T) {
 
 func TestPublisherDoesNotRetryAnUnknownOutcomeWithoutDuplicateDetection(t *testing.T) {
 	h, p := newPublisherHarness(t, dropConnDuringSend(nil))
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.Error(t, err)
 	assert.Empty(t, id)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
@@ -115,7 +115,7 @@ func TestPublisherDoesNotRetryAnUnknownOutcomeWithoutDuplicateDetection(t *testi
 	assert.Len(t, h.sentTo("orders"), 1, "not retried: the first copy may be stored")
 
 	// The next publish re-dials and works.
-	_, err = p.Publish(context.Background(), urnCreated, orderData)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	assert.Len(t, h.keptOn("orders"), 1)
 	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
@@ -124,15 +124,15 @@ func TestPublisherDoesNotRetryAnUnknownOutcomeWithoutDuplicateDetection(t *testi
 func TestPublisherRetriesOnceWithDuplicateDetection(t *testing.T) {
 	cases := map[string]struct {
 		publisherOpts []PublishOption
-		callOpts      []BuildOption
+		callOpts      []PublishOption
 	}{
 		"publisher option": {publisherOpts: []PublishOption{WithDuplicateDetection()}},
-		"per-call option":  {callOpts: []BuildOption{WithDuplicateDetection()}},
+		"per-call option":  {callOpts: []PublishOption{WithDuplicateDetection()}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			h, p := newPublisherHarness(t, dropConnDuringSend(nil), tc.publisherOpts...)
-			id, err := p.Publish(context.Background(), urnCreated, orderData, tc.callOpts...)
+			id, err := p.Publish(context.Background(), Job(urnCreated, orderData), tc.callOpts...)
 			require.NoError(t, err)
 
 			sent := h.sentTo("orders")
@@ -158,7 +158,7 @@ func TestPublisherRetriesOnlyOnce(t *testing.T) {
 			}
 		}
 	}, WithDuplicateDetection())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.Len(t, h.sentTo("orders"), 2)
 }
@@ -173,7 +173,7 @@ func TestPublisherRetryThatCannotReconnectIsAnUnknownOutcome(t *testing.T) {
 			return nil
 		}
 	}, WithDuplicateDetection())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.ErrorIs(t, err, ErrConnect)
@@ -195,7 +195,7 @@ func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
 		<-started
 		cancel()
 	}()
-	_, err := p.Publish(ctx, urnCreated, orderData)
+	_, err := p.Publish(ctx, Job(urnCreated, orderData))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown, "the transfer may have been written before the context ended")
 	assert.ErrorIs(t, err, context.Canceled)
@@ -207,7 +207,7 @@ func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
 // ends while it waits for the outcome says nothing about the link that
 // other callers share: the next publish uses the same link, no re-attach.
 func TestPublisherEndedByItsContextKeepsTheLink(t *testing.T) {
-	for _, d := range []time.Duration{time.Millisecond, 2 * MinOutcomeWait} {
+	for _, d := range []time.Duration{time.Millisecond, 2 * minOutcomeWait} {
 		t.Run(d.String(), func(t *testing.T) {
 			var calls atomic.Int32
 			h, p := newPublisherHarness(t, func(fb *fakeBroker) {
@@ -221,12 +221,12 @@ func TestPublisherEndedByItsContextKeepsTheLink(t *testing.T) {
 				}
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), d)
-			_, err := p.Publish(ctx, urnCreated, orderData)
+			_, err := p.Publish(ctx, Job(urnCreated, orderData))
 			cancel()
 			assert.ErrorIs(t, err, ErrOutcomeUnknown)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 
-			_, err = p.Publish(context.Background(), urnCreated, orderData)
+			_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 			require.NoError(t, err)
 			assert.Len(t, h.fb.conn(0).sendersTo("orders"), 1, "the same link, not a new one")
 			assert.Equal(t, 1, h.fb.connCount())
@@ -245,7 +245,7 @@ func TestPublisherReturnsTheBrokersAnswer(t *testing.T) {
 			h, p := newPublisherHarness(t, func(fb *fakeBroker) {
 				fb.setup = func(c *fakeConn) { c.outcome = outcome }
 			}, WithDuplicateDetection())
-			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 			assert.ErrorIs(t, err, ErrNotAccepted)
 			assert.NotErrorIs(t, err, ErrOutcomeUnknown)
 			var oe *OutcomeError
@@ -264,7 +264,7 @@ func TestPublisherTransferThatNeverLeftIsNotUnknown(t *testing.T) {
 			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) { return nil, notSent }
 		}
 	}, WithDuplicateDetection())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	assert.ErrorIs(t, err, notSent)
 	assert.NotErrorIs(t, err, ErrOutcomeUnknown)
 	assert.Len(t, h.sentTo("orders"), 1)
@@ -282,7 +282,7 @@ func TestPublisherReattachesALostLinkOnTheSameConnection(t *testing.T) {
 			}
 		}
 	}, WithDuplicateDetection())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.fb.connCount(), "a detached link does not cost the connection")
 	senders := h.fb.conn(0).sendersTo("orders")
@@ -314,7 +314,7 @@ func TestPublisherClose(t *testing.T) {
 	h, p := newPublisherHarness(t, nil)
 	require.NoError(t, p.Close(context.Background()))
 	assert.True(t, h.fb.conn(0).sendersTo("orders")[0].Closed())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	assert.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, p.Close(context.Background()))
 	assert.False(t, h.fb.conn(0).dead(), "the Client's connection stays open")
@@ -322,8 +322,8 @@ func TestPublisherClose(t *testing.T) {
 
 func TestPublishAfterClientClose(t *testing.T) {
 	h, p := newPublisherHarness(t, nil)
-	require.NoError(t, h.c.Close())
-	_, err := p.Publish(context.Background(), urnCreated, orderData)
+	require.NoError(t, h.c.Close(context.Background()))
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
@@ -334,7 +334,7 @@ func TestConcurrentPublishesAfterALossShareOneReconnect(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			_, err := p.Publish(context.Background(), urnCreated, orderData)
+			_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 			assert.NoError(t, err)
 		})
 	}
@@ -382,13 +382,13 @@ func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
 	h.b.minOutcomeWait = 0
 	for range DefaultOutcomeTimeouts + 1 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		_, err := p.Publish(ctx, urnCreated, orderData)
+		_, err := p.Publish(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
 
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Millisecond)
-		_, err = p.PublishWithReceipt(ctx, urnCreated, orderData)
+		_, err = p.PublishWithReceipt(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, ErrOutcomeUnknown)
@@ -429,8 +429,8 @@ func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
 	require.NoError(t, err)
 	bc.random = func() float64 { return 0.5 }
 	bc.after = h.timers.after
-	c := clientOver(bc, nil)
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientOver(bc)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	t.Cleanup(func() { close(unblock) }) // runs first
 	h.b, h.c = bc, c
 	require.NoError(t, h.dial())
@@ -447,7 +447,7 @@ func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
 	require.NoError(t, err)
 	p2, err := c.Publisher(context.Background(), "audit")
 	require.NoError(t, err)
-	_, err = p1.Publish(context.Background(), urnCreated, orderData)
+	_, err = p1.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	h.b.mu.Lock()
 	cn := h.b.cur
@@ -457,7 +457,7 @@ func TestPublisherLeavesADroppedConnectionWhoseCloseHangs(t *testing.T) {
 	require.False(t, h.fb.conn(0).dead(), "its close still hangs")
 
 	for _, p := range []*ClientPublisher{p1, p2} {
-		_, err = p.Publish(context.Background(), urnCreated, orderData)
+		_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
 		require.NoError(t, err)
 	}
 	require.Equal(t, 2, h.fb.connCount(), "re-dialed")

@@ -80,6 +80,6 @@ func TestBrokerClientIsUpOnlyOnALiveConnection(t *testing.T) {
 	slow.b.drop(cn, errors.New("taken for dead"))
 	assert.False(t, slow.b.up(), "dropped, its close still hanging")
 
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	assert.False(t, h.b.up(), "closed")
 }

@@ -54,7 +54,7 @@ func TestStatusFollowsTheConnection(t *testing.T) {
 	assert.ErrorAs(t, s.LastError, &ce, "the loss is kept as the reason for the last outage")
 	assert.Equal(t, t0.Add(2*time.Minute), s.Since, "connected again since the re-dial")
 
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	s = h.c.Status()
 	assert.False(t, s.Connected)
 	assert.ErrorIs(t, s.LastError, ErrClosed)

@@ -117,11 +117,11 @@ func TestDialHonoursTheCallersContext(t *testing.T) {
 func TestCloseEndsTheClient(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	assert.True(t, h.fb.conn(0).dead())
 	_, err := h.b.connection(context.Background())
 	assert.ErrorIs(t, err, ErrClosed)
-	require.NoError(t, h.c.Close(), "Close is idempotent")
+	require.NoError(t, h.c.Close(context.Background()), "Close is idempotent")
 	for _, ev := range h.ev.list() {
 		assert.NotEqual(t, EventDisconnected, ev.Kind, "a deliberate close is not a loss")
 	}
@@ -144,13 +144,13 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	require.NoError(t, h.dial())
 	p, err := h.c.Publisher(context.Background(), "orders")
 	require.NoError(t, err)
-	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}), nil)
+	run := startConsume(h, "orders", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}))
 	h.ev.wait(t, EventConsumerAttached)
 
 	h.fb.conn(0).kill(&amqp.ConnError{})
 	published := make(chan error, 1)
 	go func() {
-		_, err := p.Publish(context.Background(), urnCreated, orderData)
+		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 		published <- err
 	}()
 	select {
@@ -165,7 +165,7 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	}
 
 	start := time.Now()
-	require.NoError(t, h.c.Close())
+	require.NoError(t, h.c.Close(context.Background()))
 	assert.Less(t, time.Since(start), time.Second, "Close waits for no dial")
 	assert.ErrorIs(t, run.wait(t), ErrClosed, "Consume returns ErrClosed")
 	select {
@@ -179,24 +179,47 @@ func TestCloseCutsADialInFlightShort(t *testing.T) {
 	assert.Len(t, h.fb.dialed(), 2, "one shared re-dial, cut short")
 }
 
-func TestClientObserverHearsItsPublishers(t *testing.T) {
+func TestClientPublisherObserverHearsItsPublishes(t *testing.T) {
 	obs, own := &observed{}, &observed{}
-	h := newHarness(t, []string{"amqp://live:5672"}, &ClientOptions{Observer: obs}, nil)
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	p, err := h.c.Publisher(context.Background(), "orders")
+	p, err := h.c.Publisher(context.Background(), "orders", WithObserver(obs))
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urnCreated, orderData)
+	id, err := p.Publish(context.Background(), Job(urnCreated, orderData))
 	require.NoError(t, err)
 	require.Len(t, obs.publishes(), 1)
 	ev := obs.publishes()[0]
 	assert.Equal(t, PublishEvent{Queue: "orders", URN: urnCreated, MessageID: id, Outcome: PublishAccepted, Duration: ev.Duration}, ev)
 
-	// A publisher's own observer replaces the Client's.
-	p2, err := h.c.Publisher(context.Background(), "invoices", WithPublishObserver(own))
-	require.NoError(t, err)
-	_, err = p2.Publish(context.Background(), urnCreated, orderData)
+	// A publish's own observer replaces the publisher's.
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData), WithObserver(own))
 	require.NoError(t, err)
 	assert.Len(t, obs.publishes(), 1)
 	require.Len(t, own.publishes(), 1)
-	assert.Equal(t, "invoices", own.publishes()[0].Queue)
+	assert.Equal(t, "orders", own.publishes()[0].Queue)
+}
+
+// Close's ctx bounds the wait for a close handshake that hangs: Close
+// returns ctx's error when it ends, and the Client is closed all the same.
+func TestClientCloseIsBoundedByItsContext(t *testing.T) {
+	h := slowCloseHarness(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := h.c.Close(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second, "not held by the hanging close")
+	_, err = h.c.Publisher(context.Background(), "orders")
+	assert.ErrorIs(t, err, ErrClosed, "closed although the close handshake hangs")
+}
+
+// Without a hang, Close returns the close's own result, and a second Close
+// has nothing to do.
+func TestClientCloseReturnsWhenClosed(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	require.NoError(t, h.c.Close(context.Background()))
+	require.NoError(t, h.c.Close(context.Background()))
+	_, err := h.c.Publisher(context.Background(), "orders")
+	assert.ErrorIs(t, err, ErrClosed)
 }

@@ -33,7 +33,7 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // fully qualified name topic::subscription, attached with the "topic"
 // capability. Artemis creates the queue when it is missing (with
 // auto-create-queues, its default): a durable multicast queue on topic,
-// with ConsumeOptions.Selector as its filter, which from then on receives
+// with the Consumer's WithSelector as its filter, which from then on receives
 // a copy of every message published to topic, whether or not a consumer
 // runs. Every consumer that subscribes with the same topic and subscription,
 // in this process or another, shares that queue: each message is handled
@@ -51,16 +51,16 @@ func (c *Client) TopicPublisher(ctx context.Context, topic string, opts ...Publi
 // The queue outlives its consumers until it is deleted (bqartemis or the
 // broker's console), unless the broker's address settings auto-delete
 // queues (docs/pubsub.md). Its filter is fixed when it is created: to
-// change a subscription's Selector (or OnlyHandledURNs's URN list), delete
+// change a subscription's selector (or WithOnlyHandledURNs's URN list), delete
 // the queue or use a new name. Artemis refuses an attach with another
 // selector than the existing queue's filter, and Subscribe then returns at
 // once with an error matching ErrInvalidConfig.
 //
-// With ConsumeOptions.NonDurable the subscription lives only while a
-// consumer is attached: a shared non-durable queue
+// With WithNonDurable the subscription lives only while a consumer is
+// attached: a shared non-durable queue
 // <subscription>:shared-volatile:global, deleted with its last consumer,
 // which retries at once (docs/pubsub.md, "Durable or non-durable").
-func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer, opts *ConsumeOptions) error {
+func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons *Consumer) error {
 	if c.be == nil {
 		return errNotBuilt
 	}
@@ -71,14 +71,14 @@ func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons
 		return err
 	}
 	src := source{topic: true}
-	if opts != nil && opts.NonDurable {
+	if cons != nil && cons.run.nonDurable {
 		if strings.Contains(subscription, "|") {
 			return fmt.Errorf("%w: the non-durable subscription name %q holds \"|\" (Artemis cuts a shared subscription's name there)", ErrInvalidConfig, subscription)
 		}
 		src.volatile = &volatileSub{topic: topic, name: subscription}
-		return c.consumeOn(ctx, topic+"::"+src.volatile.queue(), src, cons, opts)
+		return c.consumeOn(ctx, topic+"::"+src.volatile.queue(), src, cons)
 	}
-	return c.consumeOn(ctx, topic+"::"+subscription, src, cons, opts)
+	return c.consumeOn(ctx, topic+"::"+subscription, src, cons)
 }
 
 // checkAddressPart refuses a blank name, and one holding "::", which

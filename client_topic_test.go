@@ -14,10 +14,10 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
-func startSubscribe(h *harness, topic, sub string, cons *Consumer, opts *ConsumeOptions) *consumeRun {
+func startSubscribe(h *harness, topic, sub string, cons *Consumer) *consumeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &consumeRun{cancel: cancel, done: make(chan error, 1)}
-	go func() { run.done <- h.c.Subscribe(ctx, topic, sub, cons, opts) }()
+	go func() { run.done <- h.c.Subscribe(ctx, topic, sub, cons) }()
 	h.t.Cleanup(func() {
 		cancel()
 		if err := <-run.done; err != nil && !errors.Is(err, ErrClosed) {
@@ -32,7 +32,7 @@ func TestTopicPublisherAttachesWithTheTopicCapability(t *testing.T) {
 	require.NoError(t, h.dial())
 	p, err := h.c.TopicPublisher(context.Background(), "orders.events")
 	require.NoError(t, err)
-	_, err = p.Publish(context.Background(), urnCreated, map[string]any{"id": 1})
+	_, err = p.Publish(context.Background(), Job(urnCreated, map[string]any{"id": 1}))
 	require.NoError(t, err)
 	snd := h.fb.conn(0).sendersTo("orders.events")
 	require.Len(t, snd, 1)
@@ -60,7 +60,7 @@ func TestSubscribeConsumesTheSubscriptionQueueAndDeadLettersToItsOwnQueue(t *tes
 			require.NoError(t, h.dial())
 			seen := newHandled()
 			cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("ledger down"))}, append(opts, WithMaxTries(1))...)
-			run := startSubscribe(h, "orders.events", "billing", cons, nil)
+			run := startSubscribe(h, "orders.events", "billing", cons)
 
 			r := attachedReceiver(t, attached)
 			assert.Equal(t, "orders.events::billing", r.Address(), "the subscription queue, fully qualified")
@@ -103,7 +103,7 @@ func TestSubscribeRejectsInvalidNames(t *testing.T) {
 			if strings.HasPrefix(name, "nil") {
 				cons = nil
 			}
-			err := h.c.Subscribe(context.Background(), tc[0], tc[1], cons, nil)
+			err := h.c.Subscribe(context.Background(), tc[0], tc[1], cons)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
@@ -119,13 +119,12 @@ func TestConsumeAndSubscribeSendTheSelector(t *testing.T) {
 	for _, topic := range []bool{false, true} {
 		h, attached := liveHarness(t)
 		require.NoError(t, h.dial())
-		cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
-		o := &ConsumeOptions{Selector: "region = 'eu'", OnlyHandledURNs: true}
+		cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region = 'eu'"), WithOnlyHandledURNs())
 		var run *consumeRun
 		if topic {
-			run = startSubscribe(h, "orders", "billing", cons, o)
+			run = startSubscribe(h, "orders", "billing", cons)
 		} else {
-			run = startConsume(h, "orders", cons, o)
+			run = startConsume(h, "orders", cons)
 		}
 		r := attachedReceiver(t, attached)
 		assert.Len(t, r.Options.Filters, 1, "one selector filter (its text: TestComposeSelector)")
@@ -147,13 +146,14 @@ func TestConsumeRejectsABadSelectorBeforeAttaching(t *testing.T) {
 		"over the limit": "a = '" + strings.Repeat("x", maxSelectorLen) + "'",
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Consume(context.Background(), "orders", ok, &ConsumeOptions{Selector: sel})
+			withSel := mustConsumer(t, ok.handlers, WithSelector(sel))
+			err := h.c.Consume(context.Background(), "orders", withSel)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
-			err = h.c.Subscribe(context.Background(), "orders", "billing", ok, &ConsumeOptions{Selector: sel})
+			err = h.c.Subscribe(context.Background(), "orders", "billing", withSel)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
-	err := h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{}, WithUnknownURN(UnknownURNRelease)), &ConsumeOptions{OnlyHandledURNs: true})
+	err := h.c.Consume(context.Background(), "orders", mustConsumer(t, Handlers{}, WithUnknownURN(UnknownURNRelease), WithOnlyHandledURNs()))
 	assert.ErrorIs(t, err, ErrInvalidConfig, "no handlers: nothing would ever be delivered")
 	assert.Empty(t, h.fb.conn(0).receiverList(), "nothing was attached")
 }
@@ -170,10 +170,10 @@ func TestConsumeEndsOnASelectorTheBrokerRefuses(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region == 'eu'"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := h.c.Subscribe(ctx, "orders", "billing", cons, &ConsumeOptions{Selector: "region == 'eu'"})
+	err := h.c.Subscribe(ctx, "orders", "billing", cons)
 	require.ErrorIs(t, err, ErrInvalidConfig, "at once, not retried until ctx ends")
 	require.NoError(t, ctx.Err())
 	assert.Contains(t, err.Error(), `"region == 'eu'"`)
@@ -203,10 +203,10 @@ func TestSubscribeEndsWhenTheSubscriptionHasAnotherSelector(t *testing.T) {
 		}
 	})
 	require.NoError(t, h.dial())
-	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
+	cons := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithSelector("region = 'us'"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := h.c.Subscribe(ctx, "orders", "billing", cons, &ConsumeOptions{Selector: "region = 'us'"})
+	err := h.c.Subscribe(ctx, "orders", "billing", cons)
 	require.ErrorIs(t, err, ErrInvalidConfig, "at once, not re-attached (and the connection re-dialled) until ctx ends")
 	require.NoError(t, ctx.Err())
 	assert.Contains(t, err.Error(), "another selector")
@@ -219,8 +219,8 @@ func TestSubscribeNonDurableAttachesAsASharedVolatileSubscription(t *testing.T) 
 	seen := newHandled()
 	// The default retry schedule: a non-durable subscription retries at once
 	// instead (no copy is scheduled on its queue).
-	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("cache down"))}, WithMaxTries(2))
-	run := startSubscribe(h, "orders.events", "live", cons, &ConsumeOptions{NonDurable: true, Selector: "region = 'eu'"})
+	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(errors.New("cache down"))}, WithMaxTries(2), WithNonDurable(), WithSelector("region = 'eu'"))
+	run := startSubscribe(h, "orders.events", "live", cons)
 
 	r := attachedReceiver(t, attached)
 	h.ev.wait(t, EventConsumerAttached)
@@ -255,14 +255,13 @@ func TestSubscribeNonDurableAttachesAsASharedVolatileSubscription(t *testing.T) 
 func TestSubscribeNonDurableRefusals(t *testing.T) {
 	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
 	require.NoError(t, h.dial())
-	ok := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)})
-	nd := &ConsumeOptions{NonDurable: true}
+	ok := mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithNonDurable())
 
-	err := h.c.Consume(context.Background(), "orders", ok, nd)
+	err := h.c.Consume(context.Background(), "orders", ok)
 	assert.ErrorIs(t, err, ErrInvalidConfig, "a queue is not a subscription")
 	assert.Contains(t, err.Error(), "Subscribe")
 
-	err = h.c.Subscribe(context.Background(), "orders", "live|2", ok, nd)
+	err = h.c.Subscribe(context.Background(), "orders", "live|2", ok)
 	assert.ErrorIs(t, err, ErrInvalidConfig, "Artemis would cut the name at the |")
 
 	for name, opt := range map[string]ConsumerOption{
@@ -270,7 +269,7 @@ func TestSubscribeNonDurableRefusals(t *testing.T) {
 		"a backoff":  WithRetryBackoff(DefaultRetryBackoff()),
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Subscribe(context.Background(), "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, opt), nd)
+			err := h.c.Subscribe(context.Background(), "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, opt, WithNonDurable()))
 			assert.ErrorIs(t, err, ErrInvalidConfig, "a scheduled copy could outlive the queue")
 			assert.Contains(t, err.Error(), "retries at once")
 		})
@@ -281,8 +280,8 @@ func TestSubscribeNonDurableRefusals(t *testing.T) {
 	// with a schedule.
 	h2, attached := liveHarness(t)
 	require.NoError(t, h2.dial())
-	startSubscribe(h2, "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetrySchedule(nil)), nd)
+	startSubscribe(h2, "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetrySchedule(nil), WithNonDurable()))
 	attachedReceiver(t, attached)
-	startSubscribe(h2, "orders", "billing", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetryBackoff(DefaultRetryBackoff())), nil)
+	startSubscribe(h2, "orders", "billing", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, WithRetryBackoff(DefaultRetryBackoff())))
 	attachedReceiver(t, attached)
 }

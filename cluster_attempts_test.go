@@ -85,7 +85,7 @@ func TestClusterConsumeCarriesAttemptsAcrossMembers(t *testing.T) {
 	}}, WithMaxTries(3), WithRetrySchedule(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- h.c.Consume(ctx, "orders", cons, nil) }()
+	go func() { done <- h.c.Consume(ctx, "orders", cons) }()
 	attachedReceiver(t, attached)
 	attachedReceiver(t, attached)
 

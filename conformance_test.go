@@ -123,9 +123,9 @@ func TestConformanceEnvelopeCases(t *testing.T) {
 				t.Fatalf("Validate: %v", err)
 			}
 			x := tc.Expect
-			if env.URN() != x.URN || env.Attempts != x.Attempts || env.Meta.Lang != x.Lang || env.Meta.SchemaVersion != x.SchemaVersion {
+			if env.URN != x.URN || env.Attempts != x.Attempts || env.Meta.Lang != x.Lang || env.Meta.SchemaVersion != x.SchemaVersion {
 				t.Errorf("decoded urn %q attempts %d lang %q schema_version %d, the suite expects %q %d %q %d",
-					env.URN(), env.Attempts, env.Meta.Lang, env.Meta.SchemaVersion, x.URN, x.Attempts, x.Lang, x.SchemaVersion)
+					env.URN, env.Attempts, env.Meta.Lang, env.Meta.SchemaVersion, x.URN, x.Attempts, x.Lang, x.SchemaVersion)
 			}
 			if !sameJSON(t, env.Data, x.Data) {
 				t.Errorf("decoded data %s, the suite expects %s", env.Data, x.Data)
@@ -214,8 +214,8 @@ func TestConformanceArtemisProjection(t *testing.T) {
 // max(body, delivery-count) cases.
 func TestConformanceAttemptsReconciliation(t *testing.T) {
 	for _, tc := range loadConformance(t).Artemis.AttemptsReconciliation.Cases {
-		if got := ReconcileAttempts(tc.BodyAttempts, tc.DeliveryCount); got != tc.ExpectedAttempts {
-			t.Errorf("%s: ReconcileAttempts(%d, %d) = %d, the suite expects %d",
+		if got := reconcileAttempts(tc.BodyAttempts, tc.DeliveryCount); got != tc.ExpectedAttempts {
+			t.Errorf("%s: reconcileAttempts(%d, %d) = %d, the suite expects %d",
 				tc.Name, tc.BodyAttempts, tc.DeliveryCount, got, tc.ExpectedAttempts)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // consumeLimit bounds a Consume for a job-style worker
-// (ConsumeOptions.MaxMessages, StopWhenIdle): it stops the receiving once
+// (WithMaxMessages, WithStopWhenIdle): it stops the receiving once
 // max deliveries were taken or once none has come for idle, and then ends
 // the Consume's context, so that Consume returns as on its context's end:
 // the handlers in flight finish and settle, and the deliveries the broker

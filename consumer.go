@@ -85,13 +85,33 @@ type Consumer struct {
 	// Client's Consume gives every member's loop one shared memory
 	// (cluster_attempts.go).
 	memory *attemptMemory
-	// limit bounds a Consume (ConsumeOptions.MaxMessages, StopWhenIdle;
+	// limit bounds a Consume (WithMaxMessages, WithStopWhenIdle;
 	// consume_limit.go); nil elsewhere.
 	limit *consumeLimit
+	// run is what only Client.Consume and Subscribe read.
+	run consumeOptions
 }
 
-// ConsumerOption configures a Consumer.
-type ConsumerOption func(*Consumer)
+// consumeOptions are the options only Client.Consume and Subscribe read
+// (client_consume.go); Listen ignores them.
+type consumeOptions struct {
+	credit       int           // WithCredit; 0: the default
+	selector     string        // WithSelector
+	onlyHandled  bool          // WithOnlyHandledURNs
+	noDeadLetter bool          // WithoutDeadLetter
+	maxMessages  int           // WithMaxMessages; 0: no limit
+	stopWhenIdle time.Duration // WithStopWhenIdle; 0: never
+	nonDurable   bool          // WithNonDurable
+}
+
+// ConsumerOption configures a Consumer: every option given to NewConsumer.
+// WithObserver and WithPayloadValidator are PublishOptions too.
+type ConsumerOption interface{ applyConsumer(c *Consumer) }
+
+// consumerOption is the ConsumerOption of a function.
+type consumerOption func(*Consumer)
+
+func (f consumerOption) applyConsumer(c *Consumer) { f(c) }
 
 // WithDeadLetterSender sets the sender that dead-letter copies go to, a link
 // to <queue>.dlq (or an anonymous link: copies carry to = <queue>.dlq). It
@@ -99,7 +119,7 @@ type ConsumerOption func(*Consumer)
 // it, messages that would be dead-lettered are accepted (dropped) and
 // reported.
 func WithDeadLetterSender(s Sender) ConsumerOption {
-	return func(c *Consumer) { c.dlq = s }
+	return consumerOption(func(c *Consumer) { c.dlq = s })
 }
 
 // WithMaxTries sets how many attempts a failing message gets before it is
@@ -107,7 +127,7 @@ func WithDeadLetterSender(s Sender) ConsumerOption {
 // the retries are scheduled copies or immediate redeliveries (see
 // WithRetrySchedule). Keep it below Artemis's max-delivery-attempts.
 func WithMaxTries(n int) ConsumerOption {
-	return func(c *Consumer) { c.maxTries = n }
+	return consumerOption(func(c *Consumer) { c.maxTries = n })
 }
 
 // WithRetrySchedule sets how long a message whose handler failed waits
@@ -120,7 +140,7 @@ func WithMaxTries(n int) ConsumerOption {
 // broker redelivers it at once. maxTries counts attempts either way.
 // Default: DefaultRetryBackoff (10s, 30s, ... capped at 10m, 20% jitter).
 func WithRetrySchedule(s RetrySchedule) ConsumerOption {
-	return func(c *Consumer) { c.schedule, c.scheduleSet = s, true }
+	return consumerOption(func(c *Consumer) { c.schedule, c.scheduleSet = s, true })
 }
 
 // WithRetryBackoff sets a growing retry schedule: attempt n waits
@@ -128,13 +148,13 @@ func WithRetrySchedule(s RetrySchedule) ConsumerOption {
 // of itself at random. b must pass b.Validate. A schedule of hours is
 // fine: the wait is the broker's. Default: DefaultRetryBackoff.
 func WithRetryBackoff(b Backoff) ConsumerOption {
-	return func(c *Consumer) {
+	return consumerOption(func(c *Consumer) {
 		if err := b.Validate(); err != nil {
 			c.err = fmt.Errorf("retry backoff: %w", err)
 			return
 		}
 		c.schedule, c.scheduleSet = backoffSchedule(b), true
-	}
+	})
 }
 
 // WithRetrySender sets the sender that scheduled retry copies go to: a
@@ -146,12 +166,12 @@ func WithRetryBackoff(b Backoff) ConsumerOption {
 // WithRetrySchedule or WithRetryBackoff, Listen says so at warn as it
 // starts.
 func WithRetrySender(s Sender) ConsumerOption {
-	return func(c *Consumer) { c.retrySender = s }
+	return consumerOption(func(c *Consumer) { c.retrySender = s })
 }
 
 // WithUnknownURN sets the unknown-URN strategy (default UnknownURNFail).
 func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
-	return func(c *Consumer) { c.unknown = s }
+	return consumerOption(func(c *Consumer) { c.unknown = s })
 }
 
 // WithOnError sets the callback that receives every reported error. It is
@@ -159,19 +179,19 @@ func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
 // recovered and logged. With a callback and no WithLogger, the callback is
 // the report: nothing is logged.
 func WithOnError(fn ErrorHandler) ConsumerOption {
-	return func(c *Consumer) { c.onError = fn }
+	return consumerOption(func(c *Consumer) { c.onError = fn })
 }
 
 // WithQueue names the logical queue: dead_letter.original_queue, and the DLQ
 // address <queue>.dlq. The default is the receiver's address.
 func WithQueue(name string) ConsumerOption {
-	return func(c *Consumer) { c.queue = name }
+	return consumerOption(func(c *Consumer) { c.queue = name })
 }
 
 // WithDeadLetterTimeout bounds how long a dead-letter write may wait for the
 // broker's outcome (default 30s); past it the write has failed.
 func WithDeadLetterTimeout(d time.Duration) ConsumerOption {
-	return func(c *Consumer) { c.dlqTimeout = d }
+	return consumerOption(func(c *Consumer) { c.dlqTimeout = d })
 }
 
 // WithDeadLetterRetryDelay sets how long a delivery whose dead-letter write
@@ -179,7 +199,7 @@ func WithDeadLetterTimeout(d time.Duration) ConsumerOption {
 // not a hot loop; a delivery whose scheduled retry copy failed is held as
 // long before its immediate retry.
 func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
-	return func(c *Consumer) { c.retryDelay = d }
+	return consumerOption(func(c *Consumer) { c.retryDelay = d })
 }
 
 // WithConcurrency sets how many handlers Listen runs at once (default 1,
@@ -187,7 +207,7 @@ func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 // are still handled one at a time, in the order received (see Listen).
 // Give the receiver at least this much credit.
 func WithConcurrency(n int) ConsumerOption {
-	return func(c *Consumer) { c.concurrency = n }
+	return consumerOption(func(c *Consumer) { c.concurrency = n })
 }
 
 // WithLogger sets a structured logger: settlements at debug, reported errors
@@ -205,16 +225,31 @@ func WithConcurrency(n int) ConsumerOption {
 // when there is no logger. WithLogger(nil) is the default; to log nothing
 // at all, pass slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) ConsumerOption {
-	return func(c *Consumer) { c.logger = l }
+	return consumerOption(func(c *Consumer) { c.logger = l })
 }
 
-// WithObserver sets the Observer the Consumer calls for every settlement
-// (default none).
-func WithObserver(o Observer) ConsumerOption {
-	return func(c *Consumer) { c.observer = o }
+// WithObserver sets the Observer: given to NewConsumer, it hears every
+// settlement of the Consumer; given to NewPublisher, Client.Publisher or
+// Client.TopicPublisher, every publish of that publisher; given to one
+// publish, that publish (in place of the publisher's). It is a
+// ConsumerOption and a PublishOption. Default: none.
+func WithObserver(o Observer) interface {
+	ConsumerOption
+	PublishOption
+} {
+	return observerOption{o}
 }
 
-// WithPayloadValidator checks the data of every decoded message against the
+// observerOption is WithObserver.
+type observerOption struct{ o Observer }
+
+func (w observerOption) applyConsumer(c *Consumer)     { c.observer = w.o }
+func (w observerOption) applyPublish(c *publishConfig) { c.observer = w.o }
+
+// WithPayloadValidator checks data against the schema v holds for its URN.
+// It is a ConsumerOption and a PublishOption.
+//
+// Given to NewConsumer, it checks the data of every decoded message against the
 // schema v holds for its URN, after the version gate, the decode and the
 // routing, before the handler. Invalid data never reaches the handler, and
 // it is not retried (it will not become valid): it is written at once to
@@ -226,9 +261,26 @@ func WithObserver(o Observer) ConsumerOption {
 // (a *PanicError), handled as a handler's is. The check ends with the
 // consume (Listen's or Handle's context): a message whose check was cut
 // short is released unhandled. A nil v checks nothing.
-func WithPayloadValidator(v PayloadValidator) ConsumerOption {
-	return func(c *Consumer) { c.payload = v }
+//
+// Given to NewPublisher, Client.Publisher or one publish, it checks the data
+// of every publish before anything is sent: invalid data is refused with a
+// *PayloadError (matching ErrInvalidPayload) naming each violation, and the
+// broker never sees it. It applies to Publish, PublishWithReceipt and
+// NewMessage. The check runs under the publish's context (NewMessage's
+// under none), and a publish whose context ends during it fails with the
+// context's error. A nil v checks nothing. Default: none.
+func WithPayloadValidator(v PayloadValidator) interface {
+	ConsumerOption
+	PublishOption
+} {
+	return payloadOption{v}
 }
+
+// payloadOption is WithPayloadValidator.
+type payloadOption struct{ v PayloadValidator }
+
+func (w payloadOption) applyConsumer(c *Consumer)     { c.payload = w.v }
+func (w payloadOption) applyPublish(c *publishConfig) { c.payload = w.v }
 
 // NewConsumer returns a Consumer that routes to h, configured by opts. The
 // configuration is checked here, once: a nil handler or an invalid option
@@ -261,7 +313,7 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		c.handlers[urn] = fn
 	}
 	for _, o := range opts {
-		o(c)
+		o.applyConsumer(c)
 	}
 	switch {
 	case c.err != nil:
@@ -273,6 +325,12 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		c.err = fmt.Errorf("%w: dead-letter timeout is %v, want > 0", ErrInvalidConfig, c.dlqTimeout)
 	case c.retryDelay < 0:
 		c.err = fmt.Errorf("%w: dead-letter retry delay is %v, want >= 0", ErrInvalidConfig, c.retryDelay)
+	case c.run.credit < 0:
+		c.err = fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, c.run.credit)
+	case c.run.maxMessages < 0:
+		c.err = fmt.Errorf("%w: max messages is %d, want >= 0", ErrInvalidConfig, c.run.maxMessages)
+	case c.run.stopWhenIdle < 0:
+		c.err = fmt.Errorf("%w: stop-when-idle is %v, want >= 0", ErrInvalidConfig, c.run.stopWhenIdle)
 	case c.unknown != UnknownURNFail && c.unknown != UnknownURNRelease &&
 		c.unknown != UnknownURNDelete && c.unknown != UnknownURNDeadLetter:
 		c.err = fmt.Errorf("%w: unknown-URN strategy %q", ErrInvalidConfig, string(c.unknown))

@@ -227,8 +227,45 @@ func TestListenReturnsLinkFailure(t *testing.T) {
 			require.Error(t, err)
 			var le *amqp.LinkError
 			assert.ErrorAs(t, err, &le)
-			assert.Contains(t, err.Error(), "babelqueue: receive")
+			assert.Contains(t, err.Error(), "receive: ")
 			assert.Equal(t, 1, r.Settled())
 		})
 	}
+}
+
+// The options only Client.Consume reads are checked with the others, once,
+// by NewConsumer.
+func TestNewConsumerChecksTheConsumeOptions(t *testing.T) {
+	h := Handlers{urnCreated: func(context.Context, *Envelope, *amqp.Message) error { return nil }}
+	for name, opt := range map[string]ConsumerOption{
+		"negative credit":         WithCredit(-1),
+		"negative max messages":   WithMaxMessages(-1),
+		"negative stop-when-idle": WithStopWhenIdle(-time.Second),
+	} {
+		c, err := NewConsumer(h, opt)
+		assert.ErrorIs(t, err, ErrInvalidConfig, name)
+		assert.Nil(t, c, name)
+	}
+	c, err := NewConsumer(h, WithCredit(0), WithMaxMessages(0), WithStopWhenIdle(0), WithSelector("a = 'b'"), WithOnlyHandledURNs(), WithoutDeadLetter())
+	require.NoError(t, err)
+	assert.Equal(t, consumeOptions{selector: "a = 'b'", onlyHandled: true, noDeadLetter: true}, c.run)
+}
+
+// WithObserver and WithPayloadValidator are one option each for a Consumer
+// and a publisher.
+func TestObserverAndValidatorAreConsumerAndPublishOptions(t *testing.T) {
+	obs := &observed{}
+	var v PayloadValidator = &orderIDValidator{}
+	cons := []ConsumerOption{WithObserver(obs), WithPayloadValidator(v)}
+	pubs := []PublishOption{WithObserver(obs), WithPayloadValidator(v)}
+	c, err := NewConsumer(Handlers{}, cons...)
+	require.NoError(t, err)
+	assert.Same(t, obs, c.observer)
+	assert.Same(t, v, c.payload)
+	var cfg publishConfig
+	for _, o := range pubs {
+		o.applyPublish(&cfg)
+	}
+	assert.Same(t, obs, cfg.observer)
+	assert.Same(t, v, cfg.payload)
 }

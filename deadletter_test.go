@@ -23,7 +23,7 @@ func TestNewDeadLetter(t *testing.T) {
 	at := fixedClock
 	dl := newDeadLetter(ReasonFailed, &OutcomeError{State: &amqp.StateReleased{}}, "orders", 3, at)
 	got := string(dl.appendJSON(nil))
-	want := `{"reason":"failed","error":"babelqueue: broker released the transfer","exception":"*artemis.OutcomeError","failed_at":1749132727250,"original_queue":"orders","attempts":3,"lang":"go"}`
+	want := `{"reason":"failed","error":"artemis: broker released the transfer","exception":"*artemis.OutcomeError","failed_at":1749132727250,"original_queue":"orders","attempts":3,"lang":"go"}`
 	if got != want {
 		t.Errorf("block\n got: %s\nwant: %s", got, want)
 	}

@@ -11,10 +11,13 @@ import (
 )
 
 // TestOptionsStateTheirDefaultInOneForm: every field of the
-// configuration structs ends its doc comment with its default, in one form:
+// configuration structs, and every consumer option that only Client.Consume
+// reads, ends its doc comment with its default, in one form:
 // "Default: ...".
 func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
-	want := map[string]bool{"ClientOptions": true, "ConsumeOptions": true, "Backoff": true}
+	want := map[string]bool{"ClientOptions": true, "Backoff": true}
+	wantFuncs := map[string]bool{"WithCredit": true, "WithSelector": true, "WithOnlyHandledURNs": true,
+		"WithoutDeadLetter": true, "WithMaxMessages": true, "WithStopWhenIdle": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -22,7 +25,12 @@ func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 	marker := regexp.MustCompile(`Default( \([A-Za-z]+\))?: `)
 	nextSentence := regexp.MustCompile(`\.\s+[A-Z]`)
 	fset := token.NewFileSet()
-	found := 0
+	found, foundFuncs := 0, 0
+	endsWithDefault := func(doc string) bool {
+		doc = strings.TrimSpace(doc)
+		at := marker.FindAllStringIndex(doc, -1)
+		return len(at) > 0 && !nextSentence.MatchString(doc[at[len(at)-1][0]:]) && strings.HasSuffix(doc, ".")
+	}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -30,6 +38,14 @@ func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && wantFuncs[fd.Name.Name] {
+				foundFuncs++
+				if !endsWithDefault(fd.Doc.Text()) {
+					t.Errorf("%s: its doc comment does not end with \"Default: ...\": %q", fd.Name.Name, fd.Doc.Text())
+				}
+			}
 		}
 		ast.Inspect(file, func(n ast.Node) bool {
 			ts, ok := n.(*ast.TypeSpec)
@@ -41,8 +57,7 @@ func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 			for _, field := range st.Fields.List {
 				for _, name := range field.Names {
 					doc := strings.TrimSpace(field.Doc.Text())
-					at := marker.FindAllStringIndex(doc, -1)
-					if len(at) == 0 || nextSentence.MatchString(doc[at[len(at)-1][0]:]) || !strings.HasSuffix(doc, ".") {
+					if !endsWithDefault(doc) {
 						t.Errorf("%s.%s: its doc comment does not end with \"Default: ...\": %q", ts.Name.Name, name.Name, doc)
 					}
 				}
@@ -52,5 +67,8 @@ func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 	}
 	if found != len(want) {
 		t.Errorf("found %d of the %d configuration structs", found, len(want))
+	}
+	if foundFuncs != len(wantFuncs) {
+		t.Errorf("found %d of the %d consume options", foundFuncs, len(wantFuncs))
 	}
 }

@@ -29,8 +29,9 @@ const Lang = "go"
 // at the top level or in meta, are kept in their original order, in the
 // same canonical form, and written back by Encode.
 type Envelope struct {
-	// Job is the message URN, for example "urn:babel:orders:created".
-	Job string
+	// URN is the message URN, for example "urn:babel:orders:created": the
+	// wire key job (a decoded envelope takes its inbound alias urn too).
+	URN string
 	// TraceID is minted by the first producer and kept unchanged across hops.
 	TraceID string
 	// Data is the business payload: the JSON of an object. Decode and
@@ -96,10 +97,8 @@ type rawField struct {
 }
 
 // EnvelopeOption configures an envelope being built: by NewEnvelope, or
-// by Publish and PublishWithReceipt, which take it as a BuildOption.
+// by Publish and PublishWithReceipt, which take it in Job.
 type EnvelopeOption func(*envelopeConfig)
-
-func (EnvelopeOption) buildOption() {}
 
 type envelopeConfig struct {
 	traceID string
@@ -178,7 +177,7 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 		now = time.Now()
 	}
 	*e = Envelope{
-		Job:     urn,
+		URN:     urn,
 		TraceID: traceID,
 		Data:    raw,
 		canon:   raw,
@@ -254,7 +253,7 @@ func drawRandom(dst []byte) {
 	if rs.off+len(dst) > randomBatch {
 		if _, err := idRandomRead(rs.b[:]); err != nil {
 			// crypto/rand.Read does not fail (it ends the program instead).
-			panic(fmt.Sprintf("babelqueue: read random bytes: %v", err))
+			panic(fmt.Sprintf("artemis: read random bytes: %v", err))
 		}
 		rs.off = 0
 	}
@@ -276,9 +275,6 @@ func appendUUID(b []byte, u uuid.UUID) []byte {
 	return b
 }
 
-// URN returns the message URN (the job key, or its inbound alias urn).
-func (e *Envelope) URN() string { return e.Job }
-
 // Bind decodes the data object into v, as json.Unmarshal does.
 func (e *Envelope) Bind(v any) error {
 	if len(e.Data) == 0 {
@@ -298,7 +294,7 @@ func (e *Envelope) Validate() error {
 		return fmt.Errorf("%w: the envelope is nil", ErrInvalidEnvelope)
 	case e.issues != "":
 		return fmt.Errorf("%w: %s", ErrInvalidEnvelope, e.issues)
-	case strings.TrimSpace(e.Job) == "":
+	case strings.TrimSpace(e.URN) == "":
 		return fmt.Errorf("%w: the URN (job, else urn) is missing or blank", ErrInvalidEnvelope)
 	case e.Meta.SchemaVersion != SchemaVersion:
 		return fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, e.Meta.SchemaVersion, SchemaVersion)

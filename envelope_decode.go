@@ -116,7 +116,7 @@ func (d *envelopeDecoder) member(qkey, key, val string, clean bool) error {
 		if err != nil {
 			return fmt.Errorf("the URN (job, else urn) is not a string: job is %s", truncate(val))
 		}
-		env.Job, d.hasJob = v, val != "null"
+		env.URN, d.hasJob = v, val != "null"
 	case "urn":
 		bit = 1 << 1
 		v, err := stringValue(val, clean, "urn")
@@ -180,7 +180,7 @@ func (d *envelopeDecoder) finish() *Envelope {
 	env := d.env
 	if !d.hasJob && d.hasURN {
 		// The alias becomes the job: producers always write job, never urn.
-		env.Job = d.urnAlias
+		env.URN = d.urnAlias
 		env.extra = append(env.extra[:d.urnIdx], env.extra[d.urnIdx+1:]...)
 	}
 	if d.seen&(1<<5) == 0 && env.issues == "" {

@@ -85,8 +85,8 @@ func TestDecodeURNAlias(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := mustDecode(t, tt.in)
-			if env.URN() != tt.wantURN || env.Job != tt.wantURN {
-				t.Errorf("URN() %q Job %q, want %q", env.URN(), env.Job, tt.wantURN)
+			if env.URN != tt.wantURN {
+				t.Errorf("URN %q, want %q", env.URN, tt.wantURN)
 			}
 			if err := env.Validate(); err != nil {
 				t.Errorf("Validate: %v", err)
@@ -188,8 +188,8 @@ func TestDecodeDataIsExactAndOwned(t *testing.T) {
 	for i := range body {
 		body[i] = 'X'
 	}
-	if string(env.Data) != canonical || env.Job != "urn:a:b" {
-		t.Errorf("the envelope shares memory with the input: Data %s Job %q", env.Data, env.Job)
+	if string(env.Data) != canonical || env.URN != "urn:a:b" {
+		t.Errorf("the envelope shares memory with the input: Data %s URN %q", env.Data, env.URN)
 	}
 	env.Data[0] = '['
 	if env.TraceID != "t" {
@@ -314,8 +314,8 @@ func TestDecodeCanonicalDataIsOwned(t *testing.T) {
 			for i := range e.Data[:n] {
 				e.Data[i] = 'Y'
 			}
-			if e.Job != "urn:a:b" || e.TraceID != "t" || len(e.Data) != n+64 {
-				t.Errorf("writing to Data reached the envelope's strings: %q %q", e.Job, e.TraceID)
+			if e.URN != "urn:a:b" || e.TraceID != "t" || len(e.Data) != n+64 {
+				t.Errorf("writing to Data reached the envelope's strings: %q %q", e.URN, e.TraceID)
 			}
 		}
 	}

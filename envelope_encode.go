@@ -49,7 +49,7 @@ func (e *Envelope) dataIsCanon() bool {
 }
 
 func (e *Envelope) encodedSizeHint() int {
-	n := 160 + len(e.Job) + len(e.TraceID) + len(e.Data) + len(e.Meta.ID) + len(e.Meta.Queue)
+	n := 160 + len(e.URN) + len(e.TraceID) + len(e.Data) + len(e.Meta.ID) + len(e.Meta.Queue)
 	for _, f := range e.extra {
 		n += len(f.key) + len(f.value) + 2
 	}
@@ -75,7 +75,7 @@ func (e *Envelope) appendEncode(b []byte) []byte {
 
 func (e *Envelope) appendEncodeData(b []byte, data json.RawMessage) []byte {
 	b = append(b, `{"job":`...)
-	b = jsoncodec.AppendString(b, e.Job)
+	b = jsoncodec.AppendString(b, e.URN)
 	b = append(b, `,"trace_id":`...)
 	b = jsoncodec.AppendString(b, e.TraceID)
 	b = append(b, `,"data":`...)

@@ -16,7 +16,7 @@ import (
 
 func TestEncodeRejectsNonObjectData(t *testing.T) {
 	for _, data := range []string{`[]`, `null`, `"x"`, `1`} {
-		env := &Envelope{Job: "urn:a:b", TraceID: "t", Data: json.RawMessage(data)}
+		env := &Envelope{URN: "urn:a:b", TraceID: "t", Data: json.RawMessage(data)}
 		if b, err := env.Encode(); err == nil || !errors.Is(err, ErrInvalidEnvelope) {
 			t.Errorf("Encode with data %s: %s, %v; want an ErrInvalidEnvelope", data, b, err)
 		}
@@ -404,7 +404,7 @@ func TestPublishDataIsCanonical(t *testing.T) {
 // Invalid UTF-8 set on an envelope by hand still encodes to valid JSON.
 func TestEncodeInvalidUTF8FieldsIsValidJSON(t *testing.T) {
 	env := fixedEnvelope(t, "urn:a:b", nil)
-	env.Job, env.Meta.Queue = "urn:\xff", "q\xfe"
+	env.URN, env.Meta.Queue = "urn:\xff", "q\xfe"
 	b := mustEncode(t, env)
 	if !json.Valid(b) || !utf8.Valid(b) || !bytes.Contains(b, []byte("\"urn:\ufffd\"")) {
 		t.Errorf("Encode with invalid UTF-8 fields: %q", b)

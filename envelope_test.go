@@ -30,8 +30,8 @@ func TestNewEnvelopeFields(t *testing.T) {
 	if env.Meta.ID == env.TraceID {
 		t.Errorf("meta.id and trace_id are both %q; they must be distinct", env.Meta.ID)
 	}
-	if env.Job != "urn:babel:orders:created" || env.URN() != env.Job {
-		t.Errorf("Job %q, URN() %q", env.Job, env.URN())
+	if env.URN != "urn:babel:orders:created" {
+		t.Errorf("URN %q", env.URN)
 	}
 	if env.Meta.Lang != "go" || env.Meta.SchemaVersion != 1 || env.Attempts != 0 || env.DeadLetter != nil {
 		t.Errorf("lang %q schema_version %d attempts %d dead_letter %v, want go 1 0 nil",
@@ -61,8 +61,8 @@ func TestNewEnvelopeOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.Job != "urn:babel:orders:created" {
-		t.Errorf("Job %q, want the URN trimmed", env.Job)
+	if env.URN != "urn:babel:orders:created" {
+		t.Errorf("URN %q, want the URN trimmed", env.URN)
 	}
 	if env.Meta.Queue != "orders" {
 		t.Errorf("meta.queue %q", env.Meta.Queue)
@@ -297,7 +297,7 @@ func TestEncodeContractExample(t *testing.T) {
 	if err := dec.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	if dec.Job != "urn:babel:orders:created" || dec.TraceID != contractTraceID || string(dec.Data) != `{"order_id":1042}` ||
+	if dec.URN != "urn:babel:orders:created" || dec.TraceID != contractTraceID || string(dec.Data) != `{"order_id":1042}` ||
 		dec.Meta.ID != contractMessageID || dec.Meta.Queue != "orders" || dec.Meta.Lang != "go" ||
 		dec.Meta.SchemaVersion != 1 || dec.Meta.CreatedAt != contractCreatedAt || dec.Attempts != 0 || dec.DeadLetter != nil {
 		t.Errorf("decoded fields: %+v", dec)
@@ -454,7 +454,7 @@ func TestValidateBuiltEnvelope(t *testing.T) {
 		field  string // "" means valid
 	}{
 		{"fresh", func(*Envelope) {}, ""},
-		{"blank job", func(e *Envelope) { e.Job = " " }, "URN"},
+		{"blank job", func(e *Envelope) { e.URN = " " }, "URN"},
 		{"schema 2", func(e *Envelope) { e.Meta.SchemaVersion = 2 }, "meta.schema_version"},
 		{"nil data", func(e *Envelope) { e.Data = nil }, "data"},
 		{"array data", func(e *Envelope) { e.Data = json.RawMessage(`[]`) }, "data"},

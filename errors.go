@@ -12,32 +12,36 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
+// errPrefix begins the text of every sentinel error of the package, and of
+// no error that wraps another.
+const errPrefix = "artemis: "
+
 // Sentinel errors. Every error the consumer reports is a *DeliveryError whose
 // Is method matches exactly one of them (the one of its Kind), so a callback
 // can tell the cases apart with errors.Is, or with a switch on Kind.
 var (
 	// ErrUnknownURN: no handler is registered for the message's URN.
-	ErrUnknownURN = errors.New("babelqueue: no handler for the URN")
+	ErrUnknownURN = errors.New("artemis: no handler for the URN")
 	// ErrPoison: the body is not a valid envelope.
-	ErrPoison = errors.New("babelqueue: poison message")
+	ErrPoison = errors.New("artemis: poison message")
 	// ErrVersionGated: the bq_schema_version application property is not "1".
-	ErrVersionGated = errors.New("babelqueue: unsupported bq_schema_version")
+	ErrVersionGated = errors.New("artemis: unsupported bq_schema_version")
 	// ErrHandlerFailed: the handler returned an error or panicked.
-	ErrHandlerFailed = errors.New("babelqueue: handler failed")
+	ErrHandlerFailed = errors.New("artemis: handler failed")
 	// ErrDeadLetterFailed: a write to the dead-letter queue was not confirmed.
-	ErrDeadLetterFailed = errors.New("babelqueue: dead-letter write failed")
+	ErrDeadLetterFailed = errors.New("artemis: dead-letter write failed")
 	// ErrRetryFailed: a scheduled retry copy was not confirmed; after the
 	// dead-letter retry delay the delivery was retried at once (modified
 	// with delivery-failed: the failed attempt counts toward maxTries).
-	ErrRetryFailed = errors.New("babelqueue: retry write failed")
+	ErrRetryFailed = errors.New("artemis: retry write failed")
 	// ErrSettlement: the disposition could not be sent to the broker (the
 	// link or connection is gone); the broker redelivers the message.
-	ErrSettlement = errors.New("babelqueue: settlement failed")
+	ErrSettlement = errors.New("artemis: settlement failed")
 	// ErrNotAccepted is matched by an *OutcomeError: the broker settled a
 	// transfer with an outcome other than accepted.
-	ErrNotAccepted = errors.New("babelqueue: transfer not accepted by the broker")
+	ErrNotAccepted = errors.New("artemis: transfer not accepted by the broker")
 	// ErrInvalidConfig: a Consumer, Client or Consume option has an invalid value.
-	ErrInvalidConfig = errors.New("babelqueue: invalid configuration")
+	ErrInvalidConfig = errors.New("artemis: invalid configuration")
 )
 
 // ErrHandlerExited is the cause (DeliveryError.Err) of an ErrHandlerFailed
@@ -45,20 +49,20 @@ var (
 // (runtime.Goexit; t.FailNow and require.* in tests do). The attempt counts
 // as failed, as a returned error does: redelivered below the limit,
 // dead-lettered at it.
-var ErrHandlerExited = errors.New("babelqueue: handler exited its goroutine without returning")
+var ErrHandlerExited = errors.New("artemis: handler exited its goroutine without returning")
 
 // ErrGivenBack is the sentinel of KindGivenBack, the Kind of a SettleEvent
 // for a delivery the Consumer took from the link but never started, and
 // gave back to the broker with a plain release (its delivery count untouched) because Listen was stopping: its
 // context ended, or the link was lost. It is not reported to WithOnError
 // (nothing failed; the broker delivers the message again), only observed.
-var ErrGivenBack = errors.New("babelqueue: delivery given back unstarted")
+var ErrGivenBack = errors.New("artemis: delivery given back unstarted")
 
 // ErrInvalidPayload is matched by a *PayloadError: the data object of a
 // message does not satisfy the schema registered for its URN. A publish
 // refused for it sent nothing; a consumer reports it as a *DeliveryError of
 // KindInvalidPayload.
-var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
+var ErrInvalidPayload = errors.New("artemis: invalid payload")
 
 // ErrDecrypt is matched by the error of a message whose protected data (the
 // fields a PayloadProtector encrypts) could not be restored: a wrong key, a
@@ -66,11 +70,11 @@ var ErrInvalidPayload = errors.New("babelqueue: invalid payload")
 // decrypt later): it is written at once to the dead-letter queue with
 // reason failed, as it travelled, and reported as a *DeliveryError of
 // KindDecryptFailed. The error names the field, never its value or a key.
-var ErrDecrypt = errors.New("babelqueue: cannot decrypt a protected field")
+var ErrDecrypt = errors.New("artemis: cannot decrypt a protected field")
 
 // ErrInvalidEnvelope is wrapped by every error that Decode, Validate and
 // NewEnvelope return for input that is not a valid envelope.
-var ErrInvalidEnvelope = errors.New("babelqueue: invalid envelope")
+var ErrInvalidEnvelope = errors.New("artemis: invalid envelope")
 
 // errNotBuilt is returned by the methods of a Publisher, Client,
 // ClientPublisher or Receipt that was declared as a zero value instead of
@@ -81,13 +85,13 @@ var errNotBuilt = fmt.Errorf("%w: a zero value: use NewPublisher, Dial or Client
 var (
 	// ErrConnect: no broker URL could be connected to. The error lists each
 	// URL (password redacted) with its cause.
-	ErrConnect = errors.New("babelqueue: cannot connect to any broker")
+	ErrConnect = errors.New("artemis: cannot connect to any broker")
 	// ErrOutcomeUnknown: the connection or link failed, or the context
 	// ended, after a transfer may have been written, so the broker may or
 	// may not have stored the message. See Client.Publisher.
-	ErrOutcomeUnknown = errors.New("babelqueue: publish outcome unknown, the broker may have stored the message")
+	ErrOutcomeUnknown = errors.New("artemis: publish outcome unknown, the broker may have stored the message")
 	// ErrClosed: the Client, or the ClientPublisher, was closed.
-	ErrClosed = errors.New("babelqueue: client closed")
+	ErrClosed = errors.New("artemis: client closed")
 )
 
 // Disposition is what the consumer did with a delivery.
@@ -237,17 +241,22 @@ type DeliveryError struct {
 	Err error
 }
 
-// Error describes the delivery, what was done with it and why.
+// Error describes the delivery, what was done with it and why. It reads
+// "artemis: <kind> ...", or, when it has a cause, "<kind> ...: <cause>":
+// an error that wraps another adds no prefix of its own.
 func (e *DeliveryError) Error() string {
 	if e == nil {
 		return "<nil>"
 	}
 	var b strings.Builder
+	kind := "artemis: delivery error"
 	if k := e.Kind.Err(); k != nil {
-		b.WriteString(k.Error())
-	} else {
-		b.WriteString("babelqueue: delivery error")
+		kind = k.Error()
 	}
+	if e.Err != nil {
+		kind = strings.TrimPrefix(kind, errPrefix)
+	}
+	b.WriteString(kind)
 	if e.URN != "" {
 		b.WriteString(" (urn ")
 		b.WriteString(e.URN)
@@ -309,17 +318,17 @@ func (e *OutcomeError) Error() string {
 	switch s := e.State.(type) {
 	case *amqp.StateRejected:
 		if s.Error != nil {
-			return "babelqueue: broker rejected the transfer: " + s.Error.Error()
+			return "artemis: broker rejected the transfer: " + s.Error.Error()
 		}
-		return "babelqueue: broker rejected the transfer"
+		return "artemis: broker rejected the transfer"
 	case *amqp.StateReleased:
-		return "babelqueue: broker released the transfer"
+		return "artemis: broker released the transfer"
 	case *amqp.StateModified:
-		return fmt.Sprintf("babelqueue: broker modified the transfer (delivery-failed %t, undeliverable-here %t)", s.DeliveryFailed, s.UndeliverableHere)
+		return fmt.Sprintf("artemis: broker modified the transfer (delivery-failed %t, undeliverable-here %t)", s.DeliveryFailed, s.UndeliverableHere)
 	case nil:
-		return "babelqueue: broker settled the transfer without an outcome"
+		return "artemis: broker settled the transfer without an outcome"
 	}
-	return fmt.Sprintf("babelqueue: broker outcome %T, not accepted", e.State)
+	return fmt.Sprintf("artemis: broker outcome %T, not accepted", e.State)
 }
 
 // Is matches ErrNotAccepted.
@@ -396,7 +405,7 @@ func connectionLost(err error) bool {
 
 // publishError names the urn and the queue of a publish that failed.
 func publishError(queue, urn string, err error) error {
-	return fmt.Errorf("babelqueue: publish %s to %s: %w", urn, queue, err)
+	return fmt.Errorf("publish %s to %s: %w", urn, queue, err)
 }
 
 func truncate(s string) string {

@@ -4,12 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 func TestDispositionNames(t *testing.T) {
@@ -36,7 +44,7 @@ func TestDeliveryError(t *testing.T) {
 		{
 			name: "routed and decoded",
 			err:  &DeliveryError{Kind: KindHandlerFailed, URN: "urn:a", MessageID: "id-1", Attempts: 2, Disposition: DispositionAbandoned, Err: cause},
-			want: ErrHandlerFailed.Error() + " (urn urn:a, id id-1, attempts 2): abandoned: payment gateway timeout",
+			want: "handler failed (urn urn:a, id id-1, attempts 2): abandoned: payment gateway timeout",
 		},
 		{
 			name: "routed, no meta.id",
@@ -46,7 +54,7 @@ func TestDeliveryError(t *testing.T) {
 		{
 			name: "no urn",
 			err:  &DeliveryError{Kind: KindPoison, Disposition: DispositionDeadLettered, Err: cause},
-			want: ErrPoison.Error() + ": dead_lettered: payment gateway timeout",
+			want: "poison message: dead_lettered: payment gateway timeout",
 		},
 	}
 	for _, tt := range tests {
@@ -100,5 +108,92 @@ func TestErrorClassification(t *testing.T) {
 			assert.Equal(t, tc.conn, connectionLost(tc.err), "connectionLost")
 			assert.Equal(t, tc.mayBeStoredErr, mayBeStored(tc.err), "mayBeStored")
 		})
+	}
+}
+
+// TestErrorTextsCarryOnePrefix: every sentinel error of the package (read
+// from the source, so a new one is covered) reads "artemis: ...", and an
+// error that wraps another adds no prefix of its own, so no text says
+// "artemis: " twice, nor the old "babelqueue: ".
+func TestErrorTextsCarryOnePrefix(t *testing.T) {
+	sentinels := map[string]error{
+		"ErrUnknownURN": ErrUnknownURN, "ErrPoison": ErrPoison, "ErrVersionGated": ErrVersionGated,
+		"ErrHandlerFailed": ErrHandlerFailed, "ErrDeadLetterFailed": ErrDeadLetterFailed,
+		"ErrRetryFailed": ErrRetryFailed, "ErrSettlement": ErrSettlement, "ErrNotAccepted": ErrNotAccepted,
+		"ErrInvalidConfig": ErrInvalidConfig, "ErrHandlerExited": ErrHandlerExited, "ErrGivenBack": ErrGivenBack,
+		"ErrInvalidPayload": ErrInvalidPayload, "ErrDecrypt": ErrDecrypt, "ErrInvalidEnvelope": ErrInvalidEnvelope,
+		"ErrConnect": ErrConnect, "ErrOutcomeUnknown": ErrOutcomeUnknown, "ErrClosed": ErrClosed,
+	}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	declared := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		require.NoError(t, err)
+		for _, d := range file.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				for _, name := range spec.(*ast.ValueSpec).Names {
+					if name.IsExported() && strings.HasPrefix(name.Name, "Err") {
+						declared++
+						assert.Contains(t, sentinels, name.Name, "a sentinel this test does not check")
+					}
+				}
+			}
+		}
+	}
+	assert.Equal(t, len(sentinels), declared, "the sentinels declared")
+	for name, err := range sentinels {
+		assert.True(t, strings.HasPrefix(err.Error(), errPrefix), "%s: %q", name, err)
+		assert.Equal(t, 1, strings.Count(err.Error(), "artemis:"), "%s: %q", name, err)
+	}
+
+	ctx := context.Background()
+	wrapped := map[string]error{
+		"publish, closed":       publishError("orders", urnCreated, ErrClosed),
+		"publish, not accepted": publishError("orders", urnCreated, &OutcomeError{State: &amqp.StateReleased{}}),
+		"publish, unknown":      publishError("orders", urnCreated, fmt.Errorf("%w: %w", ErrOutcomeUnknown, &amqp.LinkError{})),
+		"dead letter not confirmed": &DeliveryError{Kind: KindDeadLetterFailed, URN: urnCreated, Disposition: DispositionAbandoned,
+			Err: publishError("orders.dlq", urnCreated, &OutcomeError{State: &amqp.StateRejected{}})},
+		"handler failed": &DeliveryError{Kind: KindHandlerFailed, URN: urnCreated, Err: errors.New("gateway down")},
+		"connect":        &connectError{errs: []error{&urlError{url: "amqp://a:5672", err: io.EOF}}},
+	}
+	// Through the publish and consume paths.
+	_, wrapped["publish, refused option"] = NewPublisher(&fakelink.Sender{}, "orders").Publish(ctx, Job(urnCreated, nil), WithPriority(10))
+	_, wrapped["publish, no envelope"] = NewPublisher(&fakelink.Sender{}, "orders").Publish(ctx, Encoded("{"))
+	rejecting := &fakelink.Sender{Outcome: func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+		return &amqp.StateRejected{}, nil
+	}}
+	_, wrapped["publish, rejected"] = NewPublisher(rejecting, "orders").Publish(ctx, Job(urnCreated, nil))
+	_, wrapped["publish, link lost"] = NewPublisher(&fakelink.Sender{Gate: func() error { return &amqp.LinkError{} }}, "orders").Publish(ctx, Job(urnCreated, nil))
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(ctx, "orders")
+	require.NoError(t, err)
+	require.NoError(t, h.c.Close(ctx))
+	_, wrapped["client publish, closed"] = p.Publish(ctx, Job(urnCreated, nil))
+	wrapped["client consume, closed"] = h.c.Consume(ctx, "orders", mustConsumer(t, Handlers{urnCreated: succeeding}))
+
+	c, rec, dlq := hostileConsumer(t, failing(errors.New("gateway down")), WithMaxTries(1))
+	got := handleOne(t, c, rec, dlq, rawMessage("not json"))
+	require.NotEmpty(t, got.reports)
+	wrapped["consume, poison"] = got.reports[0].err
+	got = handleOne(t, c, rec, dlq, orderMessage(t, 0))
+	require.Len(t, got.reports, 2)
+	wrapped["consume, handler failed"] = got.reports[1].err
+
+	for name, err := range wrapped {
+		require.Error(t, err, name)
+		text := err.Error()
+		assert.LessOrEqual(t, strings.Count(text, "artemis:"), 1, "%s: %q", name, text)
+		assert.NotContains(t, text, "babelqueue:", name)
+		t.Logf("%s: %s", name, text)
 	}
 }

@@ -33,7 +33,7 @@ func ExampleDial() {
 		log.Print(err) // errors.Is(err, artemis.ErrConnect): no URL answered; nothing to close
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	fmt.Println(client.Status().Connected)
 }
 
@@ -47,7 +47,7 @@ func ExampleClient_Publisher() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	pub, err := client.Publisher(ctx, "orders", artemis.WithDuplicateDetection())
 	if err != nil {
@@ -56,7 +56,7 @@ func ExampleClient_Publisher() {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second) // this caller's deadline, and no one else's
 	defer cancel()
-	id, err := pub.Publish(pctx, "urn:babel:orders:created", OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"})
+	id, err := pub.Publish(pctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"}))
 	switch {
 	case errors.Is(err, artemis.ErrOutcomeUnknown):
 		log.Print("the broker may have stored it: ", err) // resend the same envelope to be sure
@@ -77,7 +77,7 @@ func ExampleClientPublisher_PublishWithReceipt() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	pub, err := client.Publisher(ctx, "orders")
 	if err != nil {
 		log.Print(err)
@@ -86,7 +86,7 @@ func ExampleClientPublisher_PublishWithReceipt() {
 
 	receipts := make([]*artemis.Receipt, 0, 100)
 	for i := range 100 {
-		r, err := pub.PublishWithReceipt(ctx, "urn:babel:orders:created", OrderCreated{OrderID: int64(i)})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: int64(i)}))
 		if err != nil {
 			log.Print(err) // not written: nothing to wait for
 			break
@@ -115,7 +115,7 @@ func ExampleClient_Consume() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	cons, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
@@ -132,7 +132,7 @@ func ExampleClient_Consume() {
 		return
 	}
 	// Returns nil once ctx ends and the handlers in flight have settled.
-	if err := client.Consume(ctx, "orders", cons, nil); err != nil {
+	if err := client.Consume(ctx, "orders", cons); err != nil {
 		log.Print(err)
 	}
 }
@@ -146,14 +146,14 @@ func ExampleClient_TopicPublisher() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	pub, err := client.TopicPublisher(ctx, "orders.events")
 	if err != nil {
 		log.Print(err)
 		return
 	}
 	// Accepted, and dropped by the broker, when nobody is subscribed.
-	if _, err := pub.Publish(ctx, "urn:babel:orders:created", OrderCreated{OrderID: 42}); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: 42})); err != nil {
 		log.Print(err)
 	}
 }
@@ -170,7 +170,7 @@ func ExampleClient_Subscribe() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	cons, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 			var order OrderCreated
@@ -180,12 +180,12 @@ func ExampleClient_Subscribe() {
 			log.Printf("charge order %d", order.OrderID)
 			return nil
 		},
-	}, artemis.WithConcurrency(8))
+	}, artemis.WithConcurrency(8), artemis.WithOnlyHandledURNs())
 	if err != nil {
 		log.Print(err)
 		return
 	}
-	err = client.Subscribe(ctx, "orders.events", "billing", cons, &artemis.ConsumeOptions{OnlyHandledURNs: true})
+	err = client.Subscribe(ctx, "orders.events", "billing", cons)
 	if err != nil {
 		log.Print(err)
 	}
@@ -204,7 +204,7 @@ func ExampleDeadLetter() {
 		log.Print(err)
 		return
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	cons, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
@@ -220,7 +220,7 @@ func ExampleDeadLetter() {
 		log.Print(err)
 		return
 	}
-	_ = client.Consume(ctx, "orders.dlq", cons, nil)
+	_ = client.Consume(ctx, "orders.dlq", cons)
 }
 
 func deref(s *string) string {

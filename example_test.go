@@ -46,9 +46,7 @@ func ExamplePublisher_Publish() {
 	}
 
 	pub := artemis.NewPublisher(sender, "orders")
-	id, err := pub.Publish(ctx, "urn:babel:orders:created",
-		OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"},
-		artemis.WithDelay(5*time.Second))
+	id, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", OrderCreated{OrderID: 1042, Amount: 99.9, Currency: "USD"}), artemis.WithDelay(5*time.Second))
 	if err != nil {
 		log.Print(err) // the broker did not accept it: nothing was stored
 		return
@@ -155,7 +153,7 @@ func ExampleDecode() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(env.URN(), env.Validate(), string(env.Data))
+	fmt.Println(env.URN, env.Validate(), string(env.Data))
 	out, _ := env.Encode()
 	fmt.Println(string(out) == string(body))
 	// Output:
@@ -200,9 +198,9 @@ func ExampleWithObserver() {
 	ctx := context.Background()
 	m := &counters{}
 	sender := &fakelink.Sender{} // a go-amqp *amqp.Sender in a real program
-	pub := artemis.NewPublisher(sender, "orders", artemis.WithPublishObserver(m))
+	pub := artemis.NewPublisher(sender, "orders", artemis.WithObserver(m))
 	for id := range 3 {
-		if _, err := pub.Publish(ctx, "urn:babel:orders:created", map[string]int{"order_id": id}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]int{"order_id": id})); err != nil {
 			fmt.Println(err)
 		}
 	}

@@ -81,9 +81,9 @@ func FuzzDecode(f *testing.F) {
 		if err := again.Validate(); err != nil {
 			t.Fatalf("the encoded envelope does not validate: %v\n%s", err, first)
 		}
-		if again.Job != env.Job || again.TraceID != env.TraceID || again.Attempts != env.Attempts {
+		if again.URN != env.URN || again.TraceID != env.TraceID || again.Attempts != env.Attempts {
 			t.Fatalf("identity changed: job %q->%q trace %q->%q attempts %d->%d",
-				env.Job, again.Job, env.TraceID, again.TraceID, env.Attempts, again.Attempts)
+				env.URN, again.URN, env.TraceID, again.TraceID, env.Attempts, again.Attempts)
 		}
 		if !bytes.Equal(again.Data, env.Data) {
 			t.Fatalf("data changed: %q -> %q", env.Data, again.Data)
@@ -658,7 +658,7 @@ func expectHandle(msg *amqp.Message, strategyName UnknownURNStrategy, handlers H
 		attempts = dc
 	}
 	if urn == "" {
-		urn = env.Job
+		urn = env.URN
 	}
 	if handlers[urn] == nil {
 		return unknown(attempts)

@@ -36,7 +36,7 @@ func (c *Consumer) Handle(ctx context.Context, r Receiver, msg *amqp.Message) er
 // of every settlement that failed (Listen stops on a lost link).
 func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver, msg *amqp.Message, lost func(error)) error {
 	d := delivery{c: c, r: r, msg: msg, ctx: ctx, stop: stop, lost: lost,
-		urn: routingURN(msg), attempts: ReconcileAttempts(0, deliveryCount(msg))}
+		urn: routingURN(msg), attempts: reconcileAttempts(0, deliveryCount(msg))}
 	if err := gateVersion(msg); err != nil {
 		return d.gated(err)
 	}
@@ -50,9 +50,9 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	}
 	d.env = env
 	if d.urn == "" {
-		d.urn = env.Job
+		d.urn = env.URN
 	}
-	env.Attempts = c.memory.reconcile(env.Meta.ID, ReconcileAttempts(env.Attempts, deliveryCount(msg)))
+	env.Attempts = c.memory.reconcile(env.Meta.ID, reconcileAttempts(env.Attempts, deliveryCount(msg)))
 	d.attempts = env.Attempts
 	h := c.handlers[d.urn]
 	if h == nil {
@@ -83,14 +83,14 @@ func DecodeMessage(msg *amqp.Message) (*Envelope, error) {
 	}
 	if err := gateVersion(msg); err != nil {
 		return nil, &DeliveryError{Kind: KindVersionGated, URN: routingURN(msg), Err: err,
-			Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+			Attempts: reconcileAttempts(0, deliveryCount(msg))}
 	}
 	env, _, err := decodeBody(msg)
 	if err != nil {
 		return nil, &DeliveryError{Kind: KindPoison, URN: routingURN(msg), Err: err,
-			Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+			Attempts: reconcileAttempts(0, deliveryCount(msg))}
 	}
-	env.Attempts = ReconcileAttempts(env.Attempts, deliveryCount(msg))
+	env.Attempts = reconcileAttempts(env.Attempts, deliveryCount(msg))
 	return env, nil
 }
 
@@ -120,7 +120,7 @@ func (c *Consumer) observeRelease(r Receiver, msg *amqp.Message, kind DeliveryKi
 		return
 	}
 	ev := SettleEvent{Queue: c.queueName(r), URN: routingURN(msg), Disposition: DispositionReleased, Kind: kind,
-		Attempts: ReconcileAttempts(0, deliveryCount(msg))}
+		Attempts: reconcileAttempts(0, deliveryCount(msg))}
 	if kind == KindInvalidConfig {
 		ev.Err = c.err // the configuration error: what an operator must fix
 	}

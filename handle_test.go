@@ -30,7 +30,7 @@ func TestHandlerSeesReconciledAttemptsAndHeaders(t *testing.T) {
 			var headers HeaderCarrier
 			var raw *amqp.Message
 			c := mustConsumer(t, Handlers{urnCreated: func(ctx context.Context, e *Envelope, m *amqp.Message) error {
-				seen, headers, raw = e.Attempts, HeadersFromContext(ctx), MessageFromContext(ctx)
+				seen, headers, raw = e.Attempts, HeadersFromContext(ctx), messageFromContext(ctx)
 				return nil
 			}}, WithMaxTries(100))
 			got := handleOne(t, c, newRecorder(), nil, msg)
@@ -154,7 +154,7 @@ func FuzzDecodeMessageAgreesWithHandle(f *testing.F) {
 		}, WithUnknownURN(UnknownURNDeadLetter))
 		got := handleOne(t, c, rec, dlq, msg)
 		if derr == nil {
-			if env.Job != urnCreated {
+			if env.URN != urnCreated {
 				return // routed elsewhere: dead-lettered as an unknown URN, not refused
 			}
 			require.True(t, called, "DecodeMessage accepted what Handle did not hand over: %v", got.reports)

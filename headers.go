@@ -58,23 +58,23 @@ func HeadersFromContext(ctx context.Context) HeaderCarrier {
 	return Headers(msg)
 }
 
-// MessageFromContext returns the raw AMQP message being handled, or nil
+// messageFromContext returns the raw AMQP message being handled, or nil
 // outside a handler.
-func MessageFromContext(ctx context.Context) *amqp.Message {
+func messageFromContext(ctx context.Context) *amqp.Message {
 	msg, _ := ctx.Value(messageKey{}).(*amqp.Message)
 	return msg
 }
 
 // Headers returns the message's application properties as out-of-band
 // headers: each value rendered as a string, blank keys and values dropped,
-// and none of the properties the contract, the broker or JMS own (see
-// IsReservedProperty). What it returns can be passed to WithHeaders on a
+// and none of the properties the contract, the broker or JMS own (the
+// "bq_" and "bq-" prefixes, "_AMQ_", "JMSX" and "JMS_AMQP_"). What it returns can be passed to WithHeaders on a
 // new publish as it is: it never carries the source's duplicate id, group,
 // routing or contract fields along.
 func Headers(msg *amqp.Message) HeaderCarrier {
 	h := make(HeaderCarrier, len(msg.ApplicationProperties))
 	for k, v := range msg.ApplicationProperties {
-		if IsReservedProperty(k) {
+		if isReservedProperty(k) {
 			continue
 		}
 		s := propertyString(v)
@@ -86,14 +86,14 @@ func Headers(msg *amqp.Message) HeaderCarrier {
 	return h
 }
 
-// IsReservedProperty reports whether an application property name belongs
+// isReservedProperty reports whether an application property name belongs
 // to the contract (bq_schema_version, bq_attempts, ...: the "bq_" prefix,
 // and the family's out-of-band markers with the "bq-" prefix, such as
 // bq-replay-bypass, which describe one delivery and must not spread to the
 // messages a handler publishes), to Artemis ("_AMQ_": the duplicate id,
 // the group and routing fields) or to JMS ("JMSX" names, "JMS_AMQP_" as
 // Artemis's AMQP bridge writes them). Headers leaves them out.
-func IsReservedProperty(name string) bool {
+func isReservedProperty(name string) bool {
 	return strings.HasPrefix(name, "bq_") || strings.HasPrefix(name, "bq-") ||
 		strings.HasPrefix(name, "_AMQ_") || strings.HasPrefix(name, "JMSX") ||
 		strings.HasPrefix(name, "JMS_AMQP_")

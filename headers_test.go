@@ -40,8 +40,8 @@ func TestHeadersFromContext(t *testing.T) {
 	if h := HeadersFromContext(context.Background()); h == nil || len(h) != 0 {
 		t.Errorf("outside a handler: %#v, want an empty carrier", h)
 	}
-	if m := MessageFromContext(context.Background()); m != nil {
-		t.Errorf("MessageFromContext outside a handler = %v", m)
+	if m := messageFromContext(context.Background()); m != nil {
+		t.Errorf("messageFromContext outside a handler = %v", m)
 	}
 	h := HeadersFromContext(context.WithValue(context.Background(), messageKey{}, (*amqp.Message)(nil)))
 	if h == nil || len(h) != 0 {
@@ -52,8 +52,8 @@ func TestHeadersFromContext(t *testing.T) {
 	if got, want := HeadersFromContext(ctx), (HeaderCarrier{"traceparent": "tp", "n": "3"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("HeadersFromContext = %v, want %v", got, want)
 	}
-	if MessageFromContext(ctx) != msg {
-		t.Errorf("MessageFromContext did not return the message")
+	if messageFromContext(ctx) != msg {
+		t.Errorf("messageFromContext did not return the message")
 	}
 }
 

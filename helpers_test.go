@@ -400,9 +400,9 @@ func newHarness(t *testing.T, urls []string, opts *ClientOptions, prepare func(*
 	require.NoError(t, err)
 	b.random = func() float64 { return 0.5 }
 	b.after = h.timers.after
-	c := clientOver(b, &o)
+	c := clientOver(b)
 	h.b, h.c = b, c
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return h
 }
 
@@ -994,7 +994,7 @@ func renderMessage(t *testing.T, msg *amqp.Message) []byte {
 var fixedClock = time.Date(2025, 6, 5, 14, 12, 7, 250_000_000, time.UTC) // 1749132727250 ms
 
 func withClock(now time.Time) PublishOption {
-	return func(c *publishConfig) { c.now = func() time.Time { return now } }
+	return publishOption(func(c *publishConfig) { c.now = func() time.Time { return now } })
 }
 
 // contractPHP is CONTRACT.md's order-created envelope as a PHP producer
@@ -1043,13 +1043,4 @@ func mustConsumer(t testing.TB, h Handlers, opts ...ConsumerOption) *Consumer {
 		t.Fatalf("NewConsumer: %v", err)
 	}
 	return c
-}
-
-// buildOptions gives PublishOptions to Publish, whose options are BuildOptions.
-func buildOptions(opts []PublishOption) []BuildOption {
-	out := make([]BuildOption, len(opts))
-	for i, o := range opts {
-		out[i] = o
-	}
-	return out
 }

@@ -11,16 +11,21 @@ import (
 )
 
 // Sender is the sending side of an AMQP link. *amqp.Sender satisfies it.
+// A Sender that also has a method SendOutcome(ctx, msg)
+// (amqp.DeliveryState, error) has each transfer confirmed through it: a
+// publish, or a dead-letter write, then fails on an outcome other than
+// accepted.
 type Sender interface {
 	Send(ctx context.Context, msg *amqp.Message, opts *amqp.SendOptions) error
 }
 
-// OutcomeSender is a Sender that reports the broker's outcome of each
-// transfer. The consumer confirms dead-letter writes through it when the
+// outcomeSender is a Sender that reports the broker's outcome of each
+// transfer (a Sender of its own with a SendOutcome method of this
+// signature is one). The consumer confirms dead-letter writes through it when the
 // dead-letter sender implements it; *amqp.Sender is confirmed through
 // SendWithReceipt instead. A Sender that is neither is trusted when Send
 // returns nil.
-type OutcomeSender interface {
+type outcomeSender interface {
 	Sender
 	SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error)
 }

@@ -10,7 +10,7 @@ import (
 // TestLinkInterfacesFitGoAMQP checks, at run time, what the link interfaces'
 // documentation promises: go-amqp's own links satisfy them, so a user passes
 // an *amqp.Sender or *amqp.Receiver straight in, and an *amqp.Sender is
-// confirmed through its receipts, not as an OutcomeSender.
+// confirmed through its receipts, not as an outcomeSender.
 func TestLinkInterfacesFitGoAMQP(t *testing.T) {
 	sender, receiver := reflect.TypeFor[*amqp.Sender](), reflect.TypeFor[*amqp.Receiver]()
 	for _, c := range []struct {
@@ -21,7 +21,7 @@ func TestLinkInterfacesFitGoAMQP(t *testing.T) {
 	}{
 		{"*amqp.Sender is a Sender", sender, reflect.TypeFor[Sender](), true},
 		{"*amqp.Sender gives receipts", sender, reflect.TypeFor[receiptSender](), true},
-		{"*amqp.Sender is not an OutcomeSender", sender, reflect.TypeFor[OutcomeSender](), false},
+		{"*amqp.Sender is not an outcomeSender", sender, reflect.TypeFor[outcomeSender](), false},
 		{"*amqp.Receiver is a Receiver", receiver, reflect.TypeFor[Receiver](), true},
 	} {
 		if got := c.typ.Implements(c.ifc); got != c.want {

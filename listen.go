@@ -252,7 +252,7 @@ func (l *listener) receiveFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	err = fmt.Errorf("babelqueue: receive: %w", err)
+	err = fmt.Errorf("receive: %w", err)
 	l.lose(err)
 	return err
 }
@@ -294,7 +294,7 @@ func (l *listener) halted() bool {
 
 // linkDead is the Client's word that the link's connection is gone.
 func (l *listener) linkDead() {
-	l.lose(fmt.Errorf("babelqueue: link lost: %w", context.Cause(l.link)))
+	l.lose(fmt.Errorf("link lost: %w", context.Cause(l.link)))
 }
 
 // lose records that the link is gone and cuts the pending Receive short.
@@ -314,7 +314,7 @@ func (l *listener) quitNow() { l.quitOnce.Do(func() { close(l.quit) }) }
 // link, its session or its connection is gone stops the listener.
 func (l *listener) settlementFailed(err error) {
 	if linkLost(err) {
-		l.lose(fmt.Errorf("babelqueue: link lost: settlement failed: %w", err))
+		l.lose(fmt.Errorf("link lost: settlement failed: %w", err))
 	}
 }
 

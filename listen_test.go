@@ -496,7 +496,7 @@ func TestListenGivesBackTheGroupQueuesWhenReceiveFails(t *testing.T) {
 	err := endAfterHandlers(t, done, gate, "a handler")
 	var le *amqp.LinkError
 	require.ErrorAs(t, err, &le)
-	assert.Contains(t, err.Error(), "babelqueue: receive")
+	assert.Contains(t, err.Error(), "receive: ")
 	assert.Equal(t, int32(1), calls.Load())
 	counts := map[fakelink.Disposition]int{}
 	for _, d := range fr.Dispositions() {

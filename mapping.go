@@ -51,7 +51,7 @@ const defaultPriority = 4
 func NewMessage(env *Envelope, opts ...PublishOption) (*amqp.Message, error) {
 	var cfg publishConfig
 	for _, o := range opts {
-		o(&cfg)
+		o.applyPublish(&cfg)
 	}
 	return newMessage(context.Background(), env, &cfg)
 }
@@ -65,7 +65,7 @@ func newMessage(ctx context.Context, env *Envelope, cfg *publishConfig) (*amqp.M
 	body := env.appendEncode(make([]byte, 0, env.encodedSizeHint()))
 	b := new(messageBlock)
 	b.project(env, stringView(body), // body is never written again
-		publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
+		publishProperties(env, cfg), publishAnnotations(env.URN, cfg))
 	b.applyOptions(cfg)
 	return &b.msg, nil
 }
@@ -107,7 +107,7 @@ func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) (*
 	if err := cfg.checkOptions(); err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(env.Job) == "" {
+	if strings.TrimSpace(env.URN) == "" {
 		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
@@ -124,7 +124,7 @@ func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) (*
 // projection builds the section 2 message around an already encoded body.
 func projection(env *Envelope, body string, headers map[string]string) *amqp.Message {
 	b := new(messageBlock)
-	b.project(env, body, applicationProperties(env, headers), publishAnnotations(env.Job, &publishConfig{}))
+	b.project(env, body, applicationProperties(env, headers), publishAnnotations(env.URN, &publishConfig{}))
 	return &b.msg
 }
 
@@ -163,7 +163,7 @@ func (b *messageBlock) project(env *Envelope, body string, props map[string]any,
 	// Artemis gives JMS peers JMSType from properties.subject; the contract's
 	// x-opt-jms-type annotation is what BabelQueue consumers route on. Both
 	// carry the URN.
-	b.subject = env.Job
+	b.subject = env.URN
 	b.header = amqp.MessageHeader{Durable: true, Priority: defaultPriority}
 	b.props = amqp.MessageProperties{
 		CorrelationID: env.TraceID,

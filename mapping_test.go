@@ -147,10 +147,10 @@ func TestNewMessageRejects(t *testing.T) {
 		name string
 		env  *Envelope
 	}{
-		{"blank job", &Envelope{Job: "  ", TraceID: "t", Data: json.RawMessage(`{}`)}},
+		{"blank job", &Envelope{URN: "  ", TraceID: "t", Data: json.RawMessage(`{}`)}},
 		{"empty job", &Envelope{TraceID: "t"}},
-		{"array data", &Envelope{Job: "urn:a:b", TraceID: "t", Data: json.RawMessage(`[1]`)}},
-		{"null data", &Envelope{Job: "urn:a:b", TraceID: "t", Data: json.RawMessage(`null`)}},
+		{"array data", &Envelope{URN: "urn:a:b", TraceID: "t", Data: json.RawMessage(`[1]`)}},
+		{"null data", &Envelope{URN: "urn:a:b", TraceID: "t", Data: json.RawMessage(`null`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestProjectionBoxedValues(t *testing.T) {
 		version, attempts int
 		lang              string
 	}{{1, 0, "go"}, {1, 15, "go"}, {1, 16, "php"}, {2, 12345, ""}, {0, -1, "go"}} {
-		env := &Envelope{Job: benchURN, TraceID: benchTrace, Attempts: tc.attempts,
+		env := &Envelope{URN: benchURN, TraceID: benchTrace, Attempts: tc.attempts,
 			Meta: Meta{ID: "i", Lang: tc.lang, SchemaVersion: tc.version}}
 		msg, err := NewMessage(env)
 		require.NoError(t, err)

@@ -28,7 +28,7 @@ func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCac
 	}
 	pm.body = env.appendEncode(pm.body[:0])
 	pm.project(env, stringView(pm.body),
-		reusedProperties(env, cfg), urns.annotations(env.Job, cfg))
+		reusedProperties(env, cfg), urns.annotations(env.URN, cfg))
 	pm.applyOptions(cfg)
 	return pm, nil
 }

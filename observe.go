@@ -14,8 +14,9 @@ import (
 
 // Observer hears of every settlement a Consumer makes and of every publish
 // a Publisher (or a Client's publisher) makes: what counters, histograms
-// and traces are built from. Set it with WithObserver on a Consumer,
-// WithPublishObserver on a Publisher or ClientOptions.Observer on a Client.
+// and traces are built from. Set it with WithObserver, given to
+// NewConsumer, to a publisher (NewPublisher, Client.Publisher,
+// Client.TopicPublisher) or to one publish.
 //
 // Its methods are called synchronously on the goroutine that settled the
 // delivery or made the publish: a Listen worker, a Consume loop, the

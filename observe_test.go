@@ -226,8 +226,8 @@ func TestObserverPanicNeverChangesTheSettlement(t *testing.T) {
 	assert.Contains(t, logs.String(), `level=ERROR msg="settlement observer panicked" panic="observer bug"`)
 
 	s := &fakelink.Sender{}
-	p := NewPublisher(s, "orders", WithPublishObserver(panicking{}))
-	id, err := p.Publish(context.Background(), urnCreated, map[string]int{"order_id": 1})
+	p := NewPublisher(s, "orders", WithObserver(panicking{}))
+	id, err := p.Publish(context.Background(), Job(urnCreated, map[string]int{"order_id": 1}))
 	require.NoError(t, err, "the publish succeeds despite the observer")
 	assert.NotEmpty(t, id)
 	assert.Len(t, s.Kept(), 1)
@@ -305,8 +305,8 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 			if tc.sender != nil {
 				s = tc.sender(clk)
 			}
-			p := NewPublisher(s, "orders", WithPublishObserver(obs), func(c *publishConfig) { c.now = clk.now })
-			id, err := p.Publish(context.Background(), tc.urn, map[string]int{"order_id": 1})
+			p := NewPublisher(s, "orders", WithObserver(obs), publishOption(func(c *publishConfig) { c.now = clk.now }))
+			id, err := p.Publish(context.Background(), Job(tc.urn, map[string]int{"order_id": 1}))
 
 			evs := obs.publishes()
 			require.Len(t, evs, 1)
@@ -336,12 +336,12 @@ func TestObserverHearsEveryPublish(t *testing.T) {
 
 func TestPerCallPublishObserverReplacesThePublishers(t *testing.T) {
 	first, second := &observed{}, &observed{}
-	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(first))
-	_, err := p.Publish(context.Background(), urnCreated, nil)
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithObserver(first))
+	_, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	env, err := NewEnvelope(urnCreated, nil)
 	require.NoError(t, err)
-	_, err = p.PublishEnvelope(context.Background(), env, WithPublishObserver(second))
+	_, err = p.Publish(context.Background(), env, WithObserver(second))
 	require.NoError(t, err)
 	assert.Len(t, first.publishes(), 1)
 	require.Len(t, second.publishes(), 1)
@@ -428,13 +428,13 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	data := benchOrderStruct()
 	publish := func(p *Publisher) func() {
 		return func() {
-			if _, err := p.Publish(ctx, benchURN, data); err != nil {
+			if _, err := p.Publish(ctx, Job(benchURN, data)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	base = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue)))
-	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithPublishObserver(obs))))
+	with = testing.AllocsPerRun(200, publish(NewPublisher(s, benchQueue, WithObserver(obs))))
 	if with > base+slack {
 		t.Errorf("Publish: %v allocations with an observer, %v without", with, base)
 	}

@@ -24,10 +24,10 @@ func sendConfirmed(ctx context.Context, s Sender, msg *amqp.Message) error {
 }
 
 // transfer sends msg and waits for the broker's outcome: from an
-// OutcomeSender, or from the receipt of an *amqp.Sender. A Sender that is
+// outcomeSender, or from the receipt of an *amqp.Sender. A Sender that is
 // neither is trusted when Send returns nil (reported as accepted).
 func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliveryState, error) {
-	if os, ok := s.(OutcomeSender); ok {
+	if os, ok := s.(outcomeSender); ok {
 		state, err := os.SendOutcome(ctx, msg)
 		return state, creditTimeout(ctx, err)
 	}
@@ -71,13 +71,13 @@ func (p *pendingTransfer) wait(ctx context.Context) (amqp.DeliveryState, error) 
 // the transfer was not written (or, from a Sender that answers
 // synchronously, failed). An *amqp.Sender returns once the transfer is
 // written, blocking while the link has no credit: so the transfers in flight
-// are bounded by the credit the broker gives. An OutcomeSender or a plain
+// are bounded by the credit the broker gives. An outcomeSender or a plain
 // Sender is waited on here, and the outcome is known when this returns.
 func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTransfer, error) {
 	switch s := s.(type) {
 	case pendingSender:
 		return s.startOutcome(ctx, msg)
-	case OutcomeSender:
+	case outcomeSender:
 		state, err := s.SendOutcome(ctx, msg)
 		if err != nil {
 			return pendingTransfer{}, creditTimeout(ctx, err)

@@ -59,8 +59,8 @@ func TestOutcomeError(t *testing.T) {
 	}
 }
 
-// outcomeOnly is an OutcomeSender returning a fixed outcome and error; its
-// Send panics, since sendConfirmed must use SendOutcome on an OutcomeSender.
+// outcomeOnly is an outcomeSender returning a fixed outcome and error; its
+// Send panics, since sendConfirmed must use SendOutcome on an outcomeSender.
 func outcomeOnly(state amqp.DeliveryState, err error) *fakelink.Sender {
 	return &fakelink.Sender{Outcome: fakelink.Fixed(state, err), OutcomeOnly: true}
 }
@@ -123,7 +123,7 @@ func TestSendConfirmedOutcomeSender(t *testing.T) {
 }
 
 // TestSendConfirmedPlainSenderTrustsSend documents a limitation: a Sender
-// that is neither an OutcomeSender nor an *amqp.Sender (no SendWithReceipt)
+// that is neither an outcomeSender nor an *amqp.Sender (no SendWithReceipt)
 // only has Send, which, like go-amqp's Send, returns nil for released and
 // modified outcomes. sendConfirmed cannot see those, so they count as
 // success; only a rejection or a link error fails.
@@ -163,7 +163,7 @@ func TestSendConfirmedPlainSenderTrustsSend(t *testing.T) {
 
 	t.Run("publish through a plain sender returns the id on release (limitation)", func(t *testing.T) {
 		inner := &fakelink.Sender{Outcome: fakelink.Release}
-		id, err := NewPublisher(fakelink.PlainSender{S: inner}, "orders").Publish(ctx, "urn:a:b", nil)
+		id, err := NewPublisher(fakelink.PlainSender{S: inner}, "orders").Publish(ctx, Job("urn:a:b", nil))
 		if err != nil || id == "" {
 			t.Errorf("Publish = %q, %v", id, err)
 		}

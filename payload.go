@@ -34,7 +34,7 @@ type PayloadValidator interface {
 // PayloadProtector is a PayloadValidator that also protects parts of the
 // data object on the wire: the schema module encrypts the fields a schema
 // marks x-gdpr-sensitive (the family's personal-data rule). Given to
-// WithPublishPayloadValidator, the data is validated as the caller wrote
+// WithPayloadValidator, the data is validated as the caller wrote
 // it, then ProtectPayload's result is what is sent; given to
 // WithPayloadValidator, UnprotectPayload runs first, then the check and the
 // handler see its result, while a dead-letter copy keeps the data as it
@@ -61,9 +61,9 @@ func protectPayload(v PayloadValidator, env *Envelope) (*Envelope, error) {
 	if len(data) == 0 {
 		data = emptyData
 	}
-	out, err := p.ProtectPayload(env.Job, data)
+	out, err := p.ProtectPayload(env.URN, data)
 	if err != nil {
-		return nil, fmt.Errorf("babelqueue: protecting the data of %s: %w", env.Job, err)
+		return nil, fmt.Errorf("protecting the data of %s: %w", env.URN, err)
 	}
 	if bytes.Equal(out, data) {
 		return env, nil
@@ -105,7 +105,7 @@ type PayloadError struct {
 	Err error
 }
 
-// Error is "babelqueue: invalid payload for URN: /a: ...; /b: ...".
+// Error is "artemis: invalid payload for URN: /a: ...; /b: ...".
 func (e *PayloadError) Error() string {
 	var b strings.Builder
 	b.WriteString(ErrInvalidPayload.Error())

@@ -31,7 +31,7 @@ func TestConsumeInvalidPayloadIsDeadLetteredAtOnce(t *testing.T) {
 	dl := env.DeadLetter
 	assert.Equal(t, ReasonFailed, dl.Reason)
 	require.NotNil(t, dl.Error)
-	assert.Equal(t, "babelqueue: invalid payload for urn:babel:orders:created: /order_id: must be >= 1", *dl.Error)
+	assert.Equal(t, "artemis: invalid payload for urn:babel:orders:created: /order_id: must be >= 1", *dl.Error)
 	require.NotNil(t, dl.Exception)
 	assert.Equal(t, "*artemis.PayloadError", *dl.Exception)
 	assert.Equal(t, 0, dl.Attempts)
@@ -271,7 +271,7 @@ func TestConsumeUndecryptableIsDeadLetteredAtOnce(t *testing.T) {
 	assert.JSONEq(t, `{"order_id":7,"email":"enc:!"}`, string(env.Data))
 	assert.Equal(t, ReasonFailed, env.DeadLetter.Reason)
 	require.NotNil(t, env.DeadLetter.Error)
-	assert.Equal(t, "babelqueue: cannot decrypt a protected field: email: not a value this cipher wrote", *env.DeadLetter.Error)
+	assert.Equal(t, "artemis: cannot decrypt a protected field: email: not a value this cipher wrote", *env.DeadLetter.Error)
 	de := requireReport(t, got, ErrDecrypt, DispositionDeadLettered)
 	assert.Equal(t, KindDecryptFailed, de.Kind)
 	assert.Equal(t, "decrypt_failed", de.Kind.String())

@@ -76,10 +76,10 @@ func TestPayloadErrorText(t *testing.T) {
 		{Pointer: "/order_id", Message: "must be >= 1"},
 		{Pointer: "", Message: "must have at most 3 properties"},
 	}}
-	assert.Equal(t, "babelqueue: invalid payload for urn:babel:orders:created: /order_id: must be >= 1; (root): must have at most 3 properties", err.Error())
+	assert.Equal(t, "artemis: invalid payload for urn:babel:orders:created: /order_id: must be >= 1; (root): must have at most 3 properties", err.Error())
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	assert.NotErrorIs(t, err, ErrInvalidEnvelope)
-	assert.Equal(t, "babelqueue: invalid payload", (&PayloadError{}).Error())
+	assert.Equal(t, "artemis: invalid payload", (&PayloadError{}).Error())
 }
 
 type plainValidator struct{ err error }
@@ -114,7 +114,7 @@ func TestCheckPayload(t *testing.T) {
 	err = checkPayload(ctx, plainValidator{cause}, "urn:z", json.RawMessage(`{}`))
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	assert.ErrorIs(t, err, cause)
-	assert.Equal(t, "babelqueue: invalid payload for urn:z: (root): schema says no", err.Error())
+	assert.Equal(t, "artemis: invalid payload for urn:z: (root): schema says no", err.Error())
 }
 
 func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
@@ -125,9 +125,9 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 		call   []PublishOption // per publish
 		sender func(*fakelink.Sender) Sender
 	}{
-		{"publisher option", []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil, nil},
-		{"per-call option", nil, []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil},
-		{"plain sender", []PublishOption{WithPublishPayloadValidator(&orderIDValidator{})}, nil,
+		{"publisher option", []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil, nil},
+		{"per-call option", nil, []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil},
+		{"plain sender", []PublishOption{WithPayloadValidator(&orderIDValidator{})}, nil,
 			func(s *fakelink.Sender) Sender { return fakelink.PlainSender{S: s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,31 +138,31 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 			}
 			p := NewPublisher(s, "orders", tc.base...)
 
-			_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 0, "extra": true}, buildOptions(tc.call)...)
+			_, err := p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 0, "extra": true}), tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be >= 1")
 			assert.Contains(t, err.Error(), "/extra: is not allowed")
-			assert.True(t, strings.HasPrefix(err.Error(), "babelqueue: invalid payload for urn:babel:orders:created: "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "artemis: invalid payload for urn:babel:orders:created: "), err.Error())
 			var pe *PayloadError
 			require.ErrorAs(t, err, &pe)
 			assert.Len(t, pe.Violations, 2)
 
 			env, err := NewEnvelope(urnCreated, map[string]any{"order_id": "x"})
 			require.NoError(t, err)
-			_, err = p.PublishEnvelope(ctx, env, tc.call...)
+			_, err = p.Publish(ctx, env, tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: must be an integer")
 
-			_, err = p.PublishWithReceipt(ctx, urnCreated, nil, buildOptions(tc.call)...)
+			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, nil), tc.call...)
 			require.ErrorIs(t, err, ErrInvalidPayload)
 			assert.Contains(t, err.Error(), "/order_id: is required")
 
 			assert.Equal(t, 0, fs.Count(), "nothing was sent")
 
 			// Valid data, and a URN without a schema, go out.
-			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1042}, buildOptions(tc.call)...)
+			_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1042}), tc.call...)
 			require.NoError(t, err)
-			_, err = p.Publish(ctx, "urn:babel:orders:cancelled", map[string]any{"anything": 0}, buildOptions(tc.call)...)
+			_, err = p.Publish(ctx, Job("urn:babel:orders:cancelled", map[string]any{"anything": 0}), tc.call...)
 			require.NoError(t, err)
 			assert.Equal(t, 2, fs.Count())
 		})
@@ -172,11 +172,11 @@ func TestPublishRefusesInvalidPayloadAndSendsNothing(t *testing.T) {
 func TestNewMessageChecksPayload(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, map[string]any{"order_id": -1})
 	require.NoError(t, err)
-	_, err = NewMessage(env, WithPublishPayloadValidator(&orderIDValidator{}))
+	_, err = NewMessage(env, WithPayloadValidator(&orderIDValidator{}))
 	assert.ErrorIs(t, err, ErrInvalidPayload)
 	_, err = NewMessage(env)
 	assert.NoError(t, err, "without a validator nothing is checked")
-	_, err = NewMessage(env, WithPublishPayloadValidator(nil))
+	_, err = NewMessage(env, WithPayloadValidator(nil))
 	assert.NoError(t, err, "a nil validator checks nothing")
 }
 
@@ -199,13 +199,13 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 	for _, receipt := range []bool{false, true} {
 		v := &blockingValidator{started: make(chan struct{}, 1)}
 		s := &fakelink.Sender{}
-		p := NewPublisher(s, "orders", WithPublishPayloadValidator(v))
+		p := NewPublisher(s, "orders", WithPayloadValidator(v))
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		var err error
 		if receipt {
-			_, err = p.PublishWithReceipt(ctx, urnCreated, map[string]any{"order_id": 1})
+			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		} else {
-			_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+			_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		}
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -214,7 +214,7 @@ func TestPublishPayloadCheckEndsWithTheContext(t *testing.T) {
 		assert.Zero(t, s.Count(), "nothing sent")
 
 		<-v.started
-		_, err = p.Publish(ctx, urnCreated, map[string]any{"order_id": 1})
+		_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1}))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Empty(t, v.started, "no check with an ended context")
 	}
@@ -278,8 +278,8 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 	ctx := context.Background()
 	fs := &fakelink.Sender{}
 	v := &fieldProtector{}
-	p := NewPublisher(fs, "orders", WithPublishPayloadValidator(v))
-	_, err := p.Publish(ctx, urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"})
+	p := NewPublisher(fs, "orders", WithPayloadValidator(v))
+	_, err := p.Publish(ctx, Job(urnCreated, map[string]any{"order_id": 1, "email": "alice@example.com"}))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"order_id":1,"email":"alice@example.com"}`, *v.seen.Load(), "the check saw the cleartext")
 	require.Equal(t, 1, fs.Count())
@@ -291,7 +291,7 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 
 	mine, err := NewEnvelope(urnCreated, json.RawMessage(`{"email":"bob@example.com"}`))
 	require.NoError(t, err)
-	msg, err := NewMessage(mine, WithPublishPayloadValidator(v))
+	msg, err := NewMessage(mine, WithPayloadValidator(v))
 	require.NoError(t, err)
 	assert.NotContains(t, msg.Value.(string), "bob@")
 	assert.Equal(t, `{"email":"bob@example.com"}`, string(mine.Data), "the caller's envelope is not changed")
@@ -299,19 +299,19 @@ func TestPublishProtectsAfterTheCheck(t *testing.T) {
 	// An encoded body cannot be protected: refused, nothing sent.
 	encoded, err := mine.Encode()
 	require.NoError(t, err)
-	_, err = p.PublishEncodedWithReceipt(ctx, encoded)
+	_, err = p.PublishWithReceipt(ctx, Encoded(encoded))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "protects fields")
 	other, err := NewEnvelope("urn:babel:orders:cancelled", json.RawMessage(`{"email":"x"}`))
 	require.NoError(t, err)
 	encoded, err = other.Encode()
 	require.NoError(t, err)
-	r, err := p.PublishEncodedWithReceipt(ctx, encoded)
+	r, err := p.PublishWithReceipt(ctx, Encoded(encoded))
 	require.NoError(t, err, "a body with nothing to protect goes out as it is")
 	require.NoError(t, r.Wait(ctx))
 
 	v.failProtect = true
-	_, err = p.Publish(ctx, urnCreated, map[string]any{"email": "carol@example.com"})
+	_, err = p.Publish(ctx, Job(urnCreated, map[string]any{"email": "carol@example.com"}))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "protecting the data of urn:babel:orders:created: email: the key service is down")
 	assert.NotContains(t, err.Error(), "carol")

@@ -26,7 +26,7 @@ import (
 func poisonDeadLetter() *DeadLetter {
 	return &DeadLetter{
 		Reason:        ReasonPoison,
-		Error:         ptr(`babelqueue: invalid envelope: "test" <cause> & co`),
+		Error:         ptr(`artemis: invalid envelope: "test" <cause> & co`),
 		FailedAt:      1749132730000,
 		OriginalQueue: "orders",
 		Attempts:      0,
@@ -34,7 +34,7 @@ func poisonDeadLetter() *DeadLetter {
 	}
 }
 
-const poisonBlock = `{"reason":"poison","error":"babelqueue: invalid envelope: \"test\" <cause> & co","exception":null,"failed_at":1749132730000,"original_queue":"orders","attempts":0,"lang":"go"}`
+const poisonBlock = `{"reason":"poison","error":"artemis: invalid envelope: \"test\" <cause> & co","exception":null,"failed_at":1749132730000,"original_queue":"orders","attempts":0,"lang":"go"}`
 
 func TestPoisonRecordGolden(t *testing.T) {
 	invalidUTF8 := "{\"job\":\"urn:a:b\",\"data\":\"\xff\xfe\xc3\"}"
@@ -495,7 +495,7 @@ func TestHostileWhitespaceAroundASmallObject(t *testing.T) {
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Empty(t, got.reports)
 		require.NotNil(t, got0)
-		assert.Equal(t, urnCreated, got0.Job)
+		assert.Equal(t, urnCreated, got0.URN)
 		assert.JSONEq(t, `{"order_id":1042}`, string(got0.Data))
 	})
 

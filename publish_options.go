@@ -15,19 +15,12 @@ import (
 // Publisher or a ClientPublisher, and the projection NewMessage. Given to
 // NewPublisher or Client.Publisher, an option applies to every publish,
 // before the per-call ones.
-type PublishOption func(*publishConfig)
+type PublishOption interface{ applyPublish(c *publishConfig) }
 
-// BuildOption is an option of a publish that builds its envelope, Publish
-// and PublishWithReceipt: a PublishOption, for how the message is sent, or
-// an EnvelopeOption, for the envelope it builds (EnvelopeTraceID continues
-// a trace). The trace id is part of the envelope, so it is set where an
-// envelope is built, and only there: PublishEnvelope,
-// PublishEnvelopeWithReceipt and NewMessage send an envelope that already
-// has one and take PublishOptions alone, so an EnvelopeOption given to
-// them does not compile.
-type BuildOption interface{ buildOption() }
+// publishOption is the PublishOption of a function.
+type publishOption func(*publishConfig)
 
-func (PublishOption) buildOption() {}
+func (f publishOption) applyPublish(c *publishConfig) { f(c) }
 
 type publishConfig struct {
 	delay       time.Duration
@@ -39,15 +32,15 @@ type publishConfig struct {
 	groupID     string
 	onOutcome   func(id string, err error)
 	now         func() time.Time
-	// observer hears the publish (WithPublishObserver).
+	// observer hears the publish (WithObserver).
 	observer Observer
-	payload  PayloadValidator // checks data (WithPublishPayloadValidator)
+	payload  PayloadValidator // checks data (WithPayloadValidator)
 }
 
 // WithDelay schedules the message for delivery d from now, through Artemis's
 // x-opt-delivery-time annotation. A delay <= 0 delivers at once.
 func WithDelay(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.delay = d }
+	return publishOption(func(c *publishConfig) { c.delay = d })
 }
 
 // WithHeaders adds out-of-band headers (W3C traceparent, tracestate, ...) as
@@ -55,7 +48,7 @@ func WithDelay(d time.Duration) PublishOption {
 // named like a contract property (bq_...) loses to the contract's value. A
 // HeaderCarrier is a map[string]string, so it can be passed as it is.
 func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) {
+	return publishOption(func(c *publishConfig) {
 		if len(h) == 0 {
 			return
 		}
@@ -65,13 +58,13 @@ func WithHeaders(h map[string]string) PublishOption {
 		for k, v := range h {
 			c.headers[k] = v
 		}
-	}
+	})
 }
 
 // WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
 // to meta.id, so a publish retried after an ambiguous failure is stored once.
 func WithDuplicateDetection() PublishOption {
-	return func(c *publishConfig) { c.dupID = true }
+	return publishOption(func(c *publishConfig) { c.dupID = true })
 }
 
 // WithTTL gives the message a time to live: the header ttl, in
@@ -87,7 +80,7 @@ func WithDuplicateDetection() PublishOption {
 // refused with ErrInvalidConfig when publishing. Dead-letter copies never
 // carry it.
 func WithTTL(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.ttl = d }
+	return publishOption(func(c *publishConfig) { c.ttl = d })
 }
 
 // WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority); the
@@ -95,14 +88,14 @@ func WithTTL(d time.Duration) PublishOption {
 // the messages waiting in a queue. A priority outside 0-9 is refused with
 // ErrInvalidConfig when publishing.
 func WithPriority(p int) PublishOption {
-	return func(c *publishConfig) { c.priority, c.prioritySet = p, true }
+	return publishOption(func(c *publishConfig) { c.priority, c.prioritySet = p, true })
 }
 
 // WithGroupID puts the message in a message group: properties.group-id,
 // which JMS peers see as JMSXGroupID. Artemis hands all messages of one
 // group to one consumer at a time, in order. An empty key means no group.
 func WithGroupID(key string) PublishOption {
-	return func(c *publishConfig) { c.groupID = key }
+	return publishOption(func(c *publishConfig) { c.groupID = key })
 }
 
 // WithOnOutcome calls f once with the outcome of each publish: nil when the
@@ -114,34 +107,15 @@ func WithGroupID(key string) PublishOption {
 // there): it must not block for long, or it holds up the receipts behind
 // it. A Client's publisher has a link per cluster member (and a new one
 // after a re-attach), so f may be called from several goroutines at once
-// and must be safe for concurrent use. For Publish and
-// PublishEnvelope, for a publish refused or not written, and for a Sender
+// and must be safe for concurrent use. For Publish, for a publish refused
+// or not written, and for a Sender
 // that answers synchronously, it is called on the calling goroutine before
 // the call returns. A panic in f is recovered and logged to slog.Default()
 // at error level; it changes neither the publish nor any receipt.
 // Given to NewPublisher, it sees every publish: a place to count outcomes or
 // log the failures of receipts nobody waits on.
 func WithOnOutcome(f func(id string, err error)) PublishOption {
-	return func(c *publishConfig) { c.onOutcome = f }
-}
-
-// WithPublishPayloadValidator checks the data of every publish against the
-// schema v holds for its URN before anything is sent: invalid data is
-// refused with a *PayloadError (matching ErrInvalidPayload) naming each
-// violation, and the broker never sees it. It applies to Publish,
-// PublishEnvelope, PublishWithReceipt and NewMessage; given to NewPublisher
-// or Client.Publisher it checks every publish. The check runs under the
-// publish's context (NewMessage's under none), and a publish whose context
-// ends during it fails with the context's error. A nil v checks nothing.
-func WithPublishPayloadValidator(v PayloadValidator) PublishOption {
-	return func(c *publishConfig) { c.payload = v }
-}
-
-// WithPublishObserver sets the Observer called for every publish. Given to
-// NewPublisher or Client.Publisher, it hears every publish of that
-// publisher; a per-call one replaces it for that call.
-func WithPublishObserver(o Observer) PublishOption {
-	return func(c *publishConfig) { c.observer = o }
+	return publishOption(func(c *publishConfig) { c.onOutcome = f })
 }
 
 // maxTTL is the largest header ttl: a uint32 of milliseconds.
@@ -205,7 +179,7 @@ func (c *publishConfig) checkPayload(ctx context.Context, env *Envelope) (*Envel
 	if c.payload == nil {
 		return env, nil
 	}
-	if err := checkPayload(ctx, c.payload, env.Job, env.Data); err != nil {
+	if err := checkPayload(ctx, c.payload, env.URN, env.Data); err != nil {
 		return nil, err
 	}
 	return protectPayload(c.payload, env)

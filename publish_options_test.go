@@ -188,7 +188,7 @@ func TestTTLPriorityAndGroupOnTheWire(t *testing.T) {
 			require.NoError(t, err)
 			var cfg publishConfig
 			for _, o := range tc.opts {
-				o(&cfg)
+				o.applyPublish(&cfg)
 			}
 			fresh, err := newMessage(context.Background(), env, &cfg)
 			require.NoError(t, err)
@@ -230,11 +230,11 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 	for name, opt := range cases {
 		t.Run(name, func(t *testing.T) {
 			fs := &fakelink.Sender{}
-			_, err := NewPublisher(fs, "orders").Publish(context.Background(), urnCreated, nil, opt)
+			_, err := NewPublisher(fs, "orders").Publish(context.Background(), Job(urnCreated, nil), opt)
 			require.ErrorIs(t, err, ErrInvalidConfig)
-			_, err = NewPublisher(fs, "orders", opt).Publish(context.Background(), urnCreated, nil)
+			_, err = NewPublisher(fs, "orders", opt).Publish(context.Background(), Job(urnCreated, nil))
 			require.ErrorIs(t, err, ErrInvalidConfig, "given to NewPublisher")
-			_, err = NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), urnCreated, nil, opt)
+			_, err = NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), Job(urnCreated, nil), opt)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			env, err := NewEnvelope(urnCreated, nil)
 			require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestOutOfRangeOptionsAreRefused(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			ws := &fakelink.Sender{Wire: true}
 			var cfg publishConfig
-			opt(&cfg)
+			opt.applyPublish(&cfg)
 			require.ErrorIs(t, NewPublisher(ws, "orders").sendReused(context.Background(), ws, env, &cfg), ErrInvalidConfig)
 			assert.Empty(t, fs.Sent(), "nothing sent")
 			assert.Empty(t, ws.Sent(), "nothing sent")

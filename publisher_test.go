@@ -40,7 +40,7 @@ func TestPublisherPublish(t *testing.T) {
 		s := &fakelink.Sender{Outcome: fakelink.Accept}
 		p := NewPublisher(s, "orders")
 		before := time.Now().UnixMilli()
-		id, err := p.Publish(ctx, " urn:babel:orders:created ", orderCreated{OrderID: 1042, Customer: "ACME"})
+		id, err := p.Publish(ctx, Job(" urn:babel:orders:created ", orderCreated{OrderID: 1042, Customer: "ACME"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestPublisherPublish(t *testing.T) {
 		if env.Meta.ID != id || sent[0].Properties.MessageID != id {
 			t.Errorf("returned id %q, body meta.id %q, message-id %v", id, env.Meta.ID, sent[0].Properties.MessageID)
 		}
-		if env.Job != "urn:babel:orders:created" || env.Meta.Queue != "orders" || env.Meta.Lang != "go" ||
+		if env.URN != "urn:babel:orders:created" || env.Meta.Queue != "orders" || env.Meta.Lang != "go" ||
 			env.Attempts != 0 || string(env.Data) != `{"order_id":1042,"customer":"ACME"}` || env.Meta.CreatedAt < before {
 			t.Errorf("sent envelope %+v", env)
 		}
@@ -69,14 +69,14 @@ func TestPublisherPublish(t *testing.T) {
 
 	t.Run("nil outcome func accepts", func(t *testing.T) {
 		s := &fakelink.Sender{}
-		if _, err := NewPublisher(s, "q").Publish(ctx, "urn:a:b", nil); err != nil {
+		if _, err := NewPublisher(s, "q").Publish(ctx, Job("urn:a:b", nil)); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("trace id reuse", func(t *testing.T) {
 		s := &fakelink.Sender{}
-		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, EnvelopeTraceID("  "+contractTraceID+"\t"))
+		id, err := NewPublisher(s, "orders").Publish(ctx, Job("urn:a:b", nil, EnvelopeTraceID("  "+contractTraceID+"\t")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestPublisherPublish(t *testing.T) {
 
 	t.Run("blank trace id mints one", func(t *testing.T) {
 		s := &fakelink.Sender{}
-		if _, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil, EnvelopeTraceID("   ")); err != nil {
+		if _, err := NewPublisher(s, "orders").Publish(ctx, Job("urn:a:b", nil, EnvelopeTraceID("   "))); err != nil {
 			t.Fatal(err)
 		}
 		assertUUIDv4(t, "trace_id", sentEnvelope(t, s.Sent()[0]).TraceID)
@@ -100,7 +100,7 @@ func TestPublisherPublish(t *testing.T) {
 	t.Run("publisher options apply before per-call options", func(t *testing.T) {
 		s := &fakelink.Sender{}
 		p := NewPublisher(s, "orders", WithDuplicateDetection(), WithHeaders(map[string]string{"a": "pub", "b": "pub"}))
-		id, err := p.Publish(ctx, "urn:a:b", map[string]int{"n": 1}, WithHeaders(map[string]string{"b": "call"}), withClock(fixedClock), WithDelay(time.Second))
+		id, err := p.Publish(ctx, Job("urn:a:b", map[string]int{"n": 1}), WithHeaders(map[string]string{"b": "call"}), withClock(fixedClock), WithDelay(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestPublisherPublish(t *testing.T) {
 	} {
 		t.Run(tt.name+" is ErrNotAccepted", func(t *testing.T) {
 			s := &fakelink.Sender{Outcome: tt.outcome}
-			id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil)
+			id, err := NewPublisher(s, "orders").Publish(ctx, Job("urn:a:b", nil))
 			if id != "" {
 				t.Errorf("returned id %q for an outcome other than accepted", id)
 			}
@@ -154,7 +154,7 @@ func TestPublisherPublish(t *testing.T) {
 
 	t.Run("link closed", func(t *testing.T) {
 		s := &fakelink.Sender{Outcome: fakelink.Closed}
-		id, err := NewPublisher(s, "orders").Publish(ctx, "urn:a:b", nil)
+		id, err := NewPublisher(s, "orders").Publish(ctx, Job("urn:a:b", nil))
 		var le *amqp.LinkError
 		if id != "" || !errors.As(err, &le) {
 			t.Errorf("Publish = %q, %v; want an *amqp.LinkError", id, err)
@@ -168,7 +168,7 @@ func TestPublisherPublish(t *testing.T) {
 		s := &fakelink.Sender{Outcome: fakelink.Hang}
 		dctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 		defer cancel()
-		id, err := NewPublisher(s, "orders").Publish(dctx, "urn:a:b", nil)
+		id, err := NewPublisher(s, "orders").Publish(dctx, Job("urn:a:b", nil))
 		if id != "" || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Publish = %q, %v; want context.DeadlineExceeded", id, err)
 		}
@@ -185,7 +185,7 @@ func TestPublisherPublish(t *testing.T) {
 	} {
 		t.Run(tt.name+" sends nothing", func(t *testing.T) {
 			s := &fakelink.Sender{}
-			id, err := NewPublisher(s, "orders").Publish(ctx, tt.urn, tt.data)
+			id, err := NewPublisher(s, "orders").Publish(ctx, Job(tt.urn, tt.data))
 			if id != "" || !errors.Is(err, ErrInvalidEnvelope) {
 				t.Errorf("Publish = %q, %v; want an ErrInvalidEnvelope", id, err)
 			}
@@ -201,7 +201,7 @@ func TestPublisherPublishEnvelope(t *testing.T) {
 	s := &fakelink.Sender{}
 	env := contractPHP(t)
 	env.Attempts = 2
-	id, err := NewPublisher(s, "orders").PublishEnvelope(ctx, env, WithHeaders(map[string]string{"traceparent": "tp"}))
+	id, err := NewPublisher(s, "orders").Publish(ctx, env, WithHeaders(map[string]string{"traceparent": "tp"}))
 	if err != nil || id != contractMessageID {
 		t.Fatalf("PublishEnvelope = %q, %v", id, err)
 	}
@@ -210,11 +210,11 @@ func TestPublisherPublishEnvelope(t *testing.T) {
 	}
 
 	rej := &fakelink.Sender{Outcome: fakelink.Reject}
-	if id, err := NewPublisher(rej, "orders").PublishEnvelope(ctx, env); id != "" || !errors.Is(err, ErrNotAccepted) {
+	if id, err := NewPublisher(rej, "orders").Publish(ctx, env); id != "" || !errors.Is(err, ErrNotAccepted) {
 		t.Errorf("rejected: %q, %v", id, err)
 	}
 	none := &fakelink.Sender{}
-	if id, err := NewPublisher(none, "orders").PublishEnvelope(ctx, &Envelope{Job: " "}); id != "" || !errors.Is(err, ErrInvalidEnvelope) || len(none.Sent()) != 0 {
+	if id, err := NewPublisher(none, "orders").Publish(ctx, &Envelope{URN: " "}); id != "" || !errors.Is(err, ErrInvalidEnvelope) || len(none.Sent()) != 0 {
 		t.Errorf("blank job: %q, %v, %d sent", id, err, len(none.Sent()))
 	}
 }
@@ -245,7 +245,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 			return env
 		}, publishConfig{}},
 		{"no ids", func(t *testing.T) *Envelope {
-			return &Envelope{Job: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
+			return &Envelope{URN: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
 		}, publishConfig{dupID: true}},
 	}
 	p := NewPublisher(nil, "orders")
@@ -311,13 +311,13 @@ func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, env.Meta.ID, msg.Properties.MessageID, "message-id is the body's meta.id")
 		assert.Equal(t, env.TraceID, msg.Properties.CorrelationID)
-		assert.Equal(t, env.Job, msg.Annotations[AnnotationJMSType], "the annotation is the body's URN")
-		assert.Equal(t, env.Job, *msg.Properties.Subject)
+		assert.Equal(t, env.URN, msg.Annotations[AnnotationJMSType], "the annotation is the body's URN")
+		assert.Equal(t, env.URN, *msg.Properties.Subject)
 		var data struct{ Worker, I int }
 		require.NoError(t, json.Unmarshal(env.Data, &data))
-		assert.Equal(t, fmt.Sprintf("urn:worker:%d", data.Worker%3), env.Job)
+		assert.Equal(t, fmt.Sprintf("urn:worker:%d", data.Worker%3), env.URN)
 		if h, ok := msg.ApplicationProperties["h"]; ok {
-			assert.Equal(t, env.Job, h)
+			assert.Equal(t, env.URN, h)
 			assert.Zero(t, data.I%5)
 		}
 		assert.False(t, seen[env.Meta.ID], "meta.id %s sent twice", env.Meta.ID)
@@ -397,7 +397,7 @@ func TestTraceIDBelongsToTheEnvelope(t *testing.T) {
 
 	s := &fakelink.Sender{Outcome: fakelink.Accept}
 	p := NewPublisher(s, "orders")
-	id, err := p.PublishEnvelope(context.Background(), env, WithPriority(5))
+	id, err := p.Publish(context.Background(), env, WithPriority(5))
 	require.NoError(t, err)
 	require.Equal(t, env.Meta.ID, id)
 	require.Len(t, s.Sent(), 1)
@@ -406,8 +406,7 @@ func TestTraceIDBelongsToTheEnvelope(t *testing.T) {
 	// Publish builds the envelope, so there the envelope's options take
 	// effect, mixed with the publish options in any order.
 	created := time.UnixMilli(1749132727000)
-	_, err = p.Publish(context.Background(), "urn:babel:orders:created", nil,
-		WithPriority(7), EnvelopeTraceID(" trace-3 "), EnvelopeCreatedAt(created))
+	_, err = p.Publish(context.Background(), Job("urn:babel:orders:created", nil, EnvelopeTraceID(" trace-3 "), EnvelopeCreatedAt(created)), WithPriority(7))
 	require.NoError(t, err)
 	sent := s.Sent()[1]
 	require.Equal(t, "trace-3", sent.Properties.CorrelationID)
@@ -416,30 +415,29 @@ func TestTraceIDBelongsToTheEnvelope(t *testing.T) {
 	require.Equal(t, created.UnixMilli(), built.Meta.CreatedAt)
 	require.Equal(t, "orders", built.Meta.Queue, "meta.queue is the Publisher's queue")
 
-	r, err := p.PublishWithReceipt(context.Background(), "urn:babel:orders:created", nil,
-		EnvelopeQueue("orders.logical"), EnvelopeTraceID("trace-4"))
+	r, err := p.PublishWithReceipt(context.Background(), Job("urn:babel:orders:created", nil, EnvelopeQueue("orders.logical"), EnvelopeTraceID("trace-4")))
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 	built = sentEnvelope(t, s.Sent()[2])
 	require.Equal(t, "trace-4", built.TraceID)
 	require.Equal(t, "orders.logical", built.Meta.Queue, "EnvelopeQueue replaces the Publisher's queue")
 
-	// The compiler keeps an EnvelopeOption away from a built envelope: the
-	// options of PublishEnvelope, PublishEnvelopeWithReceipt and NewMessage
-	// are PublishOptions, which an EnvelopeOption is not.
+	// The compiler keeps an EnvelopeOption away from a publish's options:
+	// an envelope's options go to Job or NewEnvelope, and the options of
+	// Publish, PublishWithReceipt, NewMessage and NewPublisher are
+	// PublishOptions, which an EnvelopeOption is not.
 	envOpt := reflect.TypeOf(EnvelopeTraceID(""))
-	buildOpt := reflect.TypeOf((*BuildOption)(nil)).Elem()
-	require.True(t, envOpt.Implements(buildOpt), "Publish takes it")
-	require.True(t, reflect.TypeOf(WithPriority(0)).Implements(buildOpt), "Publish takes every PublishOption")
+	jobOpts := reflect.TypeOf(Job)
+	require.Equal(t, envOpt, jobOpts.In(jobOpts.NumIn()-1).Elem(), "Job takes it")
 	for name, f := range map[string]any{
-		"PublishEnvelope":            p.PublishEnvelope,
-		"PublishEnvelopeWithReceipt": p.PublishEnvelopeWithReceipt,
-		"NewMessage":                 NewMessage,
-		"NewPublisher":               NewPublisher,
+		"Publish":            p.Publish,
+		"PublishWithReceipt": p.PublishWithReceipt,
+		"NewMessage":         NewMessage,
+		"NewPublisher":       NewPublisher,
 	} {
 		ft := reflect.TypeOf(f)
 		last := ft.In(ft.NumIn() - 1).Elem()
-		require.Equal(t, reflect.TypeOf(PublishOption(nil)), last, name)
+		require.Equal(t, reflect.TypeOf((*PublishOption)(nil)).Elem(), last, name)
 		require.False(t, envOpt.AssignableTo(last), "%s cannot take an EnvelopeOption", name)
 	}
 }
@@ -450,9 +448,9 @@ func TestPerCallHeadersDoNotLeakIntoThePublisher(t *testing.T) {
 	s := &fakelink.Sender{}
 	p := NewPublisher(s, "orders", WithHeaders(map[string]string{"tenant": "acme"}))
 	ctx := context.Background()
-	_, err := p.Publish(ctx, urnCreated, nil, WithHeaders(map[string]string{"traceparent": "00-x"}))
+	_, err := p.Publish(ctx, Job(urnCreated, nil), WithHeaders(map[string]string{"traceparent": "00-x"}))
 	require.NoError(t, err)
-	_, err = p.Publish(ctx, urnCreated, nil)
+	_, err = p.Publish(ctx, Job(urnCreated, nil))
 	require.NoError(t, err)
 	sent := s.Sent()
 	require.Len(t, sent, 2)
@@ -471,7 +469,7 @@ func TestReusedMessageForgetsTheOptionsOfTheLastPublish(t *testing.T) {
 		require.NoError(t, err)
 		var cfg publishConfig
 		for _, o := range opts {
-			o(&cfg)
+			o.applyPublish(&cfg)
 		}
 		require.NoError(t, p.sendReused(context.Background(), ws, env, &cfg))
 	}
@@ -558,7 +556,7 @@ func TestPublishWithoutOptionsAllocatesNoConfig(t *testing.T) {
 	assert.Equal(t, 9, cfg.priority)
 	assert.Equal(t, "g", cfg.groupID)
 	assert.Equal(t, time.Second, cfg.ttl)
-	_, err := plain.Publish(context.Background(), urnCreated, nil, WithPriority(3))
+	_, err := plain.Publish(context.Background(), Job(urnCreated, nil), WithPriority(3))
 	require.NoError(t, err)
 	assert.Equal(t, publishConfig{}, noOptions, "the shared configuration is never written")
 }
@@ -625,7 +623,7 @@ func TestPublishEndedWhileWaitingForCreditMatchesItsContext(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := tc.ctx()
 			defer cancel()
-			_, err := p.Publish(ctx, urnCreated, nil)
+			_, err := p.Publish(ctx, Job(urnCreated, nil))
 			require.ErrorIs(t, err, tc.want)
 			var ae *amqp.Error
 			require.ErrorAs(t, err, &ae)
@@ -634,7 +632,7 @@ func TestPublishEndedWhileWaitingForCreditMatchesItsContext(t *testing.T) {
 
 			ctx, cancel = tc.ctx()
 			defer cancel()
-			_, err = p.PublishWithReceipt(ctx, urnCreated, nil)
+			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, nil))
 			require.ErrorIs(t, err, tc.want)
 		})
 	}

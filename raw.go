@@ -13,23 +13,37 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// PublishEncodedWithReceipt is PublishEnvelopeWithReceipt for an envelope
-// that is already encoded: body, the canonical encoding of a valid envelope
-// (what Envelope.Encode returns), goes out as the message body exactly as
-// it is, and the section 2 projection (message-id, correlation-id, URN,
-// creation time, the bq_ properties) is read from it. The options apply as
-// they do to PublishEnvelopeWithReceipt: WithDuplicateDetection sets
-// _AMQ_DUPL_ID to the body's meta.id, WithDelay, WithGroupID, WithHeaders.
-//
-// A body that does not decode, fails Validate, or is not the canonical
-// encoding of the envelope it holds is refused with an error matching
-// ErrInvalidEnvelope, and nothing is sent. body is not kept after the call
-// returns.
-func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, opts ...PublishOption) (*Receipt, error) {
-	if p.unusable() {
-		return nil, errNotBuilt
+// publishEncoded is Publish of Encoded bytes: the section 2 projection read
+// from body, the body sent as it is (see Encoded), the outcome awaited.
+func (p *Publisher) publishEncoded(ctx context.Context, body []byte, cfg *publishConfig) (string, error) {
+	var start time.Time
+	if cfg.observer != nil {
+		start = cfg.clock()
 	}
-	cfg := p.config(opts)
+	env, msg, err := encodedMessage(ctx, body, cfg)
+	if err == nil {
+		var state amqp.DeliveryState
+		if state, err = p.path.send(ctx, msg); err == nil {
+			err = outcomeError(state)
+		}
+		if err != nil && !isRefusal(err) {
+			err = publishError(p.queue, env.URN, err)
+		}
+	}
+	var urn, id string
+	if env != nil {
+		urn, id = env.URN, env.Meta.ID
+	}
+	callOnOutcome(cfg.onOutcome, id, err)
+	cfg.observePublish(p.queue, urn, id, start, err)
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// publishEncodedWithReceipt is PublishWithReceipt of Encoded bytes.
+func (p *Publisher) publishEncodedWithReceipt(ctx context.Context, body []byte, cfg *publishConfig) (*Receipt, error) {
 	var start time.Time
 	if cfg.observer != nil {
 		start = cfg.clock()
@@ -38,7 +52,7 @@ func (p *Publisher) PublishEncodedWithReceipt(ctx context.Context, body []byte, 
 	if err != nil {
 		var urn, id string
 		if env != nil {
-			urn, id = env.Job, env.Meta.ID
+			urn, id = env.URN, env.Meta.ID
 		}
 		callOnOutcome(cfg.onOutcome, id, err)
 		cfg.observePublish(p.queue, urn, id, start, err)
@@ -62,13 +76,13 @@ func encodedMessage(ctx context.Context, body []byte, cfg *publishConfig) (*Enve
 		return env, nil, err
 	}
 	if sent != env {
-		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.Job)
+		return env, nil, fmt.Errorf("%w: the payload validator protects fields of %s's data, which an encoded body cannot have done to it: publish the envelope or its data", ErrInvalidConfig, env.URN)
 	}
 	if !bytes.Equal(env.appendEncode(make([]byte, 0, len(body))), body) {
 		return env, nil, fmt.Errorf("%w: the body is not the canonical encoding of its envelope (Envelope.Encode)", ErrInvalidEnvelope)
 	}
 	b := new(messageBlock)
-	b.project(env, string(body), publishProperties(env, cfg), publishAnnotations(env.Job, cfg))
+	b.project(env, string(body), publishProperties(env, cfg), publishAnnotations(env.URN, cfg))
 	b.applyOptions(cfg)
 	return env, &b.msg, nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // The stored bytes go out as the body, unchanged, with the projection
-// PublishEnvelope gives the same envelope.
+// Publish gives the same envelope.
 func TestPublishEncodedSendsTheBytesAsTheyAre(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, map[string]any{"n": json.Number("12345678901234567890"), "who": "Zoë </>"}, EnvelopeQueue("orders"))
 	require.NoError(t, err)
@@ -28,14 +28,14 @@ func TestPublishEncodedSendsTheBytesAsTheyAre(t *testing.T) {
 		assert.NoError(t, err)
 		outcomes = append(outcomes, id)
 	}))
-	r, err := p.PublishEncodedWithReceipt(context.Background(), body, opts...)
+	r, err := p.PublishWithReceipt(context.Background(), Encoded(body), opts...)
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 	assert.Equal(t, env.Meta.ID, r.ID())
 	assert.Equal(t, []string{env.Meta.ID}, outcomes)
 
 	ref := &fakelink.Sender{}
-	_, err = NewPublisher(ref, "orders").PublishEnvelope(context.Background(), env, opts...)
+	_, err = NewPublisher(ref, "orders").Publish(context.Background(), env, opts...)
 	require.NoError(t, err)
 
 	got, want := wireDecoded(t, fs.Sent()[0]), wireDecoded(t, ref.Sent()[0])
@@ -66,7 +66,7 @@ func TestPublishEncodedRefusesWhatIsNotCanonical(t *testing.T) {
 			fs := &fakelink.Sender{}
 			var seen []error
 			p := NewPublisher(fs, "orders", WithOnOutcome(func(_ string, err error) { seen = append(seen, err) }))
-			r, err := p.PublishEncodedWithReceipt(context.Background(), b)
+			r, err := p.PublishWithReceipt(context.Background(), Encoded(b))
 			require.ErrorIs(t, err, ErrInvalidEnvelope)
 			assert.Nil(t, r)
 			assert.Zero(t, fs.Count(), "nothing sent")

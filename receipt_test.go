@@ -118,7 +118,7 @@ func TestReceiptWaitReturnsTheBrokersOutcome(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newPipeSender()
 			p := NewPublisher(s, "orders")
-			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1})
+			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"n": 1}))
 			require.NoError(t, err)
 			require.NotEmpty(t, r.ID())
 			select {
@@ -158,7 +158,7 @@ func TestReceiptWaitEndsWithItsContextAndTheOutcomeStillComes(t *testing.T) {
 		mu.Unlock()
 		close(done)
 	}))
-	r, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
@@ -189,7 +189,7 @@ func TestReceiptsNobodyWaitsOnAreReported(t *testing.T) {
 		var ids []string
 		for i := range 20 {
 			wg.Add(1)
-			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"i": i})
+			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"i": i}))
 			require.NoError(t, err)
 			ids = append(ids, r.ID())
 		}
@@ -218,11 +218,11 @@ func TestReceiptsNobodyWaitsOnAreReported(t *testing.T) {
 
 		s := newPipeSender()
 		p := NewPublisher(s, "orders")
-		ok, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		ok, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 		require.NoError(t, err)
-		lost, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		lost, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 		require.NoError(t, err)
-		waited, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+		waited, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 		require.NoError(t, err)
 		// A Wait that gave up (its ctx ended) still counts: the caller has
 		// seen the receipt and knows to ask again.
@@ -261,7 +261,7 @@ func TestPublishWithReceiptConcurrentOutOfOrderOutcomes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"w": w, "i": i})
+				r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"w": w, "i": i}))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -313,7 +313,7 @@ func TestPublishWithReceiptOverASynchronousSender(t *testing.T) {
 				if plain {
 					s = fakelink.PlainSender{S: fs}
 				}
-				r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), urnCreated, nil)
+				r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 				if plain && name == "reject" {
 					// A plain Sender's Send fails on a rejection: nothing to wait for.
 					require.Error(t, err)
@@ -339,8 +339,7 @@ func TestPublishWithReceiptOverASynchronousSender(t *testing.T) {
 	t.Run("closed link", func(t *testing.T) {
 		fs := &fakelink.Sender{Outcome: fakelink.Closed}
 		var reported error
-		r, err := NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), urnCreated, nil,
-			WithOnOutcome(func(_ string, err error) { reported = err }))
+		r, err := NewPublisher(fs, "orders").PublishWithReceipt(context.Background(), Job(urnCreated, nil), WithOnOutcome(func(_ string, err error) { reported = err }))
 		require.ErrorIs(t, err, fakelink.ErrLinkClosed)
 		assert.Nil(t, r)
 		assert.Equal(t, err, reported, "the failure is reported once")
@@ -351,20 +350,20 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 	s := newPipeSender()
 	p := NewPublisher(s, "orders")
 	cases := map[string]struct {
-		urn  string
-		opts []BuildOption
+		m    Outgoing
+		opts []PublishOption
 		want error
 	}{
-		"blank URN":       {urn: " ", want: ErrInvalidEnvelope},
-		"priority 10":     {urn: urnCreated, opts: []BuildOption{WithPriority(10)}, want: ErrInvalidConfig},
-		"negative TTL":    {urn: urnCreated, opts: []BuildOption{WithTTL(-time.Second)}, want: ErrInvalidConfig},
-		"foreign traceID": {urn: urnCreated, opts: []BuildOption{EnvelopeTraceID("t")}, want: nil},
-		"bad trace id":    {urn: urnCreated, opts: []BuildOption{EnvelopeTraceID("t\xfe")}, want: ErrInvalidEnvelope},
+		"blank URN":       {m: Job(" ", nil), want: ErrInvalidEnvelope},
+		"priority 10":     {m: Job(urnCreated, nil), opts: []PublishOption{WithPriority(10)}, want: ErrInvalidConfig},
+		"negative TTL":    {m: Job(urnCreated, nil), opts: []PublishOption{WithTTL(-time.Second)}, want: ErrInvalidConfig},
+		"foreign traceID": {m: Job(urnCreated, nil, EnvelopeTraceID("t")), want: nil},
+		"bad trace id":    {m: Job(urnCreated, nil, EnvelopeTraceID("t\xfe")), want: ErrInvalidEnvelope},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			before := s.count()
-			r, err := p.PublishWithReceipt(context.Background(), tc.urn, nil, tc.opts...)
+			r, err := p.PublishWithReceipt(context.Background(), tc.m, tc.opts...)
 			if tc.want == nil {
 				require.NoError(t, err)
 				s.settle(r.ID(), &amqp.StateAccepted{}, nil)
@@ -380,7 +379,7 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 		env, err := NewEnvelope(urnCreated, nil, EnvelopeTraceID("mine"))
 		require.NoError(t, err)
 		before := s.count()
-		r, err := p.PublishEnvelopeWithReceipt(context.Background(), env)
+		r, err := p.PublishWithReceipt(context.Background(), env)
 		require.NoError(t, err)
 		assert.Equal(t, env.Meta.ID, r.ID())
 		assert.Equal(t, "mine", wireDecoded(t, s.written[before]).Properties.CorrelationID)
@@ -391,7 +390,7 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 		boom := errors.New("write failed")
 		s := newPipeSender()
 		s.writeFn = func(*amqp.Message) error { return boom }
-		r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), urnCreated, nil)
+		r, err := NewPublisher(s, "orders").PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 		require.ErrorIs(t, err, boom)
 		assert.Nil(t, r)
 	})
@@ -402,16 +401,16 @@ func TestPublishWithReceiptRefusesBadInputAndSendsNothing(t *testing.T) {
 func TestPublishWithReceiptSendsWhatPublishSends(t *testing.T) {
 	s := newPipeSender()
 	p := NewPublisher(s, "orders", WithPriority(8))
-	opts := []BuildOption{WithHeaders(map[string]string{"traceparent": "00-a-b-01"}), WithTTL(time.Minute),
-		WithGroupID("customer-7"), WithDuplicateDetection(), EnvelopeTraceID("trace-1"), WithDelay(time.Hour)}
-	r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
+	opts := []PublishOption{WithHeaders(map[string]string{"traceparent": "00-a-b-01"}), WithTTL(time.Minute),
+		WithGroupID("customer-7"), WithDuplicateDetection(), WithDelay(time.Hour)}
+	r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"n": 1}, EnvelopeTraceID("trace-1")), opts...)
 	require.NoError(t, err)
 	s.settle(r.ID(), &amqp.StateAccepted{}, nil)
 	require.NoError(t, r.Wait(context.Background()))
 	msg := wireDecoded(t, s.written[0])
 
 	fs := &fakelink.Sender{}
-	id, err := NewPublisher(fs, "orders", WithPriority(8)).Publish(context.Background(), urnCreated, map[string]int{"n": 1}, opts...)
+	id, err := NewPublisher(fs, "orders", WithPriority(8)).Publish(context.Background(), Job(urnCreated, map[string]int{"n": 1}, EnvelopeTraceID("trace-1")), opts...)
 	require.NoError(t, err)
 	want := wireDecoded(t, fs.Sent()[0])
 
@@ -444,8 +443,8 @@ func TestReceiptsAreObserved(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			obs := &observed{}
 			s := newPipeSender()
-			p := NewPublisher(s, "orders", WithPublishObserver(obs))
-			r, err := p.PublishWithReceipt(context.Background(), urnCreated, map[string]int{"n": 1})
+			p := NewPublisher(s, "orders", WithObserver(obs))
+			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, map[string]int{"n": 1}))
 			require.NoError(t, err)
 			assert.Empty(t, obs.publishes(), "not observed before the outcome")
 			s.settle(r.ID(), tc.state, nil)
@@ -460,8 +459,8 @@ func TestReceiptsAreObserved(t *testing.T) {
 	}
 	t.Run("refused before anything is sent", func(t *testing.T) {
 		obs := &observed{}
-		p := NewPublisher(newPipeSender(), "orders", WithPublishObserver(obs))
-		_, err := p.PublishWithReceipt(context.Background(), " ", nil)
+		p := NewPublisher(newPipeSender(), "orders", WithObserver(obs))
+		_, err := p.PublishWithReceipt(context.Background(), Job(" ", nil))
 		require.ErrorIs(t, err, ErrInvalidEnvelope)
 		evs := obs.publishes()
 		require.Len(t, evs, 1)
@@ -488,9 +487,9 @@ func TestReceiptResolverSurvivesItsOutcomeCallback(t *testing.T) {
 					tc.die()
 				}
 			}))
-			r1, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			r1, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 			require.NoError(t, err)
-			r2, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			r2, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 			require.NoError(t, err)
 			s.settle(r2.ID(), &amqp.StateAccepted{}, nil)
 			s.settle(r1.ID(), &amqp.StateAccepted{}, nil)
@@ -500,7 +499,7 @@ func TestReceiptResolverSurvivesItsOutcomeCallback(t *testing.T) {
 			require.NoError(t, r2.Wait(ctx), "the receipt behind the callback's failure resolves")
 
 			// A receipt written afterwards resolves too.
-			r3, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+			r3, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 			require.NoError(t, err)
 			s.settle(r3.ID(), &amqp.StateAccepted{}, nil)
 			require.NoError(t, r3.Wait(ctx))
@@ -513,10 +512,10 @@ func TestReceiptResolverSurvivesItsOutcomeCallback(t *testing.T) {
 // Sender) is recovered too: the publish returns its own result.
 func TestPublishSurvivesAPanickingOutcomeCallback(t *testing.T) {
 	p := NewPublisher(&fakelink.Sender{}, "orders", WithOnOutcome(func(string, error) { panic("callback bug") }))
-	id, err := p.Publish(context.Background(), urnCreated, nil)
+	id, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	assert.NotEmpty(t, id)
-	r, err := p.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(context.Background()))
 }
@@ -533,9 +532,9 @@ func TestARefusedPublishIsReportedToOnOutcome(t *testing.T) {
 				p := NewPublisher(s, "orders", WithOnOutcome(func(_ string, err error) { reported = append(reported, err) }))
 				var err error
 				if receipt {
-					_, err = p.PublishWithReceipt(context.Background(), urnCreated, nil, WithPriority(10))
+					_, err = p.PublishWithReceipt(context.Background(), Job(urnCreated, nil), WithPriority(10))
 				} else {
-					_, err = p.Publish(context.Background(), urnCreated, nil, WithPriority(10))
+					_, err = p.Publish(context.Background(), Job(urnCreated, nil), WithPriority(10))
 				}
 				require.ErrorIs(t, err, ErrInvalidConfig)
 				if assert.Len(t, reported, 1, "reported once") {

@@ -9,10 +9,10 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// ReconcileAttempts returns the attempts a handler sees: the larger of the
+// reconcileAttempts returns the attempts a handler sees: the larger of the
 // body's counter and the AMQP header delivery-count (0 on the first
 // delivery), so a runtime-incremented body count is never lowered.
-func ReconcileAttempts(bodyAttempts int, deliveryCount uint32) int {
+func reconcileAttempts(bodyAttempts int, deliveryCount uint32) int {
 	dc := uint64(deliveryCount)
 	if dc > math.MaxInt {
 		dc = math.MaxInt

@@ -26,8 +26,8 @@ func TestReconcileAttempts(t *testing.T) {
 		{1 << 40, 7, 1 << 40},
 	}
 	for _, tt := range tests {
-		if got := ReconcileAttempts(tt.body, tt.count); got != tt.want {
-			t.Errorf("ReconcileAttempts(%d, %d) = %d, want %d", tt.body, tt.count, got, tt.want)
+		if got := reconcileAttempts(tt.body, tt.count); got != tt.want {
+			t.Errorf("reconcileAttempts(%d, %d) = %d, want %d", tt.body, tt.count, got, tt.want)
 		}
 	}
 }

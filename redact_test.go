@@ -237,7 +237,7 @@ func TestNoPieceOfThePasswordInDialErrorsEventsOrLogs(t *testing.T) {
 						}})),
 				})
 				if err == nil {
-					_ = c.Close()
+					_ = c.Close(context.Background())
 					t.Fatal("Dial succeeded against a port with no broker")
 				}
 				if !errors.Is(err, ErrConnect) && !errors.Is(err, ErrInvalidConfig) {

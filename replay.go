@@ -19,7 +19,7 @@ const HeaderReplayBypass = "bq-replay-bypass"
 // returns false. It reads the header only when asked, so a handler that
 // never asks pays nothing.
 func IsReplay(ctx context.Context) bool {
-	msg := MessageFromContext(ctx)
+	msg := messageFromContext(ctx)
 	if msg == nil {
 		return false
 	}

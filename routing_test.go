@@ -16,7 +16,7 @@ func TestRouting(t *testing.T) {
 		msg.Annotations[AnnotationJMSType] = "urn:babel:orders:shipped"
 		var got string
 		c := mustConsumer(t, Handlers{
-			"urn:babel:orders:shipped": func(_ context.Context, e *Envelope, _ *amqp.Message) error { got = "shipped:" + e.URN(); return nil },
+			"urn:babel:orders:shipped": func(_ context.Context, e *Envelope, _ *amqp.Message) error { got = "shipped:" + e.URN; return nil },
 			urnCreated:                 func(context.Context, *Envelope, *amqp.Message) error { got = "created"; return nil },
 		})
 		handleOne(t, c, newRecorder(), nil, msg)
@@ -54,7 +54,7 @@ func TestRouting(t *testing.T) {
 	t.Run("the urn alias routes when job is absent", func(t *testing.T) {
 		msg := rawMessage(`{"urn":"urn:babel:orders:created","trace_id":"t-1","data":{},"meta":{"id":"m-1","queue":"orders","lang":"node","schema_version":1,"created_at":1},"attempts":0}`)
 		var job string
-		c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, e *Envelope, _ *amqp.Message) error { job = e.Job; return nil }})
+		c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, e *Envelope, _ *amqp.Message) error { job = e.URN; return nil }})
 		got := handleOne(t, c, newRecorder(), nil, msg)
 		assert.Equal(t, fakelink.Accepted, got.disp)
 		assert.Equal(t, urnCreated, job)
@@ -151,7 +151,7 @@ func TestHostileNonStringJMSType(t *testing.T) {
 			dlq := &fakelink.Sender{}
 			c := mustConsumer(t, Handlers{
 				urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
-					urn = env.URN()
+					urn = env.URN
 					return nil
 				},
 				"urn:babel:orders:paid": neverCalled(t),

@@ -1,5 +1,6 @@
 // Broker-side selectors: the JMS selector a consumer or subscription hands
-// the broker, composed from ConsumeOptions and checked before the attach.
+// the broker, composed from the Consumer's WithSelector and
+// WithOnlyHandledURNs and checked before the attach.
 
 package artemis
 
@@ -21,8 +22,8 @@ var errSelectorRefused = fmt.Errorf("%w: the broker refused the selector", ErrIn
 // handlers, or in several subscriptions).
 const maxSelectorLen = 64 << 10
 
-// composeSelector is the selector a consumer sends (ConsumeOptions):
-// selector, AND-ed with the list of h's URNs when onlyHandled is set,
+// composeSelector is the selector a consumer sends (WithSelector,
+// WithOnlyHandledURNs): selector, AND-ed with the list of h's URNs when onlyHandled is set,
 // checked. "" means none.
 func composeSelector(selector string, onlyHandled bool, h Handlers) (string, error) {
 	var parts []string

@@ -314,8 +314,8 @@ func TestCallbackPanicIsLoggedToSlogDefault(t *testing.T) {
 
 func TestPublishObserverPanicIsLoggedToSlogDefault(t *testing.T) {
 	logs := captureDefaultLog(t)
-	p := NewPublisher(&fakelink.Sender{}, "orders", WithPublishObserver(panicking{}))
-	_, err := p.Publish(context.Background(), urnCreated, nil)
+	p := NewPublisher(&fakelink.Sender{}, "orders", WithObserver(panicking{}))
+	_, err := p.Publish(context.Background(), Job(urnCreated, nil))
 	require.NoError(t, err)
 	lines := logs.lines(t)
 	require.Len(t, lines, 1)

@@ -26,15 +26,15 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 	calls := map[string]func() error{
 		"Backoff.Delay":                func() error { return err0(Backoff{}.Delay(3, 0.5)) },
 		"Backoff.Validate":             func() error { return err0(Backoff{}.Validate()) },
-		"Client.Close":                 func() error { return err0((&Client{}).Close()) },
+		"Client.Close":                 func() error { return err0((&Client{}).Close(context.Background())) },
 		"Client.Status":                func() error { return err0((&Client{}).Status()) },
 		"Client.Publisher":             func() error { _, err := (&Client{}).Publisher(ctx, "q"); return err },
-		"Client.Consume":               func() error { return err0((&Client{}).Consume(ctx, "q", nil, nil)) },
-		"Client.Consume consumer":      func() error { return err0((&Client{}).Consume(ctx, "q", &Consumer{}, nil)) },
-		"nil Client.Close":             func() error { return err0((*Client)(nil).Close()) },
+		"Client.Consume":               func() error { return err0((&Client{}).Consume(ctx, "q", nil)) },
+		"Client.Consume consumer":      func() error { return err0((&Client{}).Consume(ctx, "q", &Consumer{})) },
+		"nil Client.Close":             func() error { return err0((*Client)(nil).Close(context.Background())) },
 		"nil Client.Status":            func() error { return err0((*Client)(nil).Status()) },
 		"ClientPublisher.Close":        func() error { return err0((&ClientPublisher{}).Close(ctx)) },
-		"ClientPublisher.Publish":      func() error { _, err := (&ClientPublisher{}).Publish(ctx, urnCreated, nil); return err },
+		"ClientPublisher.Publish":      func() error { _, err := (&ClientPublisher{}).Publish(ctx, Job(urnCreated, nil)); return err },
 		"ConnectionEventKind.String":   func() error { return err0(ConnectionEventKind(0).String()) },
 		"Consumer.Handle":              func() error { return err0((&Consumer{}).Handle(ctx, fakelink.NewReceiver(t, "q"), msg)) },
 		"Consumer.Listen":              func() error { return err0((&Consumer{}).Listen(ctx, fakelink.NewReceiver(t, "q"))) },
@@ -46,7 +46,7 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 		"Disposition.String":           func() error { return err0(Disposition(0).String()) },
 		"Envelope.Bind":                func() error { var v map[string]any; return (&Envelope{}).Bind(&v) },
 		"Envelope.Encode":              func() error { _, err := (&Envelope{}).Encode(); return err },
-		"Envelope.URN":                 func() error { return err0((&Envelope{}).URN()) },
+		"Envelope.URN":                 func() error { return err0((&Envelope{}).URN) },
 		"Envelope.Validate":            func() error { return err0((&Envelope{}).Validate()) },
 		"nil Envelope.Validate":        func() error { return err0((*Envelope)(nil).Validate()) },
 		"nil Envelope.Encode":          func() error { _, err := (*Envelope)(nil).Encode(); return err },
@@ -56,12 +56,12 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 		"OutcomeError.Is":              func() error { return err0((&OutcomeError{}).Is(ErrNotAccepted)) },
 		"PanicError.Error":             func() error { return err0((&PanicError{}).Error()) },
 		"PublishOutcome.String":        func() error { return err0(PublishOutcome(0).String()) },
-		"Publisher.Publish":            func() error { _, err := (&Publisher{}).Publish(ctx, urnCreated, nil); return err },
-		"Publisher.PublishEnvelope":    func() error { _, err := (&Publisher{}).PublishEnvelope(ctx, &Envelope{}); return err },
-		"Publisher.PublishWithReceipt": func() error { _, err := (&Publisher{}).PublishWithReceipt(ctx, urnCreated, nil); return err },
-		"NewPublisher nil.Publish":     func() error { _, err := NewPublisher(nil, "q").Publish(ctx, urnCreated, nil); return err },
+		"Publisher.Publish":            func() error { _, err := (&Publisher{}).Publish(ctx, Job(urnCreated, nil)); return err },
+		"Publisher.Publish envelope":   func() error { _, err := (&Publisher{}).Publish(ctx, &Envelope{}); return err },
+		"Publisher.PublishWithReceipt": func() error { _, err := (&Publisher{}).PublishWithReceipt(ctx, Job(urnCreated, nil)); return err },
+		"NewPublisher nil.Publish":     func() error { _, err := NewPublisher(nil, "q").Publish(ctx, Job(urnCreated, nil)); return err },
 		"Publisher by hand, options": func() error {
-			_, err := (&Publisher{path: pathOf(&fakelink.Sender{})}).Publish(ctx, urnCreated, nil, WithPriority(1))
+			_, err := (&Publisher{path: pathOf(&fakelink.Sender{})}).Publish(ctx, Job(urnCreated, nil), WithPriority(1))
 			return err
 		},
 		"Receipt.Done":        func() error { return err0((&Receipt{}).Done()) },
@@ -74,7 +74,7 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 	wantErr := map[string]bool{}
 	for _, n := range []string{"Client.Publisher", "Client.Consume", "Client.Consume consumer", "ClientPublisher.Close",
 		"ClientPublisher.Publish", "Consumer.Listen nil", "Envelope.Validate", "nil Envelope.Validate",
-		"nil Envelope.Encode", "Publisher.Publish", "Publisher.PublishEnvelope", "Publisher.PublishWithReceipt",
+		"nil Envelope.Encode", "Publisher.Publish", "Publisher.Publish envelope", "Publisher.PublishWithReceipt",
 		"NewPublisher nil.Publish", "Receipt.Wait"} {
 		require.Contains(t, calls, n)
 		wantErr[n] = true
@@ -102,7 +102,7 @@ func err0(v any) error {
 
 // TestEveryPublishMethodOfAZeroPublisher: every Publish* method of a zero
 // or nil Publisher and a zero ClientPublisher (found by reflection, so a
-// new one is covered) returns an error matching ErrInvalidConfig and never
+// new one is covered), given each kind of Outgoing, returns an error matching ErrInvalidConfig and never
 // panics, whatever valid input it is given. (Through a nil
 // *ClientPublisher, Go itself panics reading the embedded field before any
 // method runs, as for every embedded pointer.)
@@ -112,19 +112,18 @@ func TestEveryPublishMethodOfAZeroPublisher(t *testing.T) {
 	body, err := env.Encode()
 	require.NoError(t, err)
 	ctx := context.Background()
-	arg := func(typ reflect.Type) reflect.Value {
+	arg := func(typ reflect.Type, m Outgoing) reflect.Value {
 		switch {
 		case typ == reflect.TypeOf((*context.Context)(nil)).Elem():
 			return reflect.ValueOf(ctx)
+		case typ == reflect.TypeOf((*Outgoing)(nil)).Elem():
+			return reflect.ValueOf(&m).Elem()
 		case typ.Kind() == reflect.String:
 			return reflect.ValueOf(urnCreated)
-		case typ == reflect.TypeOf(env):
-			return reflect.ValueOf(env)
-		case typ == reflect.TypeOf(body):
-			return reflect.ValueOf(body)
 		}
-		return reflect.Zero(typ) // data (any): no payload
+		return reflect.Zero(typ)
 	}
+	inputs := map[string]Outgoing{"Job": Job(urnCreated, nil), "Envelope": env, "Encoded": Encoded(body)}
 	for name, recv := range map[string]any{
 		"Publisher{}": &Publisher{}, "nil Publisher": (*Publisher)(nil),
 		"ClientPublisher{}": &ClientPublisher{},
@@ -136,21 +135,23 @@ func TestEveryPublishMethodOfAZeroPublisher(t *testing.T) {
 			if !strings.HasPrefix(m.Name, "Publish") {
 				continue
 			}
-			n++
-			t.Run(name+"."+m.Name, func(t *testing.T) {
-				mt := m.Type
-				args := []reflect.Value{v}
-				for j := 1; j < mt.NumIn(); j++ {
-					if mt.IsVariadic() && j == mt.NumIn()-1 {
-						break
+			for in, o := range inputs {
+				n++
+				t.Run(name+"."+m.Name+"("+in+")", func(t *testing.T) {
+					mt := m.Type
+					args := []reflect.Value{v}
+					for j := 1; j < mt.NumIn(); j++ {
+						if mt.IsVariadic() && j == mt.NumIn()-1 {
+							break
+						}
+						args = append(args, arg(mt.In(j), o))
 					}
-					args = append(args, arg(mt.In(j)))
-				}
-				var out []reflect.Value
-				require.NotPanics(t, func() { out = m.Func.Call(args) })
-				got, _ := out[len(out)-1].Interface().(error)
-				assert.ErrorIs(t, got, ErrInvalidConfig)
-			})
+					var out []reflect.Value
+					require.NotPanics(t, func() { out = m.Func.Call(args) })
+					got, _ := out[len(out)-1].Interface().(error)
+					assert.ErrorIs(t, got, ErrInvalidConfig)
+				})
+			}
 		}
 		assert.GreaterOrEqual(t, n, 5, "%s: the Publish methods were not found", name)
 	}

@@ -80,9 +80,9 @@ func TestFaultConsumerSurvivesBrokerKill(t *testing.T) {
 		mu.Unlock()
 		park.call(n) // from the killAt-th call on: park until the broker is dead
 		return nil
-	}}, artemis.WithConcurrency(concurrency), artemis.WithOnError(reports.onError))
+	}}, artemis.WithConcurrency(concurrency), artemis.WithOnError(reports.onError), artemis.WithCredit(credit))
 
-	events, stop, start := faultConsumeDirect(t, fb, q, cons, credit)
+	events, stop, start := faultConsumeDirect(t, fb, q, cons)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 
 	var callsAtKill int64

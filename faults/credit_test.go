@@ -52,7 +52,7 @@ func faultChildHold() int {
 	if err != nil {
 		return fail(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(hctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		mu.Lock()
 		_, _ = fmt.Fprintf(f, "S %d %s\n", time.Now().UnixNano(), env.Meta.ID)
@@ -63,7 +63,7 @@ func faultChildHold() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons, nil); err != nil {
+	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
 		return fail(err)
 	}
 	return 0

@@ -90,9 +90,10 @@ func TestFaultDeadLetterLinkLostAndBack(t *testing.T) {
 		artemis.WithConcurrency(concurrency),
 		artemis.WithDeadLetterTimeout(10*time.Second),
 		artemis.WithDeadLetterRetryDelay(100*time.Millisecond),
-		artemis.WithOnError(onError))
+		artemis.WithOnError(onError),
+		artemis.WithCredit(credit))
 
-	events, stop, _ := faultConsumeDirect(t, fb, q, cons, credit)
+	events, stop, _ := faultConsumeDirect(t, fb, q, cons)
 	events.wait(t, 0, artemis.EventSenderAttached, dlq, faultWait)
 	events.wait(t, 0, artemis.EventConsumerAttached, q, faultWait)
 

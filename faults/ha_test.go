@@ -85,7 +85,7 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario, drainOn string, 
 	fill, err := c.Publisher(ctx, qc)
 	require.NoError(t, err)
 	for seq := range messages {
-		id, err := fill.Publish(ctx, faultURN, faultData{Seq: seq})
+		id, err := fill.Publish(ctx, artemis.Job(faultURN, faultData{Seq: seq}))
 		require.NoError(t, err, "fill %s", qc)
 		l.Acked(id)
 	}
@@ -96,7 +96,7 @@ func faultHAPhase(t *testing.T, h *brokertest.HAPair, scenario, drainOn string, 
 	var st faultPubStats
 	armed.Store(true)
 	pubDone := faultPublishLoop(ctx, pub, qp, messages, 8, perCall, perCall, pace, l, &st)
-	stopC := testkit.ConsumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	stopC := testkit.ConsumeInBackground(t, c, qc, faultLedgerConsumer(t, l, concurrency, work), faultWait)
 	acked := func() int { return l.Figures().Acked - messages }
 	faultUnderWay(t, l, acked, faultAt, "")
 	mark := events.mark()

@@ -230,7 +230,7 @@ func faultDial(t *testing.T, fb *faultBroker, onEvent func(artemis.ConnectionEve
 		Backoff:     &artemis.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2},
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -244,7 +244,7 @@ type faultData struct {
 func faultPublish(t *testing.T, ctx context.Context, fb *faultBroker, q string, n, workers int) map[string]int {
 	t.Helper()
 	c := faultDial(t, fb, nil)
-	defer func() { _ = c.Close() }()
+	defer func() { _ = c.Close(context.Background()) }()
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 	ids := make([]string, n)
@@ -257,7 +257,7 @@ func faultPublish(t *testing.T, ctx context.Context, fb *faultBroker, q string, 
 		go func() {
 			defer wg.Done()
 			for seq := int(next.Add(1) - 1); seq < n; seq = int(next.Add(1) - 1) {
-				id, err := pub.Publish(ctx, faultURN, faultData{Seq: seq})
+				id, err := pub.Publish(ctx, artemis.Job(faultURN, faultData{Seq: seq}))
 				if err != nil {
 					errs <- fmt.Errorf("publish seq %d: %w", seq, err)
 					return
@@ -478,12 +478,12 @@ func (p *faultPark) kill(t *testing.T, fb *faultBroker, l *ledger.Ledger, events
 // faultConsumeDirect runs cons on q through a Client straight to the
 // broker (faultDial) with the given credit, in the background. It returns
 // the Client's events, the consumer's stop and when the consume started.
-func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.Consumer, credit int) (*faultEvents, func(), time.Time) {
+func faultConsumeDirect(t *testing.T, fb *faultBroker, q string, cons *artemis.Consumer) (*faultEvents, func(), time.Time) {
 	t.Helper()
 	events := newFaultEvents()
 	c := faultDial(t, fb, events.on)
 	started := time.Now()
-	stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: credit}, faultWait)
+	stop := testkit.ConsumeInBackground(t, c, q, cons, faultWait)
 	return events, stop, started
 }
 

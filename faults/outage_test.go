@@ -83,7 +83,7 @@ func TestFaultPublishThroughAnOutage(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
 

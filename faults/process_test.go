@@ -67,7 +67,7 @@ func faultChildConsume() int {
 	if err != nil {
 		return fail(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		record("S", env.Meta.ID)
 		time.Sleep(faultChildWork) // the handler's work
@@ -77,7 +77,7 @@ func faultChildConsume() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons, nil); err != nil {
+	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
 		return fail(err)
 	}
 	return 0

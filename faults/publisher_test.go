@@ -67,7 +67,7 @@ func TestFaultPublisherSurvivesBrokerKill(t *testing.T) {
 				}
 				for attempt := 0; ; attempt++ {
 					pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-					id, err := pub.PublishEnvelope(pctx, env)
+					id, err := pub.Publish(pctx, env)
 					pcancel()
 					if err == nil {
 						l.Acked(id)

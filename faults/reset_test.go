@@ -89,7 +89,7 @@ func TestFaultResetsUnderConsume(t *testing.T) {
 
 	// Fault-free rate, same proxy, same Client.
 	startB := time.Now()
-	stopB := testkit.ConsumeInBackground(t, c, qb, faultLedgerConsumer(t, lb, concurrency, work), nil, faultWait)
+	stopB := testkit.ConsumeInBackground(t, c, qb, faultLedgerConsumer(t, lb, concurrency, work), faultWait)
 	waitClosed(t, lb.HandledAtLeast(baseline), 3*time.Minute, func() string {
 		return fmt.Sprintf("the fault-free baseline (%d of %d handled)", lb.Handled(), baseline)
 	})
@@ -106,7 +106,7 @@ func TestFaultResetsUnderConsume(t *testing.T) {
 	// that keeps it has handled everything (10 s added for the start).
 	deadline := time.Duration(float64(faultResetTotal)/(baseRate/2)*float64(time.Second)) + 10*time.Second
 	start := time.Now()
-	stopC := testkit.ConsumeInBackground(t, c, q, faultLedgerConsumer(t, l, concurrency, work), nil, faultWait)
+	stopC := testkit.ConsumeInBackground(t, c, q, faultLedgerConsumer(t, l, concurrency, work), faultWait)
 	select {
 	case <-l.HandledAtLeast(faultResetTotal):
 	case <-time.After(deadline):

@@ -65,7 +65,7 @@ func faultRetryConsume() int {
 	if err != nil {
 		return fail(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		if env.Attempts == 0 {
 			record(fmt.Sprintf("F %d %s\n", time.Now().UnixNano(), env.Meta.ID))
@@ -78,7 +78,7 @@ func faultRetryConsume() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons, nil); err != nil {
+	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
 		return fail(err)
 	}
 	return 0
@@ -279,7 +279,7 @@ func TestFaultRetryOutageUnderLoad(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}, artemis.WithConcurrency(4), artemis.WithLogger(slog.New(slog.DiscardHandler)))
-	testkit.ConsumeInBackground(t, c, q, cons, nil, faultWait)
+	testkit.ConsumeInBackground(t, c, q, cons, faultWait)
 
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestFaultRetryOutageUnderLoad(t *testing.T) {
 	tick := time.NewTicker(time.Second / rate)
 	for time.Since(start) < publishFor {
 		<-tick.C
-		id, err := pub.Publish(ctx, faultURN, faultData{Seq: len(sent)})
+		id, err := pub.Publish(ctx, artemis.Job(faultURN, faultData{Seq: len(sent)}))
 		require.NoError(t, err)
 		sent = append(sent, id)
 	}

@@ -39,8 +39,8 @@ import (
 )
 
 // defaultCredit is the link credit Client.Consume grants a Consumer with
-// concurrency handlers when ConsumeOptions.Credit is 0: the default that
-// ConsumeOptions.Credit documents, max(2*concurrency, artemis.MinCredit) (100).
+// concurrency handlers without WithCredit: the default that WithCredit
+// documents, max(2*concurrency, artemis.MinCredit) (100).
 // (The library's unit tests hold Consume to the same figures.)
 func defaultCredit(concurrency int) int { return max(2*concurrency, artemis.MinCredit) }
 
@@ -59,7 +59,7 @@ func faultDefaultClient(t *testing.T, urls []string, onEvent func(artemis.Connec
 	defer cancel()
 	c, err := artemis.Dial(ctx, urls, &artemis.ClientOptions{OnEvent: onEvent})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -133,7 +133,7 @@ func faultPublishLoop(ctx context.Context, pub *artemis.ClientPublisher, q strin
 				for attempt := 0; ctx.Err() == nil; attempt++ {
 					pctx, cancel := context.WithTimeout(ctx, perCall)
 					start := time.Now()
-					id, err := pub.PublishEnvelope(pctx, env)
+					id, err := pub.Publish(pctx, env)
 					took := time.Since(start)
 					cancel()
 					st.mu.Lock()
@@ -433,7 +433,7 @@ func (r *faultRun) start(ctx context.Context) {
 	s := r.set
 	r.pubDone = faultPublishLoop(ctx, r.pub, r.qp, s.publishes, 8, s.perCall, s.limit, s.pace, r.l, &r.st)
 	if r.qc != "" {
-		r.stopCons = testkit.ConsumeInBackground(r.t, r.c, r.qc, faultLedgerConsumer(r.t, r.l, s.concurrency, s.work), nil, faultWait)
+		r.stopCons = testkit.ConsumeInBackground(r.t, r.c, r.qc, faultLedgerConsumer(r.t, r.l, s.concurrency, s.work), faultWait)
 	}
 }
 

@@ -146,7 +146,7 @@ func TestIntegrationAuthWrongCredentialsFailFast(t *testing.T) {
 			c, err := artemis.Dial(ctx, []string{tc.url}, &opts)
 			elapsed := time.Since(start)
 			if c != nil {
-				_ = c.Close()
+				_ = c.Close(context.Background())
 			}
 			require.Error(t, err, "the broker must refuse the login")
 			t.Logf("refused in %v: %v", elapsed.Round(time.Millisecond), err)
@@ -269,7 +269,7 @@ func authDial(t *testing.T, b *brokertest.Broker, user, password string, events 
 		Backoff: &artemis.Backoff{Initial: 50 * time.Millisecond, Max: 400 * time.Millisecond, Multiplier: 2},
 	})
 	require.NoError(t, err, "dial as %s", user)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -331,11 +331,11 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 			artemis.WithMaxTries(1), // every failure is at the limit: dead-letter at once
 			artemis.WithDeadLetterSender(anon),
 			artemis.WithDeadLetterRetryDelay(200*time.Millisecond),
-			artemis.WithOnError(errs.onError))
+			artemis.WithOnError(errs.onError), artemis.WithCredit(1))
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
+		stop := testkit.ConsumeInBackground(t, c, q, cons, arrival)
 
 		for i := range 2 {
 			h := nextAuthHandled(t, handled)
@@ -386,11 +386,11 @@ func TestIntegrationAuthDeadLetterWithoutSendPermission(t *testing.T) {
 		cons := testkit.MustConsumer(t, artemis.Handlers{authURN: func(_ context.Context, env *artemis.Envelope, msg *amqp.Message) error {
 			handled <- authHandled{env.Meta.ID, msg.Header.DeliveryCount}
 			return &authFailure{}
-		}}, artemis.WithMaxTries(1), artemis.WithOnError(errs.onError))
+		}}, artemis.WithMaxTries(1), artemis.WithOnError(errs.onError), artemis.WithCredit(1))
 
 		events := newAuthEvents()
 		c := authDial(t, b, user, password, events)
-		stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{Credit: 1}, arrival)
+		stop := testkit.ConsumeInBackground(t, c, q, cons, arrival)
 
 		// Consume attaches <queue>.dlq itself; the broker refuses it, and
 		// Consume keeps trying: three refusals in a row.

@@ -39,7 +39,7 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	q := brokertest.Queue(t)
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
@@ -58,14 +58,14 @@ func TestIntegrationBlackholedFirstURLHandsOverToTheSecond(t *testing.T) {
 	}})
 	cctx, ccancel := context.WithCancel(ctx)
 	consumed := make(chan error, 1)
-	go func() { consumed <- c.Consume(cctx, q, cons, nil) }()
+	go func() { consumed <- c.Consume(cctx, q, cons) }()
 	defer func() {
 		ccancel()
 		assert.NoError(t, <-consumed)
 	}()
 
 	for range 20 {
-		_, err := pub.Publish(ctx, "urn:babel:bh:tick", map[string]int{"n": 1})
+		_, err := pub.Publish(ctx, artemis.Job("urn:babel:bh:tick", map[string]int{"n": 1}))
 		require.NoError(t, err)
 	}
 

@@ -1,6 +1,6 @@
 package integration_test
 
-// A bounded Consume (ConsumeOptions.MaxMessages, StopWhenIdle) for a
+// A bounded Consume (WithMaxMessages, WithStopWhenIdle) for a
 // job-style worker: it handles a batch and returns; every delivery is
 // settled once, and the ones it did not take stay on the queue, their
 // delivery count untouched.
@@ -31,12 +31,12 @@ func boundedSetup(t *testing.T, n int) (context.Context, *artemis.Client, *broke
 	t.Cleanup(cancel)
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 	ids := map[string]bool{}
 	for i := range n {
-		id, err := pub.Publish(ctx, boundedURN, map[string]int{"n": i})
+		id, err := pub.Publish(ctx, artemis.Job(boundedURN, map[string]int{"n": i}))
 		require.NoError(t, err)
 		ids[id] = true
 	}
@@ -68,11 +68,11 @@ func TestIntegrationConsumeMaxMessages(t *testing.T) {
 			const published, batch = 12, 5
 			ctx, c, conn, q, ids := boundedSetup(t, published)
 			var log handledLog
-			cons := testkit.MustConsumer(t, artemis.Handlers{boundedURN: log.handler}, artemis.WithConcurrency(concurrency))
+			cons := testkit.MustConsumer(t, artemis.Handlers{boundedURN: log.handler}, artemis.WithConcurrency(concurrency), artemis.WithMaxMessages(batch), artemis.WithCredit(20))
 			start := time.Now()
 			// A credit above the batch: Consume takes it down to the batch,
 			// and go-amqp's top-ups still push deliveries ahead.
-			err := c.Consume(ctx, q, cons, &artemis.ConsumeOptions{MaxMessages: batch, Credit: 20})
+			err := c.Consume(ctx, q, cons)
 			require.NoError(t, err)
 			require.NoError(t, ctx.Err(), "Consume returned on its own, not on the test's deadline")
 			t.Logf("Consume returned after %v", time.Since(start))
@@ -105,10 +105,10 @@ func TestIntegrationConsumeStopWhenIdle(t *testing.T) {
 	const published = 7
 	ctx, c, conn, q, ids := boundedSetup(t, published)
 	var log handledLog
-	cons := testkit.MustConsumer(t, artemis.Handlers{boundedURN: log.handler}, artemis.WithConcurrency(2))
 	const idle = 500 * time.Millisecond
+	cons := testkit.MustConsumer(t, artemis.Handlers{boundedURN: log.handler}, artemis.WithConcurrency(2), artemis.WithStopWhenIdle(idle))
 	start := time.Now()
-	require.NoError(t, c.Consume(ctx, q, cons, &artemis.ConsumeOptions{StopWhenIdle: idle}))
+	require.NoError(t, c.Consume(ctx, q, cons))
 	took := time.Since(start)
 	require.NoError(t, ctx.Err(), "Consume returned on its own")
 	assert.GreaterOrEqual(t, took, idle, "it waited for the queue to stay quiet")
@@ -122,15 +122,18 @@ func TestIntegrationConsumeStopWhenIdle(t *testing.T) {
 	// An empty queue: it returns after the idle time, having handled
 	// nothing; MaxMessages with it, whichever comes first.
 	start = time.Now()
-	require.NoError(t, c.Consume(ctx, q, cons, &artemis.ConsumeOptions{StopWhenIdle: idle, MaxMessages: 100}))
+	cons = testkit.MustConsumer(t, artemis.Handlers{boundedURN: log.handler}, artemis.WithConcurrency(2), artemis.WithStopWhenIdle(idle), artemis.WithMaxMessages(100))
+	require.NoError(t, c.Consume(ctx, q, cons))
 	require.NoError(t, ctx.Err())
 	assert.Len(t, log.list(), published)
 	t.Logf("on an empty queue Consume returned after %v", time.Since(start))
 }
 
 func TestIntegrationConsumeBoundInvalid(t *testing.T) {
-	ctx, c, _, q, _ := boundedSetup(t, 0)
-	cons := testkit.MustConsumer(t, artemis.Handlers{boundedURN: (&handledLog{}).handler})
-	assert.ErrorIs(t, c.Consume(ctx, q, cons, &artemis.ConsumeOptions{MaxMessages: -1}), artemis.ErrInvalidConfig)
-	assert.ErrorIs(t, c.Consume(ctx, q, cons, &artemis.ConsumeOptions{StopWhenIdle: -time.Second}), artemis.ErrInvalidConfig)
+	boundedSetup(t, 0)
+	h := artemis.Handlers{boundedURN: (&handledLog{}).handler}
+	_, err := artemis.NewConsumer(h, artemis.WithMaxMessages(-1))
+	assert.ErrorIs(t, err, artemis.ErrInvalidConfig)
+	_, err = artemis.NewConsumer(h, artemis.WithStopWhenIdle(-time.Second))
+	assert.ErrorIs(t, err, artemis.ErrInvalidConfig)
 }

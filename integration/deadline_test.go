@@ -45,7 +45,7 @@ func TestIntegrationACallersDeadlineIsItsOwn(t *testing.T) {
 		}
 	}})
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 
@@ -72,11 +72,11 @@ func TestIntegrationACallersDeadlineIsItsOwn(t *testing.T) {
 				var err error
 				if i%impatientEvery == 1 { // a pipelined publish: its receipt is waited for
 					var r *artemis.Receipt
-					if r, err = pub.PublishWithReceipt(pctx, "urn:babel:orders:created", data); err == nil {
+					if r, err = pub.PublishWithReceipt(pctx, artemis.Job("urn:babel:orders:created", data)); err == nil {
 						id, err = r.ID(), r.Wait(pctx)
 					}
 				} else {
-					id, err = pub.Publish(pctx, "urn:babel:orders:created", data)
+					id, err = pub.Publish(pctx, artemis.Job("urn:babel:orders:created", data))
 				}
 				mu.Lock()
 				defer mu.Unlock()

@@ -22,7 +22,7 @@ import (
 
 // TestIntegrationDefaultCreditSharesTheBacklogFairly: a backlog of 3,000
 // messages, then two Clients (two instances of one service) consume it
-// with nil ConsumeOptions (the default credit) and eight workers each,
+// without WithCredit (the default credit) and eight workers each,
 // every handler call taking 2 ms. Each instance handles a fair share:
 // within 20 % of half the backlog. The handlers start once both instances
 // are attached, so the share measures the credit, not who dialled first.
@@ -40,7 +40,7 @@ func TestIntegrationDefaultCreditSharesTheBacklogFairly(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for n := next.Add(1); n <= backlog; n = next.Add(1) {
-				if _, err := pub.Publish(ctx, urn, map[string]int64{"n": n}); err != nil {
+				if _, err := pub.Publish(ctx, artemis.Job(urn, map[string]int64{"n": n})); err != nil {
 					errs <- err
 					return
 				}
@@ -66,7 +66,7 @@ func TestIntegrationDefaultCreditSharesTheBacklogFairly(t *testing.T) {
 			}
 		}})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
 		cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(hctx context.Context, _ *artemis.Envelope, _ *amqp.Message) error {
 			select {
 			case <-attached:
@@ -80,7 +80,7 @@ func TestIntegrationDefaultCreditSharesTheBacklogFairly(t *testing.T) {
 			}
 			return nil
 		}}, artemis.WithConcurrency(workers))
-		stop := testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+		stop := testkit.ConsumeInBackground(t, c, q, cons, arrival)
 		defer stop()
 	}
 	select {

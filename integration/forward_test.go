@@ -24,8 +24,7 @@ func TestIntegrationForwardedHeadersStoreEveryMessage(t *testing.T) {
 	const urn = "urn:babel:orders:created"
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err := pub.Publish(ctx, urn, map[string]int{"order_id": 1}, artemis.WithDuplicateDetection(),
-		artemis.WithGroupID("g-1"), artemis.WithHeaders(map[string]string{"traceparent": "00-aa-bb-01"}))
+	_, err := pub.Publish(ctx, artemis.Job(urn, map[string]int{"order_id": 1}), artemis.WithDuplicateDetection(), artemis.WithGroupID("g-1"), artemis.WithHeaders(map[string]string{"traceparent": "00-aa-bb-01"}))
 	require.NoError(t, err)
 
 	follow := artemis.NewPublisher(conn.NewSender(next), next)
@@ -34,7 +33,7 @@ func TestIntegrationForwardedHeadersStoreEveryMessage(t *testing.T) {
 	cons := testkit.MustConsumer(t, artemis.Handlers{urn: func(ctx context.Context, _ *artemis.Envelope, _ *amqp.Message) error {
 		h := artemis.HeadersFromContext(ctx)
 		for i := range 2 {
-			if _, err := follow.Publish(ctx, "urn:babel:orders:shipped", map[string]int{"n": i}, artemis.WithHeaders(h)); err != nil {
+			if _, err := follow.Publish(ctx, artemis.Job("urn:babel:orders:shipped", map[string]int{"n": i}), artemis.WithHeaders(h)); err != nil {
 				return err
 			}
 		}

@@ -61,7 +61,7 @@ func publishEnvelope(t *testing.T, pub *artemis.Publisher, q, urn string) (*arte
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err = pub.PublishEnvelope(ctx, env)
+	_, err = pub.Publish(ctx, env)
 	require.NoError(t, err)
 	return env, string(body)
 }
@@ -121,7 +121,7 @@ func onBrokerClientPublisher(t *testing.T, opts ...artemis.PublishOption) (conte
 	t.Cleanup(cancel)
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	pub, err := c.Publisher(ctx, q, opts...)
 	require.NoError(t, err)
 	return ctx, conn, q, pub
@@ -323,7 +323,7 @@ func publishReceipts(t *testing.T, ctx context.Context, pub *artemis.Publisher, 
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				r, err := pub.PublishWithReceipt(ctx, urn, map[string]int{"w": w, "i": i})
+				r, err := pub.PublishWithReceipt(ctx, artemis.Job(urn, map[string]int{"w": w, "i": i}))
 				if !assert.NoError(t, err) {
 					return
 				}

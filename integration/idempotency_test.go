@@ -58,7 +58,7 @@ func TestIntegrationIdempotentSkipsDuplicatesAndRunsReplays(t *testing.T) {
 	defer cancel()
 	publish := func(env *artemis.Envelope, opts ...artemis.PublishOption) {
 		t.Helper()
-		id, err := pub.PublishEnvelope(ctx, env, opts...)
+		id, err := pub.Publish(ctx, env, opts...)
 		require.NoError(t, err)
 		require.Equal(t, env.Meta.ID, id)
 	}

@@ -167,7 +167,7 @@ func TestIntegrationGoTopicPublishReachesJMSSharedDurableSubscribers(t *testing.
 	const events = 20
 	published := map[string]bool{}
 	for i := range events {
-		id, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i},
+		id, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}),
 			artemis.WithHeaders(map[string]string{"traceparent": traceparent, "region": "eu"}))
 		require.NoError(t, err)
 		published[id] = true
@@ -185,7 +185,7 @@ func TestIntegrationGoTopicPublishReachesJMSSharedDurableSubscribers(t *testing.
 		assert.Equal(t, "eu", l.Properties["region"])
 		env, err := artemis.Decode([]byte(l.Text))
 		require.NoError(t, err, "the JMS text is the envelope")
-		assert.Equal(t, urnOrderCreated, env.Job)
+		assert.Equal(t, urnOrderCreated, env.URN)
 		assert.Equal(t, topic, env.Meta.Queue)
 		assert.Equal(t, env.TraceID, l.Correlation, "JMSCorrelationID is the trace id")
 		received[env.Meta.ID]++
@@ -223,13 +223,13 @@ func TestIntegrationGoTopicPublishReachesJMSSharedDurableSubscribers(t *testing.
 	// Subscribe under the same name consumes that same queue.
 	const whileDown = 10
 	for i := range whileDown {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": events + i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": events + i}))
 		require.NoError(t, err)
 	}
 	ta := newTally()
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, sub, cons, nil)
+	subscribe(t, b.URL, topic, sub, cons)
 	ta.await(t, "go", whileDown, arrival)
 	time.Sleep(quiet)
 	assert.Equal(t, whileDown, ta.count("go"), "what the JMS subscription kept, once")

@@ -34,7 +34,7 @@ func TestIntegrationJMSViewOfAPublishedMessage(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokertest.CLITimeout)
 	defer cancel()
-	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
+	_, err = pub.Publish(ctx, env, artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
 	// The selector compares each bq_ property with a string literal: a JMS
@@ -105,7 +105,7 @@ func TestIntegrationJMSProducedMessageIsRouted(t *testing.T) {
 	assert.Equal(t, trace, h.msg.Properties.CorrelationID, "JMSCorrelationID arrives as correlation-id")
 	assert.Equal(t, body, valueString(t, h.msg), "a TextMessage arrives as an AMQP value string")
 
-	assert.Equal(t, urn, h.env.Job)
+	assert.Equal(t, urn, h.env.URN)
 	assert.Equal(t, trace, h.env.TraceID)
 	assert.Equal(t, id, h.env.Meta.ID)
 	assert.Equal(t, "java", h.env.Meta.Lang)

@@ -27,11 +27,11 @@ func TestIntegrationJMSTopicPublishReachesAGoSubscription(t *testing.T) {
 	b.RequireCLI(t)
 	topic := brokertest.Queue(t)
 	ta := newTally()
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)}, artemis.WithOnlyHandledURNs())
 	require.NoError(t, err)
 	// OnlyHandledURNs: the broker's selector reads the JMS producer's
 	// JMSType too.
-	subscribe(t, b.URL, topic, topic+".go", cons, &artemis.ConsumeOptions{OnlyHandledURNs: true})
+	subscribe(t, b.URL, topic, topic+".go", cons)
 
 	const id = "5c1d0e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*brokertest.CLITimeout)
@@ -83,8 +83,7 @@ func TestIntegrationGoTopicPublishReachesAJMSDurableSubscriber(t *testing.T) {
 	jms("")
 
 	pub := topicPublisher(t, b.URL, topic)
-	id, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"order_id": 7},
-		artemis.WithHeaders(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"order_id": 7}), artemis.WithHeaders(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
 	require.NoError(t, err)
 
 	file := filepath.Join(t.TempDir(), "messages.xml")
@@ -107,6 +106,6 @@ func TestIntegrationGoTopicPublishReachesAJMSDurableSubscriber(t *testing.T) {
 	env, err := artemis.Decode([]byte(strings.TrimSpace(m.Body)))
 	require.NoError(t, err, "the JMS text body is the envelope")
 	assert.Equal(t, id, env.Meta.ID)
-	assert.Equal(t, urnOrderCreated, env.Job)
+	assert.Equal(t, urnOrderCreated, env.URN)
 	assert.Equal(t, topic, env.Meta.Queue)
 }

@@ -37,7 +37,7 @@ func TestIntegrationLargeMessagesStayWithinTheByteBudget(t *testing.T) {
 	func() { // the blob is garbage once published, before the heap is measured
 		blob := strings.Repeat("x", size)
 		for i := range n {
-			_, err := pub.Publish(ctx, urn, map[string]any{"n": i, "blob": blob})
+			_, err := pub.Publish(ctx, artemis.Job(urn, map[string]any{"n": i, "blob": blob}))
 			require.NoError(t, err)
 		}
 	}()
@@ -45,7 +45,7 @@ func TestIntegrationLargeMessagesStayWithinTheByteBudget(t *testing.T) {
 	b, _, _ := onBroker(t)
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 
 	var handled atomic.Int64
 	all := make(chan struct{})
@@ -84,7 +84,7 @@ func TestIntegrationLargeMessagesStayWithinTheByteBudget(t *testing.T) {
 			}
 		}
 	}()
-	stop := testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	stop := testkit.ConsumeInBackground(t, c, q, cons, arrival)
 	select {
 	case <-all:
 	case <-time.After(arrival):

@@ -35,7 +35,7 @@ func TestIntegrationClientPublisherPooledMessagesUnderResets(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{through}, nil)
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 
@@ -65,7 +65,7 @@ func TestIntegrationClientPublisherPooledMessagesUnderResets(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				data := map[string]any{"w": w, "i": i, "pad": pad(w, i)}
-				var opts []artemis.BuildOption
+				var opts []artemis.PublishOption
 				if i%5 == 0 {
 					// A duplicate id of the caller's: kept for the resend
 					// after a loss, never pooled.
@@ -76,11 +76,11 @@ func TestIntegrationClientPublisherPooledMessagesUnderResets(t *testing.T) {
 				var err error
 				if w%2 == 0 {
 					var r *artemis.Receipt
-					if r, err = pub.PublishWithReceipt(pctx, "urn:babel:test:pool", data, opts...); err == nil {
+					if r, err = pub.PublishWithReceipt(pctx, artemis.Job("urn:babel:test:pool", data), opts...); err == nil {
 						id, err = r.ID(), r.Wait(pctx)
 					}
 				} else {
-					id, err = pub.Publish(pctx, "urn:babel:test:pool", data, opts...)
+					id, err = pub.Publish(pctx, artemis.Job("urn:babel:test:pool", data), opts...)
 				}
 				pcancel()
 				mu.Lock()

@@ -144,7 +144,7 @@ func TestPooledMessageIsNotKeptByGoAMQP(t *testing.T) {
 	ids := map[string]int{}
 	var rs []*artemis.Receipt
 	for i := range n {
-		r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:pool", map[string]any{"i": i, "pad": strings.Repeat("x", i)})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job("urn:babel:test:pool", map[string]any{"i": i, "pad": strings.Repeat("x", i)}))
 		require.NoError(t, err)
 		ids[r.ID()] = i
 		rs = append(rs, r)
@@ -184,13 +184,13 @@ func TestIntegrationClientPublisherPooledMessages(t *testing.T) {
 			for k := range each {
 				i := w*each + k
 				data := map[string]any{"i": i, "pad": strings.Repeat("x", i%97*13)}
-				var opts []artemis.BuildOption
+				var opts []artemis.PublishOption
 				if i%5 == 0 {
 					opts = append(opts, artemis.WithDuplicateDetection())
 				}
 				var id string
 				if w%2 == 0 {
-					r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:pool", data, opts...)
+					r, err := pub.PublishWithReceipt(ctx, artemis.Job("urn:babel:test:pool", data), opts...)
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -198,7 +198,7 @@ func TestIntegrationClientPublisherPooledMessages(t *testing.T) {
 					rs = append(rs, r)
 				} else {
 					var err error
-					if id, err = pub.Publish(ctx, "urn:babel:test:pool", data, opts...); !assert.NoError(t, err) {
+					if id, err = pub.Publish(ctx, artemis.Job("urn:babel:test:pool", data), opts...); !assert.NoError(t, err) {
 						return
 					}
 				}
@@ -241,11 +241,10 @@ func TestIntegrationJMSViewOfTTLPriorityAndGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokertest.CLITimeout)
 	defer cancel()
 	before := time.Now()
-	_, err := pub.Publish(ctx, "urn:babel:test:options", nil,
-		artemis.WithTTL(time.Hour), artemis.WithPriority(7), artemis.WithGroupID("customer-42"))
+	_, err := pub.Publish(ctx, artemis.Job("urn:babel:test:options", nil), artemis.WithTTL(time.Hour), artemis.WithPriority(7), artemis.WithGroupID("customer-42"))
 	require.NoError(t, err)
 	after := time.Now()
-	_, err = pub.Publish(ctx, "urn:babel:test:options", nil)
+	_, err = pub.Publish(ctx, artemis.Job("urn:babel:test:options", nil))
 	require.NoError(t, err)
 
 	// JMS selectors on the JMS headers (the browser's dump does not print
@@ -285,8 +284,7 @@ func TestIntegrationDeadLetteredTTLMessageDoesNotExpire(t *testing.T) {
 	const urn = "urn:babel:test:ttl-dlq"
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err := pub.Publish(ctx, urn, json.RawMessage(`{"n":1}`),
-		artemis.WithTTL(10*time.Minute), artemis.WithPriority(6), artemis.WithGroupID("g-1"))
+	_, err := pub.Publish(ctx, artemis.Job(urn, json.RawMessage(`{"n":1}`)), artemis.WithTTL(10*time.Minute), artemis.WithPriority(6), artemis.WithGroupID("g-1"))
 	require.NoError(t, err)
 
 	errs := newErrorLog()
@@ -326,7 +324,7 @@ func TestIntegrationClientPublisherReceipts(t *testing.T) {
 	const n = 500
 	rs := make([]*artemis.Receipt, 0, n)
 	for i := range n {
-		r, err := pub.PublishWithReceipt(ctx, "urn:babel:test:client-receipts", map[string]int{"i": i})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job("urn:babel:test:client-receipts", map[string]int{"i": i}))
 		require.NoError(t, err)
 		rs = append(rs, r)
 	}

@@ -303,7 +303,7 @@ func pyRoutedOn(msg *amqp.Message, body []byte) (slot, urn string) {
 		return "properties.subject", *msg.Properties.Subject
 	}
 	if env, err := artemis.Decode(body); err == nil {
-		return "body URN", env.URN()
+		return "body URN", env.URN
 	}
 	return "none", ""
 }
@@ -342,15 +342,15 @@ func pyDial(t *testing.T, b *brokertest.Broker) *artemis.Client {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{Username: b.User, Password: b.Password})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
 // pyConsume runs cons on queue in the background; the returned stop ends it
 // and checks that Consume returned nil within pyTimeout.
-func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) (stop func()) {
+func pyConsume(t *testing.T, c *artemis.Client, queue string, cons *artemis.Consumer) (stop func()) {
 	t.Helper()
-	return testkit.ConsumeInBackground(t, c, queue, cons, opts, pyTimeout)
+	return testkit.ConsumeInBackground(t, c, queue, cons, pyTimeout)
 }
 
 // pyDelivery is one delivery a Go handler saw.
@@ -385,11 +385,11 @@ func pyPublish(t *testing.T, p *artemis.ClientPublisher, urn string, data []byte
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	defer cancel()
-	var opts []artemis.BuildOption
+	var opts []artemis.EnvelopeOption
 	if trace != "" {
 		opts = append(opts, artemis.EnvelopeTraceID(trace))
 	}
-	id, err := p.Publish(ctx, urn, json.RawMessage(data), opts...)
+	id, err := p.Publish(ctx, artemis.Job(urn, json.RawMessage(data), opts...))
 	require.NoError(t, err)
 	return id
 }
@@ -421,7 +421,7 @@ func TestIntegrationPythonConsumesGoPublished(t *testing.T) {
 	assert.Contains(t, string(handled[0].Envelope), `"big":`+pyBigInt, "the big integer reaches Python as its literal")
 
 	env := pyDecodeHandled(t, handled[0])
-	assert.Equal(t, urn, env.Job, "routed by URN")
+	assert.Equal(t, urn, env.URN, "routed by URN")
 	assert.Equal(t, trace, env.TraceID)
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, 0, env.Attempts)
@@ -459,7 +459,7 @@ func TestIntegrationPythonPublishedGoConsumes(t *testing.T) {
 			return nil
 		},
 	})
-	stop := pyConsume(t, c, queue, cons, nil)
+	stop := pyConsume(t, c, queue, cons)
 	d := pyWait(t, got, "the Go handler")
 	stop()
 
@@ -509,7 +509,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			return errors.New("go handler fails on purpose")
 		},
 	}, artemis.WithMaxTries(3), artemis.WithRetryBackoff(artemis.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}))
-	stop := pyConsume(t, c, queue, failing, nil) // Consume attaches the <q>.dlq sender and the retry sender
+	stop := pyConsume(t, c, queue, failing) // Consume attaches the <q>.dlq sender and the retry sender
 	var seen []int
 	for range 3 {
 		seen = append(seen, pyWait(t, attempts, "a failing attempt"))
@@ -555,7 +555,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 			return nil
 		},
 	})
-	stop = pyConsume(t, c, queue, ok, nil)
+	stop = pyConsume(t, c, queue, ok)
 	d := pyWait(t, got, "the redriven message")
 	stop()
 	t.Logf("redriven message wire: %s", pyWire(d.msg))
@@ -563,7 +563,7 @@ func TestIntegrationPythonRedrivesGoDeadLetter(t *testing.T) {
 	assert.Nil(t, d.env.DeadLetter)
 	assert.Equal(t, id, d.env.Meta.ID)
 	assert.Equal(t, trace, d.env.TraceID)
-	assert.Equal(t, urn, d.env.Job)
+	assert.Equal(t, urn, d.env.URN)
 	pyJSONEqual(t, []byte(data), d.env.Data)
 	assert.Empty(t, conn.Drain(dlq, ""), "the DLQ is empty after the redrive")
 }
@@ -616,7 +616,7 @@ func TestIntegrationPythonDeadLetterDecodedByGo(t *testing.T) {
 	assert.Equal(t, 3, dl.Attempts, "observed Python behaviour: dead_letter.attempts")
 	assert.Equal(t, 3, env.Attempts, "observed Python behaviour: attempts")
 
-	assert.Equal(t, urn, env.Job)
+	assert.Equal(t, urn, env.URN)
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, trace, env.TraceID)
 	assert.Equal(t, artemis.Lang, env.Meta.Lang, "meta is kept: the Go producer")
@@ -653,7 +653,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 			return nil
 		},
 	})
-	stopGo := pyConsume(t, c, queue, cons, nil)
+	stopGo := pyConsume(t, c, queue, cons)
 
 	// Python's handled lines arrive on the peer's stdout while it runs.
 	pyDone := make(chan []pyLine, 1)
@@ -685,7 +685,7 @@ func TestIntegrationPythonSharedQueueExactlyOnce(t *testing.T) {
 		defer wg.Done()
 		for i := range perSide {
 			ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-			id, err := goPub.Publish(ctx, urn, map[string]any{"seq": i, "from": "go"})
+			id, err := goPub.Publish(ctx, artemis.Job(urn, map[string]any{"seq": i, "from": "go"}))
 			cancel()
 			if !assert.NoError(t, err) {
 				return
@@ -778,7 +778,7 @@ func TestIntegrationPythonHandlesAGoScheduledRetry(t *testing.T) {
 			return errors.New("go handler fails on purpose")
 		},
 	}, artemis.WithRetrySchedule(func(int) time.Duration { return wait }))
-	stop := pyConsume(t, c, queue, cons, nil)
+	stop := pyConsume(t, c, queue, cons)
 	failedAt := pyWait(t, failed, "the Go attempt")
 	stop() // Consume returns once the failed delivery is settled: the copy is on the broker
 	assert.Empty(t, failed, "one Go attempt")
@@ -794,7 +794,7 @@ func TestIntegrationPythonHandlesAGoScheduledRetry(t *testing.T) {
 	assert.Equal(t, 1, env.Attempts, "the copy's body count")
 	assert.Equal(t, id, env.Meta.ID)
 	assert.Equal(t, trace, env.TraceID)
-	assert.Equal(t, urn, env.Job)
+	assert.Equal(t, urn, env.URN)
 	pyJSONEqual(t, data, env.Data)
 	assert.GreaterOrEqual(t, handledAt.Sub(failedAt), wait, "handled no earlier than its time")
 

@@ -28,10 +28,10 @@ func TestIntegrationPythonSubscriberReceivesAGoTopicPublish(t *testing.T) {
 	ta := newTally()
 	mk, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("python-made", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, pySub, mk, nil).stop(t)
+	subscribe(t, b.URL, topic, pySub, mk).stop(t)
 	gc, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("go", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, goSub, gc, nil)
+	subscribe(t, b.URL, topic, goSub, gc)
 
 	py := pyStart(t, b, python, "consume", "--queue", topic+"::"+pySub, "--urn", urnOrderCreated, "--max", "20", "--idle", "0")
 	require.Equal(t, "ready", py.next().Event)
@@ -42,8 +42,8 @@ func TestIntegrationPythonSubscriberReceivesAGoTopicPublish(t *testing.T) {
 	trace := pyTrace(t)
 	published := map[string]bool{}
 	for i := range events {
-		id, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i, "big": 9007199254740993},
-			artemis.EnvelopeTraceID(trace), artemis.WithHeaders(map[string]string{"region": "eu"}))
+		id, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i, "big": 9007199254740993}, artemis.EnvelopeTraceID(trace)),
+			artemis.WithHeaders(map[string]string{"region": "eu"}))
 		require.NoError(t, err)
 		published[id] = true
 	}
@@ -55,7 +55,7 @@ func TestIntegrationPythonSubscriberReceivesAGoTopicPublish(t *testing.T) {
 		assert.Equal(t, "ok", l.Outcome)
 		assert.Contains(t, string(l.Envelope), `"big":9007199254740993`)
 		env := pyDecodeHandled(t, l)
-		assert.Equal(t, urnOrderCreated, env.Job, "routed by its URN")
+		assert.Equal(t, urnOrderCreated, env.URN, "routed by its URN")
 		assert.Equal(t, topic, env.Meta.Queue)
 		assert.Equal(t, trace, env.TraceID)
 		assert.Equal(t, artemis.Lang, env.Meta.Lang)

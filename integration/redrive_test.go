@@ -46,7 +46,7 @@ func TestIntegrationRedrivenMessageThatFailsAgainReachesTheDLQ(t *testing.T) {
 		got.DeadLetter = nil
 		got.Attempts = 0
 		ctx, cancel := context.WithTimeout(context.Background(), arrival)
-		_, err = pub.PublishEnvelope(ctx, got)
+		_, err = pub.Publish(ctx, got)
 		cancel()
 		require.NoError(t, err)
 	}

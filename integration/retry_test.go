@@ -29,7 +29,7 @@ func onBrokerClient(t *testing.T) (*brokertest.Broker, *brokertest.Conn, string,
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return b, conn, q, c
 }
 
@@ -100,13 +100,13 @@ func TestIntegrationRetryAFailingMessageGetsMaxTriesThenTheDLQ(t *testing.T) {
 				opts = append(opts, artemis.WithRetrySender(conn.NewSender(q)), artemis.WithDeadLetterSender(conn.NewSender(q+".dlq")))
 				listen(t, conn, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), 10)
 			} else {
-				testkit.ConsumeInBackground(t, c, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), nil, arrival)
+				testkit.ConsumeInBackground(t, c, q, testkit.MustConsumer(t, artemis.Handlers{urnOrder: fail}, opts...), arrival)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), arrival)
 			defer cancel()
 			pub, err := c.Publisher(ctx, q)
 			require.NoError(t, err)
-			id, err := pub.Publish(ctx, urnOrder, orderData(tc.pad))
+			id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(tc.pad)))
 			require.NoError(t, err)
 
 			dl := receiveOn(t, conn, q+".dlq", nil)
@@ -179,7 +179,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 			return nil
 		},
 	}, artemis.WithLogger(quietLogger())) // the defaults: concurrency 1, maxTries 3, DefaultRetryBackoff
-	testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, arrival)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -187,7 +187,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	require.NoError(t, err)
 	ids := map[string]bool{}
 	for i := range n {
-		id, err := pub.Publish(ctx, urnOrder, map[string]any{"order_id": i})
+		id, err := pub.Publish(ctx, artemis.Job(urnOrder, map[string]any{"order_id": i}))
 		require.NoError(t, err)
 		ids[id] = true
 	}
@@ -196,7 +196,7 @@ func TestIntegrationRetryTheDefaultsRideOutA20sOutage(t *testing.T) {
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return failed >= n }, 8*time.Second, 20*time.Millisecond,
 		"the first attempts did not all fail within 8s: a worker is held")
 	sent := time.Now()
-	_, err = pub.Publish(ctx, "urn:babel:probe:ping", map[string]any{})
+	_, err = pub.Publish(ctx, artemis.Job("urn:babel:probe:ping", map[string]any{}))
 	require.NoError(t, err)
 	var probeWait time.Duration
 	select {
@@ -260,12 +260,12 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 		log.add(env, msg)
 		return &gatewayError{}
 	}}, artemis.WithRetryBackoff(shortSchedule), artemis.WithLogger(quietLogger()))
-	testkit.ConsumeInBackground(t, c, q, cons, nil, arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, arrival)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*arrival)
 	defer cancel()
 	pub, err := c.Publisher(ctx, q, artemis.WithDuplicateDetection())
 	require.NoError(t, err)
-	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(16)))
 	require.NoError(t, err)
 
 	first := receiveOn(t, conn, q+".dlq", nil)
@@ -275,7 +275,7 @@ func TestIntegrationRetryARedrivenMessageGoesThroughTheScheduleAgain(t *testing.
 	firstAttempts := rec.DeadLetter.Attempts
 	rec.DeadLetter, rec.Attempts = nil, 0
 	redrive := artemis.NewPublisher(conn.NewSender(q), q)
-	_, err = redrive.PublishEnvelope(ctx, rec)
+	_, err = redrive.Publish(ctx, rec)
 	require.NoError(t, err)
 	second := receiveOn(t, conn, q+".dlq", nil)
 	again, err := artemis.Decode([]byte(valueString(t, second)))
@@ -306,7 +306,7 @@ func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 
 	var log callLog
 	var refused atomic.Int32
@@ -321,9 +321,9 @@ func TestIntegrationRetryACopyTheBrokerRefusesStillEndsOnTheDLQ(t *testing.T) {
 			}
 		}))
 	pub := artemis.NewPublisher(conn.NewSender(q), q)
-	id, err := pub.Publish(ctx, urnOrder, orderData(16))
+	id, err := pub.Publish(ctx, artemis.Job(urnOrder, orderData(16)))
 	require.NoError(t, err)
-	testkit.ConsumeInBackground(t, c, q, cons, nil, 2*arrival)
+	testkit.ConsumeInBackground(t, c, q, cons, 2*arrival)
 
 	r := conn.NewReceiver(q+".dlq", nil)
 	dl := conn.Receive(r, 20*time.Second)

@@ -25,7 +25,7 @@ const roundTripData = `{"order_id":1042,"big":12345678901234567890,"note":"<b>ca
 // it arrived from the broker.
 func assertProjection(t *testing.T, env *artemis.Envelope, got *amqp.Message) {
 	t.Helper()
-	assert.Equal(t, env.Job, got.Annotations[artemis.AnnotationJMSType], "x-opt-jms-type")
+	assert.Equal(t, env.URN, got.Annotations[artemis.AnnotationJMSType], "x-opt-jms-type")
 	require.NotNil(t, got.Properties, "properties")
 	assert.Equal(t, env.TraceID, got.Properties.CorrelationID, "correlation-id is the trace id, as a string")
 	assert.Equal(t, env.Meta.ID, got.Properties.MessageID, "message-id is meta.id, as a string")
@@ -64,9 +64,9 @@ func TestIntegrationPublishConsumeRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	id, err := pub.PublishEnvelope(ctx, env)
+	id, err := pub.Publish(ctx, env)
 	require.NoError(t, err)
-	require.Equal(t, env.Meta.ID, id, "PublishEnvelope returns meta.id")
+	require.Equal(t, env.Meta.ID, id, "Publish of an envelope returns meta.id")
 
 	got := receiveOn(t, conn, q, nil)
 	assert.Equal(t, want, valueString(t, got), "the body is byte-identical after the broker")
@@ -88,14 +88,13 @@ func TestIntegrationPublishListenRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	id, err := pub.Publish(ctx, urn, json.RawMessage(roundTripData),
-		artemis.EnvelopeTraceID("  trace-abc-123  "), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
+	id, err := pub.Publish(ctx, artemis.Job(urn, json.RawMessage(roundTripData), artemis.EnvelopeTraceID("  trace-abc-123  ")), artemis.WithHeaders(map[string]string{"traceparent": traceparent}))
 	require.NoError(t, err)
 
 	errs := newErrorLog()
 	h := handleOne(t, conn, q, urn, errs)
 
-	assert.Equal(t, urn, h.env.Job)
+	assert.Equal(t, urn, h.env.URN)
 	assert.Equal(t, "trace-abc-123", h.env.TraceID, "the trace id is trimmed and reused")
 	assert.Equal(t, id, h.env.Meta.ID, "Publish returned meta.id")
 	assert.Equal(t, q, h.env.Meta.Queue)

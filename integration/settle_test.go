@@ -130,7 +130,7 @@ func TestIntegrationScheduledDelivery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	before := time.Now()
-	id, err := pub.Publish(ctx, "urn:babel:orders:created", nil, artemis.WithDelay(delay))
+	id, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", nil), artemis.WithDelay(delay))
 	require.NoError(t, err)
 
 	msg := conn.Receive(r, delay+margin)

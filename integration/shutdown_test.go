@@ -31,7 +31,7 @@ func TestIntegrationShutdownLosesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	for i := range published {
-		id, err := pub.Publish(ctx, urn, map[string]int{"n": i})
+		id, err := pub.Publish(ctx, artemis.Job(urn, map[string]int{"n": i}))
 		require.NoError(t, err)
 		ids[id] = true
 	}

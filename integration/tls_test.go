@@ -66,18 +66,18 @@ func TestIntegrationTLSRoundTrip(t *testing.T) {
 			defer cancel()
 			c, err := artemis.Dial(ctx, []string{raw}, &artemis.ClientOptions{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 			require.NoError(t, err)
-			defer c.Close()
+			defer c.Close(context.Background())
 			q := brokertest.Queue(t)
 			pub, err := c.Publisher(ctx, q)
 			require.NoError(t, err)
-			id, err := pub.Publish(ctx, "urn:babel:tls:checked", map[string]string{"over": "tls"})
+			id, err := pub.Publish(ctx, artemis.Job("urn:babel:tls:checked", map[string]string{"over": "tls"}))
 			require.NoError(t, err)
 			got := make(chan *artemis.Envelope, 1)
 			cons := testkit.MustConsumer(t, artemis.Handlers{"urn:babel:tls:checked": func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 				got <- env
 				return nil
-			}})
-			stop := testkit.ConsumeInBackground(t, c, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}, 10*time.Second)
+			}}, artemis.WithoutDeadLetter())
+			stop := testkit.ConsumeInBackground(t, c, q, cons, 10*time.Second)
 			select {
 			case env := <-got:
 				assert.Equal(t, id, env.Meta.ID)
@@ -117,7 +117,7 @@ func TestIntegrationTLSRefusals(t *testing.T) {
 	require.NoError(t, err)
 	// Each refusal comes before SASL, so a password of its own shows
 	// whether any piece of it is printed (the broker's is "babel", a piece
-	// of the library's "babelqueue:" prefix).
+	// of the library's module path).
 	const password = "Tq9#Lx/Vw"
 	u2, plain2 := *u, *plain
 	u2.User, plain2.User = url.UserPassword("babel", password), url.UserPassword("babel", password)

@@ -1,6 +1,6 @@
 package integration_test
 
-// Non-durable subscriptions (ConsumeOptions.NonDurable): a shared queue
+// Non-durable subscriptions (WithNonDurable): a shared queue
 // that lives only while a consumer is attached to it, receives while it
 // is, and leaves nothing behind but its dead letters.
 
@@ -66,15 +66,14 @@ func TestIntegrationTopicNonDurableSubscriptionLivesOnlyWhileAttached(t *testing
 	live, audit := topic+".live", topic+".audit"
 	volatileQueue := live + ":shared-volatile:global"
 	ta := newTally()
-	newCons := func(svc string) *artemis.Consumer {
-		c, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler(svc, nil)}, artemis.WithConcurrency(4))
+	newCons := func(svc string, opts ...artemis.ConsumerOption) *artemis.Consumer {
+		c, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler(svc, nil)}, append(opts, artemis.WithConcurrency(4))...)
 		require.NoError(t, err)
 		return c
 	}
-	nonDurable := &artemis.ConsumeOptions{NonDurable: true}
-	a := subscribe(t, b.URL, topic, live, newCons("live-a"), nonDurable)
-	bb := subscribe(t, b.URL, topic, live, newCons("live-b"), nonDurable)
-	subscribe(t, b.URL, topic, audit, newCons("audit"), nil)
+	a := subscribe(t, b.URL, topic, live, newCons("live-a", artemis.WithNonDurable()))
+	bb := subscribe(t, b.URL, topic, live, newCons("live-b", artemis.WithNonDurable()))
+	subscribe(t, b.URL, topic, audit, newCons("audit"))
 
 	// While attached: one non-durable multicast queue on the topic, shared
 	// by both instances.
@@ -93,7 +92,7 @@ func TestIntegrationTopicNonDurableSubscriptionLivesOnlyWhileAttached(t *testing
 	publish := func(n int, from int) {
 		receipts := make([]*artemis.Receipt, 0, n)
 		for i := range n {
-			r, err := pub.PublishWithReceipt(ctx, urnOrderCreated, map[string]any{"n": from + i})
+			r, err := pub.PublishWithReceipt(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": from + i}))
 			require.NoError(t, err)
 			receipts = append(receipts, r)
 		}
@@ -125,7 +124,7 @@ func TestIntegrationTopicNonDurableSubscriptionLivesOnlyWhileAttached(t *testing
 	// only; a new attach starts a new, empty queue.
 	publish(detachedEvents, attachedEvents)
 	ta.await(t, "audit", attachedEvents+detachedEvents, arrival)
-	subscribe(t, b.URL, topic, live, newCons("live-c"), nonDurable)
+	subscribe(t, b.URL, topic, live, newCons("live-c", artemis.WithNonDurable()))
 	publish(1, attachedEvents+detachedEvents)
 	ta.await(t, "live-c", 1, arrival)
 	time.Sleep(quiet)
@@ -171,9 +170,9 @@ func TestIntegrationTopicNonDurableSubscriptionRetriesAtOnceAndKeepsItsDeadLette
 		return nil
 	}
 	// The default retry schedule is not taken: the retries are immediate.
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("live", failOdd)}, artemis.WithMaxTries(2))
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("live", failOdd)}, artemis.WithMaxTries(2), artemis.WithNonDurable())
 	require.NoError(t, err)
-	s := subscribe(t, b.URL, topic, live, cons, &artemis.ConsumeOptions{NonDurable: true})
+	s := subscribe(t, b.URL, topic, live, cons)
 
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
@@ -181,7 +180,7 @@ func TestIntegrationTopicNonDurableSubscriptionRetriesAtOnceAndKeepsItsDeadLette
 	const events = 10
 	start := time.Now()
 	for i := range events {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
 	ta.await(t, "live", events/2, arrival)

@@ -56,14 +56,14 @@ func TestIntegrationTopicScheduledRetryReachesOnlyItsSubscription(t *testing.T) 
 	billing, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: handler("billing", true)},
 		artemis.WithRetrySchedule(func(int) time.Duration { return wait }), artemis.WithMaxTries(3))
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, topic+".billing", billing, nil)
+	subscribe(t, b.URL, topic, topic+".billing", billing)
 	for _, svc := range []string{"shipping", "analytics"} {
 		// The same schedule: a copy wrongly sent to the topic would be
 		// handled here again.
 		c, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: handler(svc, false)},
 			artemis.WithRetrySchedule(func(int) time.Duration { return wait }))
 		require.NoError(t, err)
-		subscribe(t, b.URL, topic, topic+"."+svc, c, nil)
+		subscribe(t, b.URL, topic, topic+"."+svc, c)
 	}
 
 	pub := topicPublisher(t, b.URL, topic)
@@ -71,7 +71,7 @@ func TestIntegrationTopicScheduledRetryReachesOnlyItsSubscription(t *testing.T) 
 	defer cancel()
 	start := time.Now()
 	for i := range events {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
 	deadline := time.After(arrival)

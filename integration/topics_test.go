@@ -55,7 +55,7 @@ type subscriber struct {
 // subscribe starts cons on topic's subscription sub on a Client of its own
 // and returns once the receiver is attached (the subscription queue
 // exists from then on).
-func subscribe(t *testing.T, url, topic, sub string, cons *artemis.Consumer, opts *artemis.ConsumeOptions) *subscriber {
+func subscribe(t *testing.T, url, topic, sub string, cons *artemis.Consumer) *subscriber {
 	t.Helper()
 	attached := make(chan struct{}, 1)
 	c, err := artemis.Dial(context.Background(), []string{url}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
@@ -69,7 +69,7 @@ func subscribe(t *testing.T, url, topic, sub string, cons *artemis.Consumer, opt
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscriber{c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- c.Subscribe(ctx, topic, sub, cons, opts) }()
+	go func() { s.done <- c.Subscribe(ctx, topic, sub, cons) }()
 	t.Cleanup(func() { s.stop(t) })
 	select {
 	case <-attached:
@@ -97,7 +97,7 @@ func (s *subscriber) stop(t *testing.T) {
 	case <-time.After(arrival):
 		t.Error("Subscribe did not return")
 	}
-	_ = s.c.Close()
+	_ = s.c.Close(context.Background())
 }
 
 // topicPublisher is a Client's TopicPublisher on topic; both end with the
@@ -108,7 +108,7 @@ func topicPublisher(t *testing.T, url, topic string) *artemis.ClientPublisher {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{url}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	pub, err := c.TopicPublisher(ctx, topic)
 	require.NoError(t, err)
 	return pub
@@ -179,7 +179,7 @@ func TestIntegrationTopicThreeServicesEachHandleEveryEventOnce(t *testing.T) {
 		for range 2 {
 			cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler(svc, nil)}, artemis.WithConcurrency(4))
 			require.NoError(t, err)
-			subscribe(t, b.URL, topic, topic+"."+svc, cons, nil)
+			subscribe(t, b.URL, topic, topic+"."+svc, cons)
 		}
 	}
 
@@ -190,7 +190,7 @@ func TestIntegrationTopicThreeServicesEachHandleEveryEventOnce(t *testing.T) {
 	ids := make(map[string]bool, events)
 	receipts := make([]*artemis.Receipt, 0, events)
 	for i := range events {
-		r, err := pub.PublishWithReceipt(ctx, urnOrderCreated, map[string]any{"n": i})
+		r, err := pub.PublishWithReceipt(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 		receipts = append(receipts, r)
 	}
@@ -243,15 +243,15 @@ func TestIntegrationTopicSubscriptionDeadLettersToItsOwnQueueAndARedriveReturnsT
 	require.NoError(t, err)
 	sc, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("shipping", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, billing, bc, nil)
-	subscribe(t, b.URL, topic, shipping, sc, nil)
+	subscribe(t, b.URL, topic, billing, bc)
+	subscribe(t, b.URL, topic, shipping, sc)
 
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 	const events = 10
 	for i := range events {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
 	ta.await(t, "shipping", events, arrival)
@@ -281,12 +281,12 @@ func TestIntegrationTopicSubscriptionDeadLettersToItsOwnQueueAndARedriveReturnsT
 	mu.Unlock()
 	rc, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	defer rc.Close()
+	defer rc.Close(context.Background())
 	back, err := rc.Publisher(ctx, records[0].DeadLetter.OriginalQueue)
 	require.NoError(t, err)
 	for _, env := range records {
 		env.DeadLetter, env.Attempts = nil, 0
-		_, err := back.PublishEnvelope(ctx, env)
+		_, err := back.Publish(ctx, env)
 		require.NoError(t, err)
 	}
 	ta.await(t, "billing", events, arrival)
@@ -310,21 +310,21 @@ func TestIntegrationTopicDurableSubscriptionKeepsWhatWasPublishedWhileDown(t *te
 	ta := newTally()
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("audit", nil)})
 	require.NoError(t, err)
-	first := subscribe(t, b.URL, topic, sub, cons, nil)
+	first := subscribe(t, b.URL, topic, sub, cons)
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": -1})
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": -1}))
 	require.NoError(t, err)
 	ta.await(t, "audit", 1, arrival)
 	first.stop(t)
 
 	const whileDown = 25
 	for i := range whileDown {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i})
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}))
 		require.NoError(t, err)
 	}
-	subscribe(t, b.URL, topic, sub, cons, nil)
+	subscribe(t, b.URL, topic, sub, cons)
 	ta.await(t, "audit", 1+whileDown, arrival)
 	time.Sleep(quiet)
 	assert.Equal(t, 1+whileDown, ta.count("audit"), "each event once")
@@ -336,15 +336,15 @@ func TestIntegrationTopicPublishWithoutSubscribersIsAcceptedAndDropped(t *testin
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
-	_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 0})
+	_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 0}))
 	require.NoError(t, err, "no subscriber is not an error")
 
 	// A subscription made afterwards does not get it.
 	ta := newTally()
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("late", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, topic+".late", cons, nil)
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 1})
+	subscribe(t, b.URL, topic, topic+".late", cons)
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 1}))
 	require.NoError(t, err)
 	ta.await(t, "late", 1, arrival)
 	time.Sleep(quiet)
@@ -354,20 +354,20 @@ func TestIntegrationTopicPublishWithoutSubscribersIsAcceptedAndDropped(t *testin
 func TestIntegrationTopicSelectorsFilterOnTheBroker(t *testing.T) {
 	b, conn, topic := onBroker(t)
 	ta := newTally()
-	newCons := func(svc string, h artemis.Handlers) *artemis.Consumer {
+	newCons := func(svc string, h artemis.Handlers, opts ...artemis.ConsumerOption) *artemis.Consumer {
 		for urn := range h {
 			h[urn] = ta.handler(svc, nil)
 		}
 		// Anything delivered that has no handler would be dead-lettered:
 		// the DLQs stay empty below.
-		c, err := artemis.NewConsumer(h, artemis.WithUnknownURN(artemis.UnknownURNDeadLetter))
+		c, err := artemis.NewConsumer(h, append([]artemis.ConsumerOption{artemis.WithUnknownURN(artemis.UnknownURNDeadLetter)}, opts...)...)
 		require.NoError(t, err)
 		return c
 	}
 	eu, created, all := topic+".eu", topic+".created", topic+".all"
-	subscribe(t, b.URL, topic, eu, newCons("eu", artemis.Handlers{urnOrderCreated: nil, urnOrderShipped: nil}), &artemis.ConsumeOptions{Selector: "region = 'eu' AND bq_source_lang = 'go'"})
-	subscribe(t, b.URL, topic, created, newCons("created", artemis.Handlers{urnOrderCreated: nil}), &artemis.ConsumeOptions{OnlyHandledURNs: true})
-	subscribe(t, b.URL, topic, all, newCons("all", artemis.Handlers{urnOrderCreated: nil, urnOrderShipped: nil}), nil)
+	subscribe(t, b.URL, topic, eu, newCons("eu", artemis.Handlers{urnOrderCreated: nil, urnOrderShipped: nil}, artemis.WithSelector("region = 'eu' AND bq_source_lang = 'go'")))
+	subscribe(t, b.URL, topic, created, newCons("created", artemis.Handlers{urnOrderCreated: nil}, artemis.WithOnlyHandledURNs()))
+	subscribe(t, b.URL, topic, all, newCons("all", artemis.Handlers{urnOrderCreated: nil, urnOrderShipped: nil}))
 
 	pub := topicPublisher(t, b.URL, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
@@ -375,7 +375,7 @@ func TestIntegrationTopicSelectorsFilterOnTheBroker(t *testing.T) {
 	for i, ev := range []struct{ urn, region string }{
 		{urnOrderCreated, "eu"}, {urnOrderShipped, "eu"}, {urnOrderCreated, "us"}, {urnOrderShipped, "us"}, {urnOrderCreated, "eu"},
 	} {
-		_, err := pub.Publish(ctx, ev.urn, map[string]any{"n": i}, artemis.WithHeaders(map[string]string{"region": ev.region}))
+		_, err := pub.Publish(ctx, artemis.Job(ev.urn, map[string]any{"n": i}), artemis.WithHeaders(map[string]string{"region": ev.region}))
 		require.NoError(t, err)
 	}
 	ta.await(t, "all", 5, arrival)
@@ -398,8 +398,8 @@ func TestIntegrationTopicSelectorsFilterOnTheBroker(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	defer c.Close()
-	err = c.Subscribe(ctx, topic, topic+".bad", newCons("bad", artemis.Handlers{urnOrderCreated: nil}), &artemis.ConsumeOptions{Selector: "region = = 'eu'"})
+	defer c.Close(context.Background())
+	err = c.Subscribe(ctx, topic, topic+".bad", newCons("bad", artemis.Handlers{urnOrderCreated: nil}, artemis.WithSelector("region = = 'eu'")))
 	require.ErrorIs(t, err, artemis.ErrInvalidConfig)
 	require.NoError(t, ctx.Err(), "at once, not retried")
 	t.Logf("refused: %v", err)
@@ -411,19 +411,19 @@ func TestIntegrationQueueSelectorLeavesTheRestToOtherConsumers(t *testing.T) {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 	for i := range 6 {
-		_, err := pub.Publish(ctx, urnOrderCreated, map[string]any{"n": i}, artemis.WithHeaders(map[string]string{"tier": fmt.Sprint(i % 2)}))
+		_, err := pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": i}), artemis.WithHeaders(map[string]string{"tier": fmt.Sprint(i % 2)}))
 		require.NoError(t, err)
 	}
 	ta := newTally()
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("tier1", nil)})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("tier1", nil)}, artemis.WithSelector("tier = '1'"))
 	require.NoError(t, err)
 	cctx, ccancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- c.Consume(cctx, q, cons, &artemis.ConsumeOptions{Selector: "tier = '1'"}) }()
+	go func() { done <- c.Consume(cctx, q, cons) }()
 	ta.await(t, "tier1", 3, arrival)
 	time.Sleep(quiet)
 	ccancel()
@@ -455,9 +455,9 @@ func TestIntegrationTopicSubscriptionWithAnotherSelectorIsRefused(t *testing.T) 
 	b := brokertest.Require(t)
 	topic := brokertest.Queue(t)
 	sub := topic + ".eu"
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: newTally().handler("eu", nil)})
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: newTally().handler("eu", nil)}, artemis.WithSelector("region = 'eu'"))
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, sub, cons, &artemis.ConsumeOptions{Selector: "region = 'eu'"}).stop(t)
+	subscribe(t, b.URL, topic, sub, cons).stop(t)
 
 	// The same subscription with another selector: Artemis refuses the
 	// attach (and closes the connection); Subscribe ends at once, and the
@@ -466,21 +466,23 @@ func TestIntegrationTopicSubscriptionWithAnotherSelectorIsRefused(t *testing.T) 
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{b.URL}, nil)
 	require.NoError(t, err)
-	defer c.Close()
+	defer c.Close(context.Background())
 	pub, err := c.TopicPublisher(ctx, topic)
 	require.NoError(t, err)
-	err = c.Subscribe(ctx, topic, sub, cons, &artemis.ConsumeOptions{Selector: "region = 'us'"})
+	us, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: newTally().handler("eu", nil)}, artemis.WithSelector("region = 'us'"))
+	require.NoError(t, err)
+	err = c.Subscribe(ctx, topic, sub, us)
 	require.ErrorIs(t, err, artemis.ErrInvalidConfig)
 	require.NoError(t, ctx.Err(), "at once, not retried")
 	assert.Contains(t, err.Error(), "another selector")
 	t.Logf("refused: %v", err)
-	_, err = pub.Publish(ctx, urnOrderCreated, map[string]any{"n": 1}, artemis.WithHeaders(map[string]string{"region": "eu"}))
+	_, err = pub.Publish(ctx, artemis.Job(urnOrderCreated, map[string]any{"n": 1}), artemis.WithHeaders(map[string]string{"region": "eu"}))
 	require.NoError(t, err, "the Client's other links recover")
 
 	// The same selector, or none, is taken.
 	ta := newTally()
 	cons2, err := artemis.NewConsumer(artemis.Handlers{urnOrderCreated: ta.handler("eu", nil)})
 	require.NoError(t, err)
-	subscribe(t, b.URL, topic, sub, cons2, nil)
+	subscribe(t, b.URL, topic, sub, cons2)
 	ta.await(t, "eu", 1, arrival)
 }

@@ -8,8 +8,8 @@
 // One Telemetry serves a whole program, one line at each place:
 //
 //	tel, err := bqotel.New(bqotel.Config{TracerProvider: tp, MeterProvider: mp})
-//	client, err := artemis.Dial(ctx, urls, &artemis.ClientOptions{Observer: tel}) // publish metrics
-//	pub := tel.Publisher(clientPublisher, "orders")                              // send spans, traceparent
+//	cp, err := client.Publisher(ctx, "orders", artemis.WithObserver(tel))              // publish metrics
+//	pub := tel.Publisher(cp, "orders")                                                  // send spans, traceparent
 //	cons, err := artemis.NewConsumer(tel.Handlers(handlers), artemis.WithObserver(tel)) // process spans, settlement metrics
 //
 // # Traces

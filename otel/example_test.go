@@ -12,7 +12,7 @@ import (
 	bqotel "github.com/babelqueue/babelqueue-go-artemis/otel"
 )
 
-// One Telemetry, one line at each place: the Client's Observer, the
+// One Telemetry, one line at each place: the publisher's Observer, the
 // wrapped publisher, the wrapped handlers and the Consumer's Observer.
 func Example() {
 	ctx := context.Background()
@@ -23,17 +23,17 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{Observer: tel})
+	client, err := artemis.Dial(ctx, []string{url}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
-	cp, err := client.Publisher(ctx, "orders")
+	defer client.Close(ctx)
+	cp, err := client.Publisher(ctx, "orders", artemis.WithObserver(tel))
 	if err != nil {
 		log.Fatal(err)
 	}
 	pub := tel.Publisher(cp, "orders")
-	if _, err := pub.Publish(ctx, "urn:babel:orders:created", map[string]int{"order_id": 1042}); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]int{"order_id": 1042})); err != nil {
 		log.Fatal(err)
 	}
 
@@ -45,7 +45,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := client.Consume(ctx, "orders", cons, nil); err != nil {
+	if err := client.Consume(ctx, "orders", cons); err != nil {
 		log.Fatal(err)
 	}
 }

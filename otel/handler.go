@@ -94,7 +94,7 @@ func (t *Telemetry) startProcess(ctx context.Context, env *artemis.Envelope, msg
 		attrs = append(attrs,
 			semconv.MessagingMessageID(env.Meta.ID),
 			semconv.MessagingMessageConversationID(env.TraceID),
-			attribute.String("babelqueue.urn", env.Job),
+			attribute.String("babelqueue.urn", env.URN),
 			attribute.Int("babelqueue.attempts", env.Attempts),
 		)
 	}

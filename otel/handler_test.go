@@ -57,7 +57,7 @@ func handleOne(t *testing.T, tel *recorded, msg *amqp.Message, err error, opts .
 func published(t *testing.T, tel *recorded, ctx context.Context) *amqp.Message {
 	t.Helper()
 	s := &fakelink.Sender{}
-	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(ctx, urnCreated, map[string]int{"order_id": 1}); err != nil {
+	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(ctx, artemis.Job(urnCreated, map[string]int{"order_id": 1})); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	return s.Sent()[0]
@@ -185,13 +185,13 @@ func TestHandlersLeavesTheGivenMapAlone(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	hs := artemis.Handlers{urnCreated: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}
 	wrapped := tel.Handlers(hs)
-	if err := hs[urnCreated](context.Background(), &artemis.Envelope{Job: urnCreated}, nil); err != nil {
+	if err := hs[urnCreated](context.Background(), &artemis.Envelope{URN: urnCreated}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tel.spans.Ended()); n != 0 {
 		t.Fatalf("the given handler started %d spans: it was replaced in place", n)
 	}
-	if err := wrapped[urnCreated](context.Background(), &artemis.Envelope{Job: urnCreated, TraceID: "t"}, nil); err != nil {
+	if err := wrapped[urnCreated](context.Background(), &artemis.Envelope{URN: urnCreated, TraceID: "t"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tel.spans.Ended()); n != 1 {

@@ -63,7 +63,7 @@ func consuming(t *testing.T, ctx context.Context, tel *recorded, client *artemis
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, queue, cons, nil) }()
+	go func() { done <- client.Consume(cctx, queue, cons) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {
@@ -75,11 +75,11 @@ func consuming(t *testing.T, ctx context.Context, tel *recorded, client *artemis
 
 func dial(t *testing.T, ctx context.Context, tel *recorded) *artemis.Client {
 	t.Helper()
-	client, err := artemis.Dial(ctx, []string{brokerURL(t)}, &artemis.ClientOptions{Observer: tel})
+	client, err := artemis.Dial(ctx, []string{brokerURL(t)}, nil)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	t.Cleanup(func() { _ = client.Close() })
+	t.Cleanup(func() { _ = client.Close(context.Background()) })
 	return client
 }
 
@@ -118,14 +118,14 @@ func TestIntegrationTraceThroughTheBroker(t *testing.T) {
 	tel := newRecorded(t, Config{ServerURL: url})
 	client := dial(t, ctx, tel)
 	queue := freshQueue("bqtest.otel")
-	cp, err := client.Publisher(ctx, queue)
+	cp, err := client.Publisher(ctx, queue, artemis.WithObserver(tel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := consuming(t, ctx, tel, client, queue, false)
 
 	pctx, root := tel.tracer.Start(ctx, "checkout")
-	id, err := tel.Publisher(cp, queue).Publish(pctx, urnCreated, map[string]int{"order_id": 1042})
+	id, err := tel.Publisher(cp, queue).Publish(pctx, artemis.Job(urnCreated, map[string]int{"order_id": 1042}))
 	root.End()
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
@@ -164,7 +164,7 @@ func TestIntegrationRetriesAndDeadLettersAreCounted(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	client := dial(t, ctx, tel)
 	queue := freshQueue("bqtest.otel")
-	cp, err := client.Publisher(ctx, queue)
+	cp, err := client.Publisher(ctx, queue, artemis.WithObserver(tel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestIntegrationRetriesAndDeadLettersAreCounted(t *testing.T) {
 	// as a scheduled copy (disposition "scheduled"), then dead-letters.
 	consuming(t, ctx, tel, client, queue, true, artemis.WithMaxTries(2),
 		artemis.WithRetrySchedule(func(int) time.Duration { return 200 * time.Millisecond }))
-	if _, err := tel.Publisher(cp, queue).Publish(ctx, urnCreated, nil); err != nil {
+	if _, err := tel.Publisher(cp, queue).Publish(ctx, artemis.Job(urnCreated, nil)); err != nil {
 		t.Fatal(err)
 	}
 	got := waitFor(t, ctx, tel, "the dead letter", func(m map[string][]point) bool {

@@ -14,14 +14,14 @@ import (
 
 func TestPublishMetrics(t *testing.T) {
 	tel := newRecorded(t, Config{})
-	ok := artemis.NewPublisher(&fakelink.Sender{}, "orders", artemis.WithPublishObserver(tel))
-	refused := artemis.NewPublisher(&fakelink.Sender{Outcome: fakelink.Reject}, "orders", artemis.WithPublishObserver(tel))
+	ok := artemis.NewPublisher(&fakelink.Sender{}, "orders", artemis.WithObserver(tel))
+	refused := artemis.NewPublisher(&fakelink.Sender{Outcome: fakelink.Reject}, "orders", artemis.WithObserver(tel))
 	for range 3 {
-		if _, err := ok.Publish(context.Background(), urnCreated, nil); err != nil {
+		if _, err := ok.Publish(context.Background(), artemis.Job(urnCreated, nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := refused.Publish(context.Background(), urnCreated, nil); !errors.Is(err, artemis.ErrNotAccepted) {
+	if _, err := refused.Publish(context.Background(), artemis.Job(urnCreated, nil)); !errors.Is(err, artemis.ErrNotAccepted) {
 		t.Fatalf("Publish: %v", err)
 	}
 	got := tel.collect(t)

@@ -18,10 +18,8 @@ import (
 // EnvelopePublisher is what Publisher wraps: *artemis.Publisher and
 // *artemis.ClientPublisher have these methods.
 type EnvelopePublisher interface {
-	Publish(ctx context.Context, urn string, data any, opts ...artemis.BuildOption) (string, error)
-	PublishEnvelope(ctx context.Context, env *artemis.Envelope, opts ...artemis.PublishOption) (string, error)
-	PublishWithReceipt(ctx context.Context, urn string, data any, opts ...artemis.BuildOption) (*artemis.Receipt, error)
-	PublishEnvelopeWithReceipt(ctx context.Context, env *artemis.Envelope, opts ...artemis.PublishOption) (*artemis.Receipt, error)
+	Publish(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (string, error)
+	PublishWithReceipt(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (*artemis.Receipt, error)
 }
 
 // Publisher publishes through an artemis publisher, each publish in a span
@@ -48,66 +46,29 @@ func (t *Telemetry) Publisher(p EnvelopePublisher, queue string) *Publisher {
 	return &Publisher{p: p, t: t, queue: queue, attrs: attrs}
 }
 
-// Publish builds the envelope of urn and data and publishes it, as
-// artemis.Publisher.Publish does, in a send span. Without an
-// artemis.EnvelopeTraceID among opts, the envelope's trace_id is the
-// span's trace id (UUIDOf), so a consumer that reads no headers still finds
-// the trace; with one, the given trace_id is kept (a conversation goes on)
-// and the traceparent header alone carries the span.
-func (p *Publisher) Publish(ctx context.Context, urn string, data any, opts ...artemis.BuildOption) (string, error) {
+// Publish publishes m, as artemis.Publisher.Publish does, in a send span.
+// For an artemis.Job without an artemis.EnvelopeTraceID, the envelope's
+// trace_id is the span's trace id (UUIDOf), so a consumer that reads no
+// headers still finds the trace; with one, the given trace_id is kept (a
+// conversation goes on) and the traceparent header alone carries the span.
+// An envelope already built, or encoded, keeps its trace_id.
+func (p *Publisher) Publish(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (string, error) {
 	ctx, span := p.start(ctx)
-	env, pubOpts, err := p.envelope(span.SpanContext(), urn, data, opts)
-	if err != nil {
-		// The library's own Publish refuses it the same way, and tells the
-		// Observer; the span records what it returns.
-		id, err := p.p.Publish(ctx, urn, data, opts...)
-		p.end(span, nil, err)
-		return id, err
-	}
-	id, err := p.p.PublishEnvelope(ctx, env, p.inject(ctx, pubOpts)...)
+	env, send := p.envelope(span.SpanContext(), m)
+	id, err := p.p.Publish(ctx, send, p.inject(ctx, opts)...)
 	p.end(span, env, err)
 	return id, err
 }
 
-// PublishEnvelope publishes an envelope already built (forwarded,
-// redriven), as artemis.Publisher.PublishEnvelope does, in a send span;
-// the envelope keeps its trace_id.
-func (p *Publisher) PublishEnvelope(ctx context.Context, env *artemis.Envelope, opts ...artemis.PublishOption) (string, error) {
+// PublishWithReceipt starts the publish of m, as
+// artemis.Publisher.PublishWithReceipt does, with the envelope Publish
+// gives it. The send span ends when the broker's outcome is known (a
+// goroutine waits for the receipt, which every publisher resolves), not
+// when the call returns.
+func (p *Publisher) PublishWithReceipt(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (*artemis.Receipt, error) {
 	ctx, span := p.start(ctx)
-	id, err := p.p.PublishEnvelope(ctx, env, p.inject(ctx, opts)...)
-	p.end(span, env, err)
-	return id, err
-}
-
-// PublishWithReceipt builds the envelope of urn and data as Publish does
-// and starts its publish, as artemis.Publisher.PublishWithReceipt does.
-// The send span ends when the broker's outcome is known (a goroutine waits
-// for the receipt, which every publisher resolves), not when the call
-// returns.
-func (p *Publisher) PublishWithReceipt(ctx context.Context, urn string, data any, opts ...artemis.BuildOption) (*artemis.Receipt, error) {
-	ctx, span := p.start(ctx)
-	env, pubOpts, err := p.envelope(span.SpanContext(), urn, data, opts)
-	if err != nil {
-		r, err := p.p.PublishWithReceipt(ctx, urn, data, opts...)
-		if err != nil {
-			p.end(span, nil, err)
-			return nil, err
-		}
-		return p.endOnOutcome(span, nil, r), nil
-	}
-	return p.withReceipt(ctx, span, env, pubOpts)
-}
-
-// PublishEnvelopeWithReceipt starts the publish of an envelope already
-// built, as artemis.Publisher.PublishEnvelopeWithReceipt does; the send
-// span ends when the outcome is known.
-func (p *Publisher) PublishEnvelopeWithReceipt(ctx context.Context, env *artemis.Envelope, opts ...artemis.PublishOption) (*artemis.Receipt, error) {
-	ctx, span := p.start(ctx)
-	return p.withReceipt(ctx, span, env, opts)
-}
-
-func (p *Publisher) withReceipt(ctx context.Context, span trace.Span, env *artemis.Envelope, opts []artemis.PublishOption) (*artemis.Receipt, error) {
-	r, err := p.p.PublishEnvelopeWithReceipt(ctx, env, p.inject(ctx, opts)...)
+	env, send := p.envelope(span.SpanContext(), m)
+	r, err := p.p.PublishWithReceipt(ctx, send, p.inject(ctx, opts)...)
 	if err != nil {
 		p.end(span, env, err)
 		return nil, err
@@ -131,26 +92,26 @@ func (p *Publisher) start(ctx context.Context) (context.Context, trace.Span) {
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(p.attrs...))
 }
 
-// envelope builds the envelope Publish sends: meta.queue is the queue, the
-// trace_id the span's trace unless opts give one. It returns the
-// PublishOptions among opts.
-func (p *Publisher) envelope(sc trace.SpanContext, urn string, data any, opts []artemis.BuildOption) (*artemis.Envelope, []artemis.PublishOption, error) {
-	envOpts := make([]artemis.EnvelopeOption, 0, 2+len(opts))
-	envOpts = append(envOpts, artemis.EnvelopeQueue(p.queue))
+// envelope is the envelope m stands for (nil when it is none: the
+// library's publish refuses it the same way, and tells the Observer; the
+// span records what it returns), and what to publish: a Job's envelope
+// built with meta.queue the queue and the span's trace id unless the Job
+// gives one; anything else as it is.
+func (p *Publisher) envelope(sc trace.SpanContext, m artemis.Outgoing) (*artemis.Envelope, artemis.Outgoing) {
+	defaults := make([]artemis.EnvelopeOption, 0, 2)
+	defaults = append(defaults, artemis.EnvelopeQueue(p.queue))
 	if sc.TraceID().IsValid() {
-		envOpts = append(envOpts, artemis.EnvelopeTraceID(UUIDOf(sc.TraceID())))
+		defaults = append(defaults, artemis.EnvelopeTraceID(UUIDOf(sc.TraceID())))
 	}
-	var pubOpts []artemis.PublishOption
-	for _, o := range opts {
-		switch o := o.(type) {
-		case artemis.EnvelopeOption:
-			envOpts = append(envOpts, o) // after ours: the caller's trace id wins
-		case artemis.PublishOption:
-			pubOpts = append(pubOpts, o)
-		}
+	env, err := artemis.EnvelopeOf(m, defaults...)
+	if err != nil {
+		return nil, m
 	}
-	env, err := artemis.NewEnvelope(urn, data, envOpts...)
-	return env, pubOpts, err
+	switch m.(type) {
+	case *artemis.Envelope, artemis.Encoded:
+		return env, m
+	}
+	return env, env
 }
 
 // inject adds the span context of ctx to the headers of the publish, after
@@ -171,7 +132,7 @@ func (p *Publisher) end(span trace.Span, env *artemis.Envelope, err error) {
 		span.SetAttributes(
 			semconv.MessagingMessageID(env.Meta.ID),
 			semconv.MessagingMessageConversationID(env.TraceID),
-			attribute.String("babelqueue.urn", env.Job),
+			attribute.String("babelqueue.urn", env.URN),
 		)
 	}
 	if err != nil {

@@ -30,7 +30,7 @@ func TestPublishStartsASendSpanAndInjectsItsContext(t *testing.T) {
 
 	// A caller's span: the send span is its child.
 	ctx, outer := tel.tracer.Start(context.Background(), "checkout")
-	id, err := pub.Publish(ctx, urnCreated, map[string]any{"order_id": 1042})
+	id, err := pub.Publish(ctx, artemis.Job(urnCreated, map[string]any{"order_id": 1042}))
 	outer.End()
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
@@ -87,8 +87,7 @@ func TestPublishKeepsAGivenTraceIDAndReplacesAForwardedTraceparent(t *testing.T)
 	const conversation = "11111111-2222-4333-8444-555555555555"
 	forwarded := artemis.HeaderCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "acme"}
 
-	_, err := pub.Publish(context.Background(), urnCreated, nil,
-		artemis.EnvelopeTraceID(conversation), artemis.WithHeaders(forwarded), artemis.WithPriority(7))
+	_, err := pub.Publish(context.Background(), artemis.Job(urnCreated, nil, artemis.EnvelopeTraceID(conversation)), artemis.WithHeaders(forwarded), artemis.WithPriority(7))
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -108,7 +107,7 @@ func TestPublishKeepsAGivenTraceIDAndReplacesAForwardedTraceparent(t *testing.T)
 	}
 }
 
-func TestPublishEnvelopeKeepsItsTraceID(t *testing.T) {
+func TestPublishOfAnEnvelopeKeepsItsTraceID(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	s := &fakelink.Sender{}
 	pub := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders")
@@ -116,8 +115,8 @@ func TestPublishEnvelopeKeepsItsTraceID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.PublishEnvelope(context.Background(), env); err != nil {
-		t.Fatalf("PublishEnvelope: %v", err)
+	if _, err := pub.Publish(context.Background(), env); err != nil {
+		t.Fatalf("Publish envelope: %v", err)
 	}
 	send := tel.one(t, trace.SpanKindProducer)
 	msg := s.Sent()[0]
@@ -133,7 +132,7 @@ func TestPublishFailureIsTheSpansError(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	s := &fakelink.Sender{Outcome: fakelink.Reject}
 	pub := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders")
-	_, err := pub.Publish(context.Background(), urnCreated, nil)
+	_, err := pub.Publish(context.Background(), artemis.Job(urnCreated, nil))
 	if !errors.Is(err, artemis.ErrNotAccepted) {
 		t.Fatalf("Publish: %v, want ErrNotAccepted", err)
 	}
@@ -150,8 +149,8 @@ func TestPublishOfAnInvalidEnvelopeIsRefusedAsTheLibraryRefusesIt(t *testing.T) 
 	tel := newRecorded(t, Config{})
 	s := &fakelink.Sender{}
 	obs := &countingObserver{}
-	pub := tel.Publisher(artemis.NewPublisher(s, "orders", artemis.WithPublishObserver(obs)), "orders")
-	_, err := pub.Publish(context.Background(), "  ", nil)
+	pub := tel.Publisher(artemis.NewPublisher(s, "orders", artemis.WithObserver(obs)), "orders")
+	_, err := pub.Publish(context.Background(), artemis.Job("  ", nil))
 	if !errors.Is(err, artemis.ErrInvalidEnvelope) {
 		t.Fatalf("Publish with a blank URN: %v, want ErrInvalidEnvelope", err)
 	}
@@ -169,7 +168,7 @@ func TestPublishOfAnInvalidEnvelopeIsRefusedAsTheLibraryRefusesIt(t *testing.T) 
 func TestPublishWithReceiptEndsTheSpanAtTheOutcome(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	pub := tel.Publisher(artemis.NewPublisher(&fakelink.Sender{Outcome: fakelink.Reject}, "orders"), "orders")
-	r, err := pub.PublishWithReceipt(context.Background(), urnCreated, nil)
+	r, err := pub.PublishWithReceipt(context.Background(), artemis.Job(urnCreated, nil))
 	if err != nil {
 		t.Fatalf("PublishWithReceipt: %v", err)
 	}
@@ -196,7 +195,7 @@ func TestAPropagatorOfTheCallersChoice(t *testing.T) {
 	tel := newRecorded(t, Config{Propagator: propagation.Baggage{}})
 	s := &fakelink.Sender{}
 	pub := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders")
-	if _, err := pub.Publish(context.Background(), urnCreated, nil); err != nil {
+	if _, err := pub.Publish(context.Background(), artemis.Job(urnCreated, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Sent()[0].ApplicationProperties["traceparent"]; ok {

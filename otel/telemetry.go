@@ -41,8 +41,8 @@ type Config struct {
 
 // Telemetry traces publishes and handlers and records metrics of every
 // publish and settlement. It is an artemis.Observer: give it to
-// artemis.WithObserver, artemis.WithPublishObserver or
-// artemis.ClientOptions.Observer. It is safe for concurrent use.
+// artemis.WithObserver, on a Consumer and on a publisher. It is safe for
+// concurrent use.
 type Telemetry struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator

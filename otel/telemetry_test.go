@@ -37,7 +37,7 @@ func TestZeroConfigUsesTheGlobalsAndW3C(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &fakelink.Sender{}
-	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(context.Background(), urnCreated, nil); err != nil {
+	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(context.Background(), artemis.Job(urnCreated, nil)); err != nil {
 		t.Fatal(err)
 	}
 	send := rec.one(t, trace.SpanKindProducer)

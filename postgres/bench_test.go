@@ -45,7 +45,7 @@ func BenchmarkRelayAgainstDirectPublish(b *testing.B) {
 		start := time.Now()
 		receipts := make([]*artemis.Receipt, 0, n)
 		for i := range n {
-			r, err := pub.PublishWithReceipt(ctx, urnOrder, map[string]any{"n": i, "group": ""})
+			r, err := pub.PublishWithReceipt(ctx, artemis.Job(urnOrder, map[string]any{"n": i, "group": ""}))
 			require.NoError(b, err)
 			receipts = append(receipts, r)
 		}
@@ -154,13 +154,13 @@ func purgeQueue(b *testing.B, c *artemis.Client, queue string) {
 	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		got.add()
 		return nil
-	}}, artemis.WithConcurrency(8))
+	}}, artemis.WithConcurrency(8), artemis.WithoutDeadLetter())
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = c.Consume(ctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = c.Consume(ctx, queue, cons)
 	}()
 	last, idle := -1, 0
 	for idle < 5 {

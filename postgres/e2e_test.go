@@ -46,13 +46,13 @@ func TestOrdersEndToEndEveryEffectOnce(t *testing.T) {
 			}
 			charged.add()
 			return nil
-		})}, artemis.WithConcurrency(16), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+		})}, artemis.WithConcurrency(16), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}), artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := make(chan struct{})
 	go func() {
 		defer close(consumed)
-		_ = consumerClient.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = consumerClient.Consume(cctx, queue, cons)
 	}()
 
 	// Two relays.

@@ -101,7 +101,7 @@ func dial(t testing.TB, url string) *artemis.Client {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -190,13 +190,13 @@ func collect(t testing.TB, c *artemis.Client, queue string) *collector {
 			col.traceparent[env.Meta.ID] = tp
 		}
 		return nil
-	}})
+	}}, artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	col.cancel = cancel
 	go func() {
 		defer close(col.done)
-		_ = c.Consume(ctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = c.Consume(ctx, queue, cons)
 	}()
 	t.Cleanup(col.stop)
 	return col

@@ -43,7 +43,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 	c := dial(t, amqpURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, queue, cons, nil) }()
+	go func() { done <- c.Consume(ctx, queue, cons) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -62,7 +62,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 			p.restore()
 			upAt = time.Now()
 		}
-		id, err := pub.Publish(context.Background(), urnOrder, map[string]any{"order_id": i})
+		id, err := pub.Publish(context.Background(), artemis.Job(urnOrder, map[string]any{"order_id": i}))
 		require.NoError(t, err)
 		ids = append(ids, id)
 		time.Sleep(15 * time.Millisecond) // a steady stream of about 60 a second

@@ -28,7 +28,7 @@ func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
 	require.NoError(t, err)
 	const copies = 24
 	for range copies {
-		_, err := pub.PublishEnvelope(ctx, env)
+		_, err := pub.Publish(ctx, env)
 		require.NoError(t, err)
 	}
 
@@ -45,13 +45,13 @@ func TestInboxConcurrentDeliveriesOfOneIDRunOnce(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // a slow effect: the others wait on its record
 			return chargeOnce(ctx, tx, e, m)
 		})(ctx, e, m)
-	}}, artemis.WithConcurrency(copies))
+	}}, artemis.WithConcurrency(copies), artemis.WithCredit(copies), artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: copies, NoDeadLetter: true})
+		_ = client.Consume(cctx, queue, cons)
 	}()
 	waitFor(t, 30*time.Second, func() bool { return arrived.get() == copies }) // 24 workers hold a copy each
 	close(start)
@@ -159,13 +159,13 @@ ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); er
 				mails.add()
 				return nil
 			})
-		})})
+		})}, artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = client.Consume(cctx, queue, cons)
 	}()
 	defer func() {
 		cancel()
@@ -176,13 +176,13 @@ ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); er
 	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue(queue))
 	require.NoError(t, err)
 
-	_, err = pub.PublishEnvelope(ctx, env)
+	_, err = pub.Publish(ctx, env)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return runs.get() == 1 })
-	_, err = pub.PublishEnvelope(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
+	_, err = pub.Publish(ctx, env, artemis.WithHeaders(map[string]string{artemis.HeaderReplayBypass: "true"}))
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return runs.get() == 2 })
-	_, err = pub.PublishEnvelope(ctx, env)
+	_, err = pub.Publish(ctx, env)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, func() bool { return skipped.get() == 1 })
 

@@ -55,12 +55,12 @@ func runChild(part string) int {
 			fmt.Printf("COMMITTED %s\n", env.Meta.ID)
 			time.Sleep(time.Minute) // killed here
 		}
-		cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(chargeOnce)})
+		cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(chargeOnce)}, artemis.WithoutDeadLetter())
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		err = client.Consume(ctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		err = client.Consume(ctx, queue, cons)
 		fmt.Fprintln(os.Stderr, "consume ended:", err)
 	}
 	return 1 // the child is meant to be killed before it gets here
@@ -176,7 +176,7 @@ func TestInboxConsumerKilledBetweenCommitAndAcceptRunsOnce(t *testing.T) {
 	client := dial(t, amqpURL)
 	pub, err := client.Publisher(context.Background(), queue)
 	require.NoError(t, err)
-	id, err := pub.Publish(context.Background(), urnOrder, map[string]int{"amount": 42})
+	id, err := pub.Publish(context.Background(), artemis.Job(urnOrder, map[string]int{"amount": 42}))
 	require.NoError(t, err)
 
 	got, kill := startChild(t, "consumer", db, queue, "COMMITTED ")
@@ -191,13 +191,13 @@ func TestInboxConsumerKilledBetweenCommitAndAcceptRunsOnce(t *testing.T) {
 		func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, msg *amqp.Message) error {
 			ran.add()
 			return chargeOnce(ctx, tx, env, msg)
-		})})
+		})}, artemis.WithoutDeadLetter())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.Consume(ctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true})
+		_ = client.Consume(ctx, queue, cons)
 	}()
 	waitFor(t, 30*time.Second, func() bool { return skipped.get() == 1 })
 	time.Sleep(500 * time.Millisecond)

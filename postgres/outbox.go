@@ -150,7 +150,7 @@ func write(ctx context.Context, tx pgx.Tx, queue string, env *artemis.Envelope, 
 	if cfg.delay > 0 {
 		delay = cfg.delay.Microseconds()
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, env.Meta.ID, queue, env.Job, cfg.groupID, headers, body, delay); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, env.Meta.ID, queue, env.URN, cfg.groupID, headers, body, delay); err != nil {
 		return fmt.Errorf("babelqueue/postgres: outbox write %s: %w", env.Meta.ID, err)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 // broker's answer about the queue; a failure of the way to the broker, or
 // the outcome of a transfer, never is one. No broker is needed.
 func TestQueueRefusalClassifiesTheAttachFailures(t *testing.T) {
-	attach := func(err error) error { return fmt.Errorf("babelqueue: attach sender to q: %w", err) }
+	attach := func(err error) error { return fmt.Errorf("attach sender to q: %w", err) }
 	cond := func(c amqp.ErrCond) *amqp.Error { return &amqp.Error{Condition: c, Description: "d"} }
 	for _, tc := range []struct {
 		name    string

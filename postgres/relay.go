@@ -612,7 +612,7 @@ func (r *Relay) send(ctx context.Context, rw *row) (*artemis.Receipt, error) {
 			opts = append(opts, artemis.WithDelay(d))
 		}
 	}
-	return p.PublishEncodedWithReceipt(ctx, rw.body, opts...)
+	return p.PublishWithReceipt(ctx, artemis.Encoded(rw.body), opts...)
 }
 
 // publisher returns the relay's publisher to queue, attached on first use.
@@ -624,7 +624,7 @@ func (r *Relay) publisher(ctx context.Context, queue string) (*artemis.ClientPub
 	}
 	opts := []artemis.PublishOption{artemis.WithDuplicateDetection()}
 	if r.o.Observer != nil {
-		opts = append(opts, artemis.WithPublishObserver(r.o.Observer))
+		opts = append(opts, artemis.WithObserver(r.o.Observer))
 	}
 	p, err := r.client.Publisher(ctx, queue, opts...)
 	if err != nil {

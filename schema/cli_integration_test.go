@@ -76,7 +76,7 @@ func TestBrokerValidateCommand(t *testing.T) {
 		{"urn:babel:orders:created", `{"order_id":0,"currency":"GBP"}`},
 		{"urn:babel:orders:refunded", `{"whatever":1}`},
 	} {
-		id, err := pub.Publish(ctx, m.urn, json.RawMessage(m.data))
+		id, err := pub.Publish(ctx, artemis.Job(m.urn, json.RawMessage(m.data)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,13 +110,13 @@ func TestBrokerValidateCommand(t *testing.T) {
 	got := newReceived()
 	cons, err := artemis.NewConsumer(artemis.Handlers{
 		"urn:babel:orders:created": got.handler, "urn:babel:orders:refunded": got.handler,
-	})
+	}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	envs := got.wait(t, 3, 30*time.Second)
 	got.none(t, 300*time.Millisecond)
 	stop()
@@ -215,7 +215,7 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherID, err := pub.Publish(ctx, "urn:babel:orders:refunded", json.RawMessage(`{"whatever":1}`))
+	otherID, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:refunded", json.RawMessage(`{"whatever":1}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 (poison and gated messages)\n%s%s", code, out, errOut)
 	}
-	const poison = " urn:babel:orders:created: POISON (a consumer dead-letters it unread): babelqueue: invalid envelope: "
+	const poison = " urn:babel:orders:created: POISON (a consumer dead-letters it unread): artemis: invalid envelope: "
 	want := "#1" + poison + "the body is JSON but not an object: it is an array\n" +
 		"#2" + poison + "the body is JSON but not an object: it is an array\n" +
 		"#3" + poison + "meta is not an object: it is missing\n" +
@@ -253,13 +253,13 @@ func TestBrokerValidateReportsWhatTheConsumerRefuses(t *testing.T) {
 		refused = append(refused, err)
 		mu.Unlock()
 		got.ch <- struct{}{}
-	}))
+	}), artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	got.wait(t, 7, 30*time.Second)
 	stop()
 	if err := <-done; err != nil {

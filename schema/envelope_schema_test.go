@@ -111,8 +111,7 @@ func TestProducedEnvelopesSatisfyTheSuiteSchema(t *testing.T) {
 
 	sender := &capturingSender{}
 	pub := artemis.NewPublisher(sender, "orders")
-	if _, err := pub.Publish(context.Background(), "urn:babel:catalog:item.indexed",
-		map[string]any{"title": "Café — naïve ☕", "ratio": 0.5, "note": nil}); err != nil {
+	if _, err := pub.Publish(context.Background(), artemis.Job("urn:babel:catalog:item.indexed", map[string]any{"title": "Café — naïve ☕", "ratio": 0.5, "note": nil})); err != nil {
 		t.Fatal(err)
 	}
 	checkEnvelope(t, s, "a published message", bodyOf(t, sender.msgs[0]))

@@ -163,11 +163,11 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 	sender := &capturingSender{}
 	pub := artemis.NewPublisher(sender, "identity", enc.PublishOption())
 	msg := exampleEnvelope(t, "user-registered.json")
-	if _, err := pub.Publish(ctx, msg.URN(), json.RawMessage(`{"user_id":1,"email":"ab"}`)); !errors.Is(err, artemis.ErrInvalidPayload) ||
+	if _, err := pub.Publish(ctx, artemis.Job(msg.URN, json.RawMessage(`{"user_id":1,"email":"ab"}`))); !errors.Is(err, artemis.ErrInvalidPayload) ||
 		!strings.Contains(err.Error(), "/email: must be at least 3 characters long") {
 		t.Fatalf("a short email: %v", err)
 	}
-	if _, err := pub.Publish(ctx, msg.URN(), msg.Data); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job(msg.URN, msg.Data)); err != nil {
 		t.Fatal(err)
 	}
 	if len(sender.msgs) != 1 {
@@ -186,7 +186,7 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 	}
 
 	var seen json.RawMessage
-	handlers := artemis.Handlers{msg.URN(): func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+	handlers := artemis.Handlers{msg.URN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		seen = env.Data
 		return nil
 	}}
@@ -234,7 +234,7 @@ func TestGDPRThroughPublisherAndConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dead.DeadLetter.Reason != artemis.ReasonFailed || dead.DeadLetter.Error == nil ||
-		*dead.DeadLetter.Error != "babelqueue: cannot decrypt a protected field: email: the cipher could not decrypt it" {
+		*dead.DeadLetter.Error != "artemis: cannot decrypt a protected field: email: the cipher could not decrypt it" {
 		t.Errorf("dead_letter %+v", dead.DeadLetter)
 	}
 	sent, err := artemis.Decode([]byte(body))
@@ -323,7 +323,7 @@ func TestGDPRMarks(t *testing.T) {
 		}
 		// A string that does not decrypt is an ErrDecrypt naming the field.
 		_, err = enc.UnprotectPayload(urn, json.RawMessage(`{"tags":[{"v":"x"},{"v":"plain text"}]}`))
-		if !errors.Is(err, artemis.ErrDecrypt) || err.Error() != "babelqueue: cannot decrypt a protected field: tags[0].v: the cipher could not decrypt it" {
+		if !errors.Is(err, artemis.ErrDecrypt) || err.Error() != "artemis: cannot decrypt a protected field: tags[0].v: the cipher could not decrypt it" {
 			t.Errorf("a clear string: %v", err)
 		}
 	})

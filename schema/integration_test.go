@@ -40,7 +40,7 @@ func dial(t *testing.T, url string) *artemis.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -107,7 +107,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checked.Publish(ctx, conformanceURN, map[string]any{"orderId": 1042}); !errors.Is(err, artemis.ErrInvalidPayload) {
+	if _, err := checked.Publish(ctx, artemis.Job(conformanceURN, map[string]any{"orderId": 1042})); !errors.Is(err, artemis.ErrInvalidPayload) {
 		t.Fatalf("the checked publisher sent invalid data: %v", err)
 	} else if !strings.Contains(err.Error(), "/order_id: is required") {
 		t.Errorf("refusal: %v", err)
@@ -117,11 +117,11 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	badID, err := unchecked.Publish(ctx, conformanceURN, json.RawMessage(`{"orderId":1042}`))
+	badID, err := unchecked.Publish(ctx, artemis.Job(conformanceURN, json.RawMessage(`{"orderId":1042}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	goodID, err := unchecked.Publish(ctx, conformanceURN, json.RawMessage(`{"order_id":1042}`))
+	goodID, err := unchecked.Publish(ctx, artemis.Job(conformanceURN, json.RawMessage(`{"order_id":1042}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := newReceived()
-	dlqCons, err := artemis.NewConsumer(artemis.Handlers{conformanceURN: dead.handler})
+	dlqCons, err := artemis.NewConsumer(artemis.Handlers{conformanceURN: dead.handler}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := client.Consume(cctx, run.queue, run.cons, &artemis.ConsumeOptions{NoDeadLetter: run.queue != q}); err != nil {
+			if err := client.Consume(cctx, run.queue, run.cons); err != nil {
 				t.Errorf("Consume %s: %v", run.queue, err)
 			}
 		}()
@@ -168,7 +168,7 @@ func TestBrokerInvalidPayloadIsDeadLettered(t *testing.T) {
 	if b == nil {
 		t.Fatal("the record has no dead_letter block")
 	}
-	wantErr := "babelqueue: invalid payload for urn:babel:orders:created: /orderId: is not allowed; /order_id: is required"
+	wantErr := "artemis: invalid payload for urn:babel:orders:created: /orderId: is not allowed; /order_id: is required"
 	switch {
 	case b.Reason != artemis.ReasonFailed:
 		t.Errorf("reason %q, want failed", b.Reason)
@@ -212,11 +212,11 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostile := hostileOrder(400)
-	badID, err := unchecked.Publish(ctx, ordersURN, hostile)
+	badID, err := unchecked.Publish(ctx, artemis.Job(ordersURN, hostile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	goodID, err := unchecked.Publish(ctx, ordersURN, json.RawMessage(orderLines(3, "2", "10.5")))
+	goodID, err := unchecked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(orderLines(3, "2", "10.5"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := newReceived()
-	dlqCons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: dead.handler})
+	dlqCons, err := artemis.NewConsumer(artemis.Handlers{ordersURN: dead.handler}, artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 		cons  *artemis.Consumer
 	}{{q, cons}, {q + ".dlq", dlqCons}} {
 		go func() {
-			returned <- client.Consume(cctx, run.queue, run.cons, &artemis.ConsumeOptions{NoDeadLetter: run.queue != q})
+			returned <- client.Consume(cctx, run.queue, run.cons)
 		}()
 	}
 	start := time.Now()
@@ -253,7 +253,7 @@ func TestBrokerHostilePayloadDoesNotHoldTheNextMessage(t *testing.T) {
 	if dl.Meta.ID != badID || dl.DeadLetter == nil || dl.DeadLetter.Error == nil {
 		t.Fatalf("the DLQ has %s (%+v), want %s with its dead_letter block", dl.Meta.ID, dl.DeadLetter, badID)
 	}
-	want := "babelqueue: invalid payload for " + ordersURN + ": /lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"
+	want := "artemis: invalid payload for " + ordersURN + ": /lines/0/qty: is a number whose exponent is beyond the payload check's bound (e+400 or e-400)"
 	if *dl.DeadLetter.Error != want {
 		t.Errorf("error %q, want %q", *dl.DeadLetter.Error, want)
 	}
@@ -294,7 +294,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 
 	ctx, cancelShort := context.WithTimeout(setup, 500*time.Millisecond)
 	start := time.Now()
-	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(orderLines(10, "1e999999", "1E+999999")))
+	_, err = checked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(orderLines(10, "1e999999", "1E+999999"))))
 	t.Logf("hostile order lines: returned after %v: %v", time.Since(start), err)
 	if !errors.Is(err, artemis.ErrInvalidPayload) || ctx.Err() != nil {
 		t.Errorf("want a refusal before the deadline, got %v (context: %v)", err, ctx.Err())
@@ -305,7 +305,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 	ctx, cancelShort = context.WithTimeout(setup, 100*time.Millisecond)
 	defer cancelShort()
 	start = time.Now()
-	_, err = checked.Publish(ctx, ordersURN, json.RawMessage(big))
+	_, err = checked.Publish(ctx, artemis.Job(ordersURN, json.RawMessage(big)))
 	t.Logf("a %d-byte order with a 100 ms context: returned after %v: %v", len(big), time.Since(start), err)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, artemis.ErrInvalidPayload) {
 		t.Errorf("want the context's error, got %v", err)
@@ -319,7 +319,7 @@ func TestBrokerPublishWithAShortContextReturnsByItsDeadline(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(setup)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, q, cons, nil) }()
+	go func() { done <- client.Consume(cctx, q, cons) }()
 	seen.none(t, time.Second)
 	stop()
 	<-done

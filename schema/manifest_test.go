@@ -63,10 +63,10 @@ func TestRegistryFileTakesTheURNFromTheManifest(t *testing.T) {
 		}
 		for _, msg := range []string{"order-created.json", "user-registered.json"} {
 			env := exampleEnvelope(t, msg)
-			if !r.Has(env.URN()) {
-				t.Fatalf("%s: no schema for %s", name, env.URN())
+			if !r.Has(env.URN) {
+				t.Fatalf("%s: no schema for %s", name, env.URN)
 			}
-			if err := r.ValidatePayload(context.Background(), env.URN(), env.Data); err != nil {
+			if err := r.ValidatePayload(context.Background(), env.URN, env.Data); err != nil {
 				t.Errorf("%s: the example %s: %v", name, msg, err)
 			}
 		}
@@ -126,15 +126,15 @@ func TestRegistryStatuses(t *testing.T) {
 	s := &countingSender{}
 	pub := artemis.NewPublisher(s, "orders", reg.PublishOption())
 	ctx := context.Background()
-	_, err = pub.Publish(ctx, "urn:babel:orders:created", map[string]any{"order_id": 1})
+	_, err = pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]any{"order_id": 1}))
 	if !errors.Is(err, artemis.ErrInvalidPayload) || !strings.Contains(err.Error(), "retired in the schema registry (owner orders): publish its successor") {
 		t.Fatalf("publishing a retired URN: %v", err)
 	}
 	for _, urn := range []string{"urn:babel:orders:created.v2", "urn:babel:orders:placed", "urn:babel:orders:paid"} {
-		if _, err := pub.Publish(ctx, urn, map[string]any{"order_id": 1}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(urn, map[string]any{"order_id": 1})); err != nil {
 			t.Errorf("%s: %v", urn, err)
 		}
-		if _, err := pub.Publish(ctx, urn, map[string]any{"order_id": 0}); !errors.Is(err, artemis.ErrInvalidPayload) {
+		if _, err := pub.Publish(ctx, artemis.Job(urn, map[string]any{"order_id": 0})); !errors.Is(err, artemis.ErrInvalidPayload) {
 			t.Errorf("%s with order_id 0: %v", urn, err)
 		}
 	}

@@ -157,7 +157,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(ctx, urn, tc.Cleartext); err != nil {
+	if _, err := pub.Publish(ctx, artemis.Job(urn, tc.Cleartext)); err != nil {
 		t.Fatal(err)
 	}
 	lines := runPeer(t, python, append([]string{"consume", "--queue", qGo, "--max", "1", "--idle", "30"}, gdprArgs...)...)
@@ -196,7 +196,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 		mu.Unlock()
 		dead <- struct{}{}
 		return nil
-	}}, artemis.WithLogger(nil))
+	}}, artemis.WithLogger(nil), artemis.WithoutDeadLetter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestBrokerPythonGDPRInterop(t *testing.T) {
 	}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.Consume(cctx, qPlain, noCipher, nil) }()
+	go func() { done <- client.Consume(cctx, qPlain, noCipher) }()
 	consume(ctx, t, client, qPlain+".dlq", dlqCons, dead)
 	stop()
 	if err := <-done; err != nil && ctx.Err() == nil && cctx.Err() == nil {
@@ -230,7 +230,7 @@ func consume(ctx context.Context, t *testing.T, client *artemis.Client, queue st
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- client.Consume(cctx, queue, cons, &artemis.ConsumeOptions{NoDeadLetter: strings.HasSuffix(queue, ".dlq")})
+		done <- client.Consume(cctx, queue, cons)
 	}()
 	select {
 	case <-got:

@@ -413,13 +413,13 @@ func validate(sch *jsonschema.Schema, urn string, v any) error {
 // make each of them as large as the data.
 const maxViolations = 100
 
-// PublishOption is artemis.WithPublishPayloadValidator with r: give it to
+// PublishOption is artemis.WithPayloadValidator with r: give it to
 // artemis.NewPublisher or Client.Publisher to refuse invalid data before
 // anything is sent. A URN its registry.json says is retired is refused
 // too, whatever its data. On a registry from Encrypting, the fields its
 // schemas mark x-gdpr-sensitive are then encrypted.
 func (r *Registry) PublishOption() artemis.PublishOption {
-	return artemis.WithPublishPayloadValidator(publishSide{r})
+	return artemis.WithPayloadValidator(publishSide{r})
 }
 
 // ConsumerOption is artemis.WithPayloadValidator(r): give it to

@@ -115,7 +115,7 @@ func TestConformanceThroughThePublisher(t *testing.T) {
 	pub := artemis.NewPublisher(s, "orders", reg.PublishOption())
 	valid := 0
 	for _, tc := range c.Cases {
-		_, err := pub.Publish(context.Background(), conformanceURN, tc.Data)
+		_, err := pub.Publish(context.Background(), artemis.Job(conformanceURN, tc.Data))
 		if tc.Valid {
 			valid++
 			if err != nil {

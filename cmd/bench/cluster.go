@@ -70,7 +70,7 @@ func (r *runner) cluster() error {
 					pubC, conC = append(pubC, pub), append(conC, con)
 				}
 			}
-			_ = c.Close()
+			_ = c.Close(context.Background())
 			cancel()
 			if err != nil {
 				return fmt.Errorf("%s round %d: %w", side, round+1, err)
@@ -122,7 +122,7 @@ func (r *runner) clusterPublish(ctx context.Context, c *artemis.Client, queue st
 	return measure(r.cfg.n, func() error {
 		pending := make([]*artemis.Receipt, 0, clusterWindow)
 		for i := range r.cfg.n {
-			rc, err := p.PublishWithReceipt(ctx, urn, r.data)
+			rc, err := p.PublishWithReceipt(ctx, artemis.Job(urn, r.data))
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ func (r *runner) clusterConsume(ctx context.Context, c *artemis.Client, queue st
 			close(all)
 		}
 		return nil
-	}}, artemis.WithConcurrency(clusterConc))
+	}}, artemis.WithConcurrency(clusterConc), artemis.WithCredit(clusterCredit), artemis.WithoutDeadLetter())
 	if err != nil {
 		return clusterFigures{}, err
 	}
@@ -157,7 +157,7 @@ func (r *runner) clusterConsume(ctx context.Context, c *artemis.Client, queue st
 	done := make(chan error, 1)
 	f, err := measure(r.cfg.n, func() error {
 		go func() {
-			done <- c.Consume(cctx, queue, cons, &artemis.ConsumeOptions{Credit: clusterCredit, NoDeadLetter: true})
+			done <- c.Consume(cctx, queue, cons)
 		}()
 		select {
 		case <-all:

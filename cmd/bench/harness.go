@@ -47,7 +47,7 @@ func (sd *side) close() {
 		_ = sd.cpub.Close(context.Background())
 	}
 	if sd.dialed != nil {
-		_ = sd.dialed.Close()
+		_ = sd.dialed.Close(context.Background())
 	}
 	if sd.conn != nil {
 		_ = sd.conn.Close()
@@ -176,11 +176,11 @@ func (r *runner) topUp(ctx context.Context, queue string, n int, grouped bool) e
 		data := r.data
 		for i := range k {
 			data.OrderID = 100000 + i%100000
-			var opts []artemis.BuildOption
+			var opts []artemis.PublishOption
 			if grouped {
 				opts = append(opts, artemis.WithGroupID(groupName(i%r.cfg.groups)))
 			}
-			rc, err := pub.PublishWithReceipt(ctx, urn, data, opts...)
+			rc, err := pub.PublishWithReceipt(ctx, artemis.Job(urn, data), opts...)
 			if err != nil {
 				errc <- err
 				return

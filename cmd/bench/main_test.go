@@ -56,7 +56,7 @@ func TestBuildRawMatchesTheLibrarysMessage(t *testing.T) {
 	env, err := artemis.Decode([]byte(body))
 	require.NoError(t, err)
 	require.NoError(t, env.Validate(), "the hand-built body is a valid envelope")
-	assert.Equal(t, urn, env.Job)
+	assert.Equal(t, urn, env.URN)
 	assert.Equal(t, raw.Properties.MessageID, env.Meta.ID)
 	assert.Equal(t, raw.Properties.CorrelationID, env.TraceID)
 	libBody, _ := lib.Value.(string)

@@ -44,7 +44,7 @@ func (r *runner) memory() error {
 		data := r.data
 		for i := range cfg.memN {
 			data.OrderID = 100000 + i%100000
-			rc, err := pub.PublishWithReceipt(ctx, urn, data)
+			rc, err := pub.PublishWithReceipt(ctx, artemis.Job(urn, data))
 			if err != nil {
 				errc <- err
 				return
@@ -73,7 +73,7 @@ func (r *runner) memory() error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	var count atomic.Int64
 	sample := make(chan struct{}, 16)
 	finished := make(chan struct{})
@@ -94,7 +94,7 @@ func (r *runner) memory() error {
 	defer stop()
 	consumed := make(chan error, 1)
 	start = time.Now()
-	go func() { consumed <- c.Consume(cctx, q, cons, nil) }()
+	go func() { consumed <- c.Consume(cctx, q, cons) }()
 	var conSamples []uint64
 	for len(conSamples) < cfg.memN/cfg.memEvery {
 		select {

@@ -51,18 +51,18 @@ func (r *runner) startClient(ctx context.Context, queue string, conc, credit int
 	closed := newGate(0)
 	close(closed.full)
 	cs.cur.Store(closed)
-	cons, err := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, artemis.WithConcurrency(conc))
+	opts := []artemis.ConsumerOption{artemis.WithConcurrency(conc)}
+	if credit > 0 { // credit 0: the defaults a user gets
+		opts = append(opts, artemis.WithCredit(credit), artemis.WithoutDeadLetter())
+	}
+	cons, err := artemis.NewConsumer(artemis.Handlers{urn: cs.handle}, opts...)
 	if err != nil {
-		_ = c.Close()
+		_ = c.Close(context.Background())
 		return nil, err
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cs.cancel = cancel
-	var opts *artemis.ConsumeOptions // credit 0: nil, the defaults a user gets
-	if credit > 0 {
-		opts = &artemis.ConsumeOptions{Credit: credit, NoDeadLetter: true}
-	}
-	go func() { cs.done <- c.Consume(cctx, queue, cons, opts) }()
+	go func() { cs.done <- c.Consume(cctx, queue, cons) }()
 	return cs, nil
 }
 
@@ -118,7 +118,7 @@ func (cs *clientSide) stop() (int, error) {
 	close(cs.quit)
 	cs.cancel()
 	err := <-cs.done
-	_ = cs.client.Close()
+	_ = cs.client.Close(context.Background())
 	return int(cs.handled.Load()) - cs.timed, err
 }
 
@@ -223,7 +223,7 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer pc.Close()
+		defer pc.Close(context.Background())
 		cp, err := pc.Publisher(ctx, q)
 		if err != nil {
 			return nil, err
@@ -232,7 +232,7 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 		if consuming, err = r.dialClient(ctx, "babelqueue-bench-latency-consumer"); err != nil {
 			return nil, err
 		}
-		defer consuming.Close()
+		defer consuming.Close(context.Background())
 	} else {
 		pconn, psess, err := r.b.dial(ctx)
 		if err != nil {
@@ -283,7 +283,7 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 			go func() {
 				// nil: the defaults a user gets (credit 100 at one worker,
 				// the raw side's too).
-				consumed <- consuming.Consume(cctx, q, cons, nil)
+				consumed <- consuming.Consume(cctx, q, cons)
 			}()
 		} else {
 			go func() { consumed <- cons.Listen(cctx, rcv) }()
@@ -356,7 +356,7 @@ func (r *runner) latencySegment(side string, n int) ([]time.Duration, error) {
 			mu.Lock()
 			starts[env.Meta.ID] = start
 			mu.Unlock()
-			rc, err := pub.PublishEnvelopeWithReceipt(ctx, env)
+			rc, err := pub.PublishWithReceipt(ctx, env)
 			if err != nil {
 				sendErr = err
 				break

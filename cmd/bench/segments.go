@@ -27,7 +27,7 @@ func (r *runner) publishSegment(ctx context.Context, sd *side, c, n int) (result
 				var err error
 				if sd.lib {
 					data.OrderID = 100000 + j
-					_, err = sd.pub.Publish(ctx, urn, data)
+					_, err = sd.pub.Publish(ctx, artemis.Job(urn, data))
 				} else {
 					msg := r.rawMsgs[(i+j*c)%len(r.rawMsgs)]
 					if r.cfg.rawJSON {
@@ -67,7 +67,7 @@ func (r *runner) pipelinedSegment(ctx context.Context, sd *side, window, n int) 
 			data := r.data
 			for j := range n {
 				data.OrderID = 100000 + j
-				rc, err := sd.pub.PublishWithReceipt(ctx, urn, data)
+				rc, err := sd.pub.PublishWithReceipt(ctx, artemis.Job(urn, data))
 				if err != nil {
 					errc <- err
 					return

@@ -13,7 +13,7 @@ import (
 type scenario struct {
 	kind   string   // publish, pipelined, client-publish, client-pipelined, consume, client-consume or grouped
 	conc   int      // goroutines, workers, or the window of a pipelined publish
-	credit int      // receiver credit of the consume kinds (client-consume: 0 is nil ConsumeOptions, the defaults, against raw at rawDefaultCredit)
+	credit int      // receiver credit of the consume kinds (client-consume: 0 is no WithCredit, the defaults, against raw at rawDefaultCredit)
 	raw    []result // one per round
 	lib    []result
 	pairs  []float64 // library / raw msg/s of each pair of segments, all rounds

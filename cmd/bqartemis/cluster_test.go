@@ -100,13 +100,13 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	p, err := c.Publisher(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 * len(cl.Nodes) {
-		if _, err := p.Publish(ctx, urnFail, map[string]int{"n": i}); err != nil {
+		if _, err := p.Publish(ctx, artemis.Job(urnFail, map[string]int{"n": i})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,7 +131,7 @@ func TestIntegrationClusterStatsInspectAndRedrivePerMember(t *testing.T) {
 	}
 	cctx, ccancel := context.WithCancel(ctx)
 	consumed := make(chan struct{})
-	go func() { _ = c.Consume(cctx, queue, cons, nil); close(consumed) }()
+	go func() { _ = c.Consume(cctx, queue, cons); close(consumed) }()
 	total := 3 * len(cl.Nodes)
 	deadline := time.Now().Add(30 * time.Second)
 	var per []int

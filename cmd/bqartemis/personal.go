@@ -173,7 +173,7 @@ func (p *personalFlags) apply(r *record) {
 	if r.env == nil || p.marks == nil {
 		return
 	}
-	m := p.marks[r.env.URN()]
+	m := p.marks[r.env.URN]
 	if m == nil {
 		return
 	}

@@ -106,7 +106,7 @@ func classify(msg *amqp.Message) *record {
 		if env, err := artemis.Decode(body); err == nil {
 			r.TraceID, r.Attempts = env.TraceID, env.Attempts
 			if r.URN == "" {
-				r.URN = env.URN()
+				r.URN = env.URN
 			}
 		}
 		return r
@@ -230,7 +230,7 @@ func routingURN(msg *amqp.Message, env *artemis.Envelope) string {
 		return *p.Subject
 	}
 	if env != nil {
-		return env.URN()
+		return env.URN
 	}
 	return ""
 }

@@ -45,7 +45,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	var wg sync.WaitGroup
 	sctx, stop := context.WithCancel(ctx)
 	defer func() { stop(); wg.Wait() }()
@@ -56,7 +56,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, topic+"."+svc, cons, nil); err != nil {
+			if err := c.Subscribe(sctx, topic, topic+"."+svc, cons); err != nil {
 				t.Errorf("Subscribe %s: %v", svc, err)
 			}
 		})
@@ -93,7 +93,7 @@ func TestIntegrationRedriveOfASubscription(t *testing.T) {
 	}
 	const events = 3
 	for i := range events {
-		if _, err := pub.Publish(ctx, urnFail, map[string]any{"n": i}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,17 +169,17 @@ func TestIntegrationStatsOfANonDurableSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer func() { _ = c.Close(context.Background()) }()
 	var wg sync.WaitGroup
 	sctx, stop := context.WithCancel(ctx)
 	defer func() { stop(); wg.Wait() }()
-	for sub, opts := range map[string]*artemis.ConsumeOptions{live: {NonDurable: true}, keep: nil} {
+	for sub, opts := range map[string][]artemis.ConsumerOption{live: {artemis.WithNonDurable()}, keep: nil} {
+		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
 		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, sub, cons, opts); err != nil {
+			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
 				t.Errorf("Subscribe %s: %v", sub, err)
 			}
 		})

@@ -120,9 +120,9 @@ func TestValidatorLine(t *testing.T) {
 	}{
 		{"envelope, compacted", &amqp.Message{Value: pretty}, `{"envelope":` + string(body) + "}\n"},
 		{"envelope in data sections", &amqp.Message{Data: [][]byte{body[:9], body[9:]}}, `{"envelope":` + string(body) + "}\n"},
-		{"empty array", &amqp.Message{Value: "[]"}, `{"refused":"poison","error":"babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
-		{"array of an envelope", &amqp.Message{Value: "[" + string(body) + "]"}, `{"refused":"poison","error":"babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
-		{"meta.schema_version 2", &amqp.Message{Value: v2}, `{"refused":"poison","error":"babelqueue: invalid envelope: meta.schema_version is 2, want 1"}` + "\n"},
+		{"empty array", &amqp.Message{Value: "[]"}, `{"refused":"poison","error":"artemis: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
+		{"array of an envelope", &amqp.Message{Value: "[" + string(body) + "]"}, `{"refused":"poison","error":"artemis: invalid envelope: the body is JSON but not an object: it is an array"}` + "\n"},
+		{"meta.schema_version 2", &amqp.Message{Value: v2}, `{"refused":"poison","error":"artemis: invalid envelope: meta.schema_version is 2, want 1"}` + "\n"},
 		{"plain text", &amqp.Message{Value: "plain text"}, `"refused":"poison"`},
 		{"sequence", &amqp.Message{Sequence: [][]any{{1}}}, `{"refused":"poison","error":"the body is an AMQP sequence section"}` + "\n"},
 		{"gated", gated, `{"refused":"version_gated","urn":"urn:babel:orders:created","error":"bq_schema_version is \"2\", not \"1\""}` + "\n"},
@@ -160,7 +160,7 @@ func TestIntegrationValidateBrowsesTheQueue(t *testing.T) {
 		}
 	}
 	if len(bodies) != 3 || !strings.Contains(bodies[0], `{"envelope":{`) || !strings.Contains(bodies[0], `"data":{"order_id":1}`) ||
-		!strings.Contains(bodies[1], `"data":{"orderId":2}`) || !strings.HasPrefix(bodies[2], `{"refused":"poison","error":"babelqueue: invalid envelope: the body is not valid JSON`) {
+		!strings.Contains(bodies[1], `"data":{"orderId":2}`) || !strings.HasPrefix(bodies[2], `{"refused":"poison","error":"artemis: invalid envelope: the body is not valid JSON`) {
 		t.Fatalf("the program was given:\n%s", out)
 	}
 	if len(jsonLines(t, cli(t, env, "peek", queue, "-json"))) != 3 {

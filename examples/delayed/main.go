@@ -56,14 +56,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	// The consumer is listening before anything is published, so the
 	// arrival times are the broker's doing, not ours.
 	arrivals := make(chan arrival, 2)
 	handle := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		select {
-		case arrivals <- arrival{urn: env.Job, id: env.Meta.ID, at: time.Now()}:
+		case arrivals <- arrival{urn: env.URN, id: env.Meta.ID, at: time.Now()}:
 		case <-ctx.Done():
 		}
 		return nil
@@ -77,15 +77,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// the clock for x-opt-delivery-time inside it.
 	sent := map[string]time.Time{}
 	start := time.Now()
-	delayedID, err := pub.Publish(ctx, URNReminder, map[string]any{"reminder_id": 7, "text": "call the customer back"},
-		artemis.WithDelay(cfg.Delay))
+	delayedID, err := pub.Publish(ctx, artemis.Job(URNReminder, map[string]any{"reminder_id": 7, "text": "call the customer back"}), artemis.WithDelay(cfg.Delay))
 	if err != nil {
 		return err
 	}
 	sent[delayedID] = start
 	fmt.Fprintf(out, "%s  published %s with WithDelay(%v)\n", clock(start), URNReminder, cfg.Delay)
 	start = time.Now()
-	nowID, err := pub.Publish(ctx, URNNow, map[string]any{"reminder_id": 7})
+	nowID, err := pub.Publish(ctx, artemis.Job(URNNow, map[string]any{"reminder_id": 7}))
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	// 1. Publish the orders. Duplicate detection makes a publish whose
 	// outcome was lost safe to retry: Artemis stores it once.
@@ -96,7 +96,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	tr := newTracker()
 	var numbers []string
 	for _, o := range orders {
-		id, err := pub.Publish(ctx, URNCreated, o)
+		id, err := pub.Publish(ctx, artemis.Job(URNCreated, o))
 		if err != nil {
 			return err
 		}

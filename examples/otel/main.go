@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	got := make(chan string, 1)
 	ship := func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
@@ -78,7 +78,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	id, err := tel.Publisher(cp, cfg.Queue).Publish(ctx, URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"})
+	id, err := tel.Publisher(cp, cfg.Queue).Publish(ctx, artemis.Job(URNShipped, map[string]any{"order_id": 1042, "carrier": "dhl"}))
 	if err != nil {
 		return err
 	}

@@ -103,7 +103,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	fmt.Fprintf(out, "outbox example: queue %s, schema %s\n", cfg.Queue, cfg.Schema)
 
 	// 1. The order service: an order and its message, one transaction.
@@ -151,13 +151,13 @@ func run(ctx context.Context, cfg Config, out io.Writer) error {
 				err = de.Err // the handler's own error
 			}
 			fmt.Fprintf(out, "billing  %v -> rolled back, back on the queue for a retry\n", err)
-		}))
+		}), artemis.WithoutDeadLetter())
 	if err != nil {
 		return err
 	}
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumed := make(chan error, 1)
-	go func() { consumed <- client.Consume(cctx, cfg.Queue, cons, &artemis.ConsumeOptions{NoDeadLetter: true}) }()
+	go func() { consumed <- client.Consume(cctx, cfg.Queue, cons) }()
 	defer func() {
 		stopConsumer()
 		<-consumed
@@ -296,7 +296,7 @@ func redeliver(ctx context.Context, pool *pgxpool.Pool, client *artemis.Client, 
 		return err
 	}
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
-	r, err := pub.PublishEncodedWithReceipt(ctx, body)
+	r, err := pub.PublishWithReceipt(ctx, artemis.Encoded(body))
 	if err != nil {
 		return err
 	}

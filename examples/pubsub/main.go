@@ -78,7 +78,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 			if err := env.Bind(&o); err != nil {
 				return err
 			}
-			ev := event{service: service, instance: instance, urn: env.Job, order: o.OrderID, outcome: verb}
+			ev := event{service: service, instance: instance, urn: env.URN, order: o.OrderID, outcome: verb}
 			var err error
 			if service == "billing" && o.OrderID == FailingOrder {
 				err = fmt.Errorf("card declined (order %d)", o.OrderID)
@@ -102,11 +102,11 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	for _, in := range []struct {
 		service, instance string
 		h                 artemis.Handlers
-		opts              *artemis.ConsumeOptions
+		opts              []artemis.ConsumerOption
 	}{
 		{"billing", "billing-1", artemis.Handlers{URNCreated: handler("billing", "billing-1", "charged"), URNCancelled: handler("billing", "billing-1", "refunded")}, nil},
 		{"billing", "billing-2", artemis.Handlers{URNCreated: handler("billing", "billing-2", "charged"), URNCancelled: handler("billing", "billing-2", "refunded")}, nil},
-		{"shipping", "shipping-1", artemis.Handlers{URNCreated: handler("shipping", "shipping-1", "packed")}, &artemis.ConsumeOptions{OnlyHandledURNs: true}},
+		{"shipping", "shipping-1", artemis.Handlers{URNCreated: handler("shipping", "shipping-1", "packed")}, []artemis.ConsumerOption{artemis.WithOnlyHandledURNs()}},
 	} {
 		client, err := artemis.Dial(ctx, []string{cfg.URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
 			if ev.Kind == artemis.EventConsumerAttached {
@@ -116,14 +116,14 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer client.Close()
-		cons, err := artemis.NewConsumer(in.h, artemis.WithMaxTries(1),
-			artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+		defer client.Close(context.Background())
+		cons, err := artemis.NewConsumer(in.h, append(in.opts, artemis.WithMaxTries(1),
+			artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))...)
 		if err != nil {
 			return err
 		}
 		wg.Go(func() {
-			if err := client.Subscribe(sctx, topic, topic+"."+in.service, cons, in.opts); err != nil {
+			if err := client.Subscribe(sctx, topic, topic+"."+in.service, cons); err != nil {
 				errs <- fmt.Errorf("%s: %w", in.instance, err)
 			}
 		})
@@ -144,7 +144,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	pub, err := client.TopicPublisher(ctx, topic)
 	if err != nil {
 		return err
@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg broker.Config, out io.Writer) error {
 		order int
 	}{{URNCreated, 1001}, {URNCreated, 1002}, {URNCreated, FailingOrder}, {URNCreated, 1004}, {URNCancelled, 1002}}
 	for _, p := range published {
-		if _, err := pub.Publish(ctx, p.urn, Order{OrderID: p.order}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(p.urn, Order{OrderID: p.order})); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "published %-27s order %d\n", p.urn, p.order)

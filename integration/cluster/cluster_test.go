@@ -42,7 +42,7 @@ func TestClusterPublishesSpreadAndAllAreConsumedOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	pubTime := time.Since(start)
 	require.Len(t, acked, n)
 
@@ -89,7 +89,7 @@ func TestClusterConsumesMessagesStoredOnOneMember(t *testing.T) {
 	one := dialNode(t, cl.Nodes[last].URL)
 	p, err := one.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 100, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 100, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	require.NoError(t, p.Close(context.Background()))
 
 	c := dialCluster(t, cl, nil)
@@ -120,9 +120,9 @@ func TestClusterKeepsTheOrderOfEachGroup(t *testing.T) {
 	c := dialCluster(t, cl, nil)
 	p, err := c.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) {
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) {
 		g := fmt.Sprintf("g%03d", i%groups)
-		return order{Group: g, Seq: i / groups}, []artemis.BuildOption{artemis.WithGroupID(g)}
+		return order{Group: g, Seq: i / groups}, []artemis.PublishOption{artemis.WithGroupID(g)}
 	})
 
 	per := counts(t, cl, q)
@@ -195,7 +195,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	// The consume stream's messages, spread over the members before the kill.
 	pc, err := c.Publisher(context.Background(), qc)
 	require.NoError(t, err)
-	ackedC := publishAll(t, pc, n, 500, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	ackedC := publishAll(t, pc, n, 500, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 
 	tc := newTally(n)
 	stopC := consume(t, c, qc, func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
@@ -226,7 +226,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 					panic(err)
 				}
 				for try := 0; ; try++ {
-					_, err = pp.PublishEnvelope(pctx, env)
+					_, err = pp.Publish(pctx, env)
 					if err == nil || !errors.Is(err, artemis.ErrOutcomeUnknown) || try == 5 {
 						break
 					}
@@ -301,7 +301,7 @@ func TestClusterTTLSurvivesRedistribution(t *testing.T) {
 	p, err := src.Publisher(context.Background(), q)
 	require.NoError(t, err)
 	published := time.Now()
-	_, err = p.Publish(context.Background(), urn, order{Seq: 1}, artemis.WithTTL(ttl))
+	_, err = p.Publish(context.Background(), artemis.Job(urn, order{Seq: 1}), artemis.WithTTL(ttl))
 	require.NoError(t, err)
 
 	// No consumer anywhere for a while, then one on node 2 only: the
@@ -348,7 +348,7 @@ func TestClusterFailingMessageReachesTheDLQWithinTheBound(t *testing.T) {
 	c := dialCluster(t, cl, nil)
 	p, err := c.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urn, order{Seq: 1})
+	id, err := p.Publish(context.Background(), artemis.Job(urn, order{Seq: 1}))
 	require.NoError(t, err)
 
 	var calls atomic.Int32
@@ -391,7 +391,7 @@ func TestClusterRedirectIsFollowed(t *testing.T) {
 	require.NoError(t, err)
 	p, err := rc.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urn, order{Seq: 1})
+	id, err := p.Publish(context.Background(), artemis.Job(urn, order{Seq: 1}))
 	require.NoError(t, err)
 
 	c := dialCluster(t, cl, nil)
@@ -421,7 +421,7 @@ func TestClusterFailingMessageMovedByRedistributionStaysWithinTheBound(t *testin
 	src := dialNode(t, cl.Nodes[0].URL)
 	p, err := src.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urn, order{Seq: 1})
+	id, err := p.Publish(context.Background(), artemis.Job(urn, order{Seq: 1}))
 	require.NoError(t, err)
 
 	// Another application's consumer on member 1 fails it twice, then goes.

@@ -52,7 +52,7 @@ func dialCluster(t *testing.T, cl *brokertest.Cluster, opts *artemis.ClientOptio
 	defer cancel()
 	c, err := artemis.DialCluster(ctx, cl.Members(), opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -63,7 +63,7 @@ func dialNode(t *testing.T, url string) *artemis.Client {
 	defer cancel()
 	c, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{Logger: quiet})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
@@ -143,12 +143,12 @@ func (t *tally) wait(tb testing.TB, timeout time.Duration) {
 func consume(t *testing.T, c *artemis.Client, queue string, h artemis.HandlerFunc, opts ...artemis.ConsumerOption) (stop func()) {
 	t.Helper()
 	cons := testkit.MustConsumer(t, artemis.Handlers{urn: h}, append([]artemis.ConsumerOption{artemis.WithLogger(quiet)}, opts...)...)
-	return testkit.ConsumeInBackground(t, c, queue, cons, nil, 30*time.Second)
+	return testkit.ConsumeInBackground(t, c, queue, cons, 30*time.Second)
 }
 
 // publishAll publishes n messages on p with a window of receipts in
 // flight, and returns the acknowledged ids.
-func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.BuildOption)) map[string]bool {
+func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data func(i int) (any, []artemis.PublishOption)) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -163,7 +163,7 @@ func publishAll(t *testing.T, p *artemis.ClientPublisher, n, window int, data fu
 	}
 	for i := range n {
 		d, opts := data(i)
-		r, err := p.PublishWithReceipt(ctx, urn, d, opts...)
+		r, err := p.PublishWithReceipt(ctx, artemis.Job(urn, d), opts...)
 		require.NoError(t, err)
 		pending = append(pending, r)
 		if len(pending) == window {

@@ -29,7 +29,7 @@ func TestClusterScheduledRetriesComeBackWithTheirMember(t *testing.T) {
 	c := dialCluster(t, cl, nil)
 	p, err := c.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 20, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 20, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 
 	var mu sync.Mutex
 	failedAt := map[string]time.Time{}
@@ -94,7 +94,7 @@ func TestClusterLargeFailingMessageGetsMaxTries(t *testing.T) {
 	c := dialCluster(t, cl, nil)
 	p, err := c.Publisher(context.Background(), q)
 	require.NoError(t, err)
-	id, err := p.Publish(context.Background(), urn, map[string]any{"seq": 1, "pad": strings.Repeat("x", 200*1024)})
+	id, err := p.Publish(context.Background(), artemis.Job(urn, map[string]any{"seq": 1, "pad": strings.Repeat("x", 200*1024)}))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var attempts []int

@@ -46,7 +46,7 @@ func TestClusterReceiptsOfHealthyMembersDoNotWaitForAStalledOne(t *testing.T) {
 		DialTimeout: 15 * time.Second, // receipts' deadline 30 s, past the stall
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.True(t, c.Status().Members[0].Connected, "member 1 is connected through the proxy")
 	q := queueName(t, "stall")
 	p, err := c.Publisher(ctx, q)
@@ -67,7 +67,7 @@ func TestClusterReceiptsOfHealthyMembersDoNotWaitForAStalledOne(t *testing.T) {
 
 	rs := make([]*artemis.Receipt, n)
 	for i := range rs {
-		rs[i], err = p.PublishWithReceipt(ctx, urn, order{Seq: i})
+		rs[i], err = p.PublishWithReceipt(ctx, artemis.Job(urn, order{Seq: i}))
 		require.NoError(t, err)
 	}
 	written := time.Since(stalledAt)

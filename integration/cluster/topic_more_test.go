@@ -20,7 +20,7 @@ import (
 // subscribeAll runs Subscribe(topic, sub) on c until the test ends (or the
 // returned stop), and waits until its receiver is attached on members
 // members of the cluster.
-func subscribeAll(t *testing.T, cl *brokertest.Cluster, topic, sub string, members int, h artemis.HandlerFunc, opts *artemis.ConsumeOptions, copts ...artemis.ConsumerOption) (c *artemis.Client, stop func()) {
+func subscribeAll(t *testing.T, cl *brokertest.Cluster, topic, sub string, members int, h artemis.HandlerFunc, copts ...artemis.ConsumerOption) (c *artemis.Client, stop func()) {
 	t.Helper()
 	var attached atomic.Int32
 	all := make(chan struct{})
@@ -32,7 +32,7 @@ func subscribeAll(t *testing.T, cl *brokertest.Cluster, topic, sub string, membe
 	cons := testkit.MustConsumer(t, artemis.Handlers{urn: h}, append([]artemis.ConsumerOption{artemis.WithLogger(quiet)}, copts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Subscribe(ctx, topic, sub, cons, opts) }()
+	go func() { done <- c.Subscribe(ctx, topic, sub, cons) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -92,15 +92,15 @@ func TestClusterTopicKeepsTheOrderOfEachGroupWithinASubscription(t *testing.T) {
 			s.mu.Unlock()
 			s.tl.add(env.Meta.ID)
 			return nil
-		}, nil, artemis.WithConcurrency(8))
+		}, artemis.WithConcurrency(8))
 	}
 
 	c := dialCluster(t, cl, nil)
 	p, err := c.TopicPublisher(context.Background(), topic)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) {
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) {
 		g := fmt.Sprintf("g%03d", i%groups)
-		return order{Group: g, Seq: i / groups}, []artemis.BuildOption{artemis.WithGroupID(g)}
+		return order{Group: g, Seq: i / groups}, []artemis.PublishOption{artemis.WithGroupID(g)}
 	})
 	for name, s := range subs {
 		s.tl.wait(t, 3*time.Minute)
@@ -148,13 +148,13 @@ func TestClusterTopicSurvivesAKilledMember(t *testing.T) {
 	for _, name := range names {
 		tl := newTally(n)
 		tallies[name] = tl
-		_, stop := subscribeAll(t, cl, topic, topic+"."+name, len(cl.Nodes), func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }, nil)
+		_, stop := subscribeAll(t, cl, topic, topic+"."+name, len(cl.Nodes), func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil })
 		stop() // the subscription queues exist on every member; their consumers start after the publish
 	}
 	c := dialCluster(t, cl, nil)
 	p, err := c.TopicPublisher(context.Background(), topic)
 	require.NoError(t, err)
-	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 500, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	require.NoError(t, p.Close(context.Background()))
 
 	for _, name := range names {
@@ -163,7 +163,7 @@ func TestClusterTopicSurvivesAKilledMember(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			tl.add(env.Meta.ID)
 			return nil
-		}, nil, artemis.WithConcurrency(concurrency))
+		}, artemis.WithConcurrency(concurrency))
 		clients = append(clients, sc)
 	}
 
@@ -212,14 +212,14 @@ func TestClusterRedistributionMovesOnlyWhatTheSelectorMatches(t *testing.T) {
 	const n = 200 // alternately eu and us, starting with eu
 	q, topic := queueName(t, "redistsel"), queueName(t, "redisttopic")
 	sub := topic + ".eu"
-	region := func(i int) (any, []artemis.BuildOption) {
+	region := func(i int) (any, []artemis.PublishOption) {
 		r := "us"
 		if i%2 == 0 {
 			r = "eu"
 		}
-		return order{Group: r, Seq: i}, []artemis.BuildOption{artemis.WithHeaders(map[string]string{"region": r})}
+		return order{Group: r, Seq: i}, []artemis.PublishOption{artemis.WithHeaders(map[string]string{"region": r})}
 	}
-	eu := &artemis.ConsumeOptions{Selector: "region = 'eu'"}
+	eu := artemis.WithSelector("region = 'eu'")
 
 	// The subscription, on every member, with its filter.
 	_, stop := subscribeAll(t, cl, topic, sub, len(cl.Nodes), func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }, eu)
@@ -249,7 +249,7 @@ func TestClusterRedistributionMovesOnlyWhatTheSelectorMatches(t *testing.T) {
 			mu.Unlock()
 			tl.add(env.Meta.ID)
 			return nil
-		}}, artemis.WithLogger(quiet), artemis.WithConcurrency(4))
+		}}, artemis.WithLogger(quiet), artemis.WithConcurrency(4), eu)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- consume(ctx, cons) }()
@@ -283,18 +283,18 @@ func TestClusterRedistributionMovesOnlyWhatTheSelectorMatches(t *testing.T) {
 
 	// The queue, a consumer on member 2 only, with the selector.
 	movedQ, wrongQ, dupsQ := run("queue on member 2", n/2, func(ctx context.Context, cons *artemis.Consumer) error {
-		return second.Consume(ctx, q, cons, eu)
+		return second.Consume(ctx, q, cons)
 	})
 	leftAfterMove := messageCount(t, cl.Nodes[0], q)
 	// The queue through the cluster Client: its consumer on member 1 too.
 	all := dialCluster(t, cl, nil)
 	localQ, wrongL, dupsL := run("queue on every member", n/2-len(movedQ), func(ctx context.Context, cons *artemis.Consumer) error {
-		return all.Consume(ctx, q, cons, eu)
+		return all.Consume(ctx, q, cons)
 	})
 	leftQ := messageCount(t, cl.Nodes[0], q)
 	// The subscription: its consumer on member 2 only (its filter applies).
 	gotT, wrongT, dupsT := run("subscription on member 2", n/2, func(ctx context.Context, cons *artemis.Consumer) error {
-		return second.Subscribe(ctx, topic, sub, cons, eu)
+		return second.Subscribe(ctx, topic, sub, cons)
 	})
 	leftT := messageCount(t, cl.Nodes[0], sub)
 
@@ -328,14 +328,14 @@ func TestClusterTopicNonDurableSubscriptionLivesWhileAttached(t *testing.T) {
 	_, stop := subscribeAll(t, cl, topic, sub, len(cl.Nodes), func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
 		tl.add(env.Meta.ID)
 		return nil
-	}, &artemis.ConsumeOptions{NonDurable: true}, artemis.WithConcurrency(4))
+	}, artemis.WithNonDurable(), artemis.WithConcurrency(4))
 	perMember := counts(t, cl, volatileQueue) // each member has the queue (an error otherwise)
 
 	c := dialCluster(t, cl, nil)
 	p, err := c.TopicPublisher(context.Background(), topic)
 	require.NoError(t, err)
 	start := time.Now()
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	tl.wait(t, 2*time.Minute)
 	took := time.Since(start)
 	time.Sleep(time.Second) // a late duplicate would show now

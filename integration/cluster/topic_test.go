@@ -40,7 +40,7 @@ func TestClusterTopicEachSubscriptionGetsEveryEventOnce(t *testing.T) {
 		}}, artemis.WithLogger(quiet), artemis.WithConcurrency(4))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- c.Subscribe(ctx, topic, topic+"."+svc, cons, nil) }()
+		go func() { done <- c.Subscribe(ctx, topic, topic+"."+svc, cons) }()
 		t.Cleanup(func() {
 			cancel()
 			select {
@@ -63,7 +63,7 @@ func TestClusterTopicEachSubscriptionGetsEveryEventOnce(t *testing.T) {
 	p, err := c.TopicPublisher(context.Background(), topic)
 	require.NoError(t, err)
 	start := time.Now()
-	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.BuildOption) { return order{Seq: i}, nil })
+	acked := publishAll(t, p, n, 200, func(i int) (any, []artemis.PublishOption) { return order{Seq: i}, nil })
 	for _, svc := range services {
 		tallies[svc].wait(t, 4*time.Minute)
 	}

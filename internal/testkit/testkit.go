@@ -31,13 +31,11 @@ func MustConsumer(t testing.TB, h artemis.Handlers, opts ...artemis.ConsumerOpti
 // ConsumeInBackground runs c.Consume on q in the background until the
 // returned stop is called (or the test ends); stop waits up to wait for
 // Consume to return and checks that it returned nil.
-func ConsumeInBackground(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer,
-	opts *artemis.ConsumeOptions, wait time.Duration,
-) (stop func()) {
+func ConsumeInBackground(t *testing.T, c *artemis.Client, q string, cons *artemis.Consumer, wait time.Duration) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, q, cons, opts) }()
+	go func() { done <- c.Consume(ctx, q, cons) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -72,7 +70,7 @@ func PublishUntil(ctx context.Context, pub *artemis.ClientPublisher, workers int
 				}
 				pctx, cancel := context.WithTimeout(ctx, perCall)
 				start := time.Now()
-				id, err := pub.Publish(pctx, urn, data)
+				id, err := pub.Publish(pctx, artemis.Job(urn, data))
 				cancel()
 				record(id, err, time.Since(start))
 			}

@@ -16,7 +16,7 @@ func Connect(ctx context.Context, url, queue string, opts ...artemis.PublishOpti
 	}
 	pub, err := client.Publisher(ctx, queue, opts...)
 	if err != nil {
-		client.Close()
+		client.Close(context.Background())
 		return nil, nil, err
 	}
 	return client, pub, nil
@@ -38,7 +38,7 @@ func Consume(ctx context.Context, client *artemis.Client, queue string, h artemi
 	}
 	cctx, stop := context.WithCancel(ctx)
 	c := &Consumer{stop: stop, done: make(chan error, 1)}
-	go func() { c.done <- client.Consume(cctx, queue, cons, nil) }()
+	go func() { c.done <- client.Consume(cctx, queue, cons) }()
 	return c, nil
 }
 

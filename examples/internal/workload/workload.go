@@ -57,15 +57,15 @@ func (c *counter) Settled(ev artemis.SettleEvent) {
 // Run dials the Client to url, publishes the orders to queue and consumes
 // them until every delivery is settled for good, telling out what it did.
 // The example's Observer o is the hook on both sides: the publisher's
-// (artemis.WithPublishObserver) and the consumer's (artemis.WithObserver,
+// (artemis.WithObserver) and the consumer's (artemis.WithObserver,
 // next to WithMaxTries(MaxTries)).
 func Run(ctx context.Context, url, queue string, o artemis.Observer, out io.Writer) error {
 	obs := newCounter(o)
-	client, pub, err := broker.Connect(ctx, url, queue, artemis.WithPublishObserver(obs))
+	client, pub, err := broker.Connect(ctx, url, queue, artemis.WithObserver(obs))
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	return consume(ctx, client, pub, queue, obs, out)
 }
 
@@ -95,7 +95,7 @@ func consume(ctx context.Context, client *artemis.Client, pub *artemis.ClientPub
 		return err
 	}
 	for i := range Orders {
-		if _, err := pub.Publish(ctx, URNCreated, map[string]int{"order_id": 1001 + i}); err != nil {
+		if _, err := pub.Publish(ctx, artemis.Job(URNCreated, map[string]int{"order_id": 1001 + i})); err != nil {
 			_ = cons.Stop()
 			return err
 		}

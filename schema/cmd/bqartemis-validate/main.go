@@ -260,15 +260,15 @@ func checkEnvelope(reg *schema.Registry, raw json.RawMessage) result {
 		}
 		return res
 	}
-	res := result{ID: env.Meta.ID, URN: env.Job}
+	res := result{ID: env.Meta.ID, URN: env.URN}
 	if env.DeadLetter != nil {
 		res.DeadLetter = env.DeadLetter.Reason
 	}
-	if !reg.Has(env.Job) {
+	if !reg.Has(env.URN) {
 		res.Result = "no_schema"
 		return res
 	}
-	err = reg.ValidatePayload(context.Background(), env.Job, env.Data)
+	err = reg.ValidatePayload(context.Background(), env.URN, env.Data)
 	if err == nil {
 		res.Result = "valid"
 		return res

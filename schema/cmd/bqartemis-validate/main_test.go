@@ -56,7 +56,7 @@ func TestValidateAFileOfEnvelopes(t *testing.T) {
 		"    /amount: must be >= 0\n" +
 		"    /orderId: is not allowed\n" +
 		"    /order_id: is required\n" +
-		"#3 (dead_letter poison): POISON (a consumer dead-letters it unread): babelqueue: invalid envelope: attempts is not an integer >= 0: it is missing\n"
+		"#3 (dead_letter poison): POISON (a consumer dead-letters it unread): artemis: invalid envelope: attempts is not an integer >= 0: it is missing\n"
 	if !strings.HasPrefix(out, want) {
 		t.Errorf("output\n%s\nwant it to start with\n%s", out, want)
 	}
@@ -248,7 +248,7 @@ func TestValidateAppliesTheConsumersRules(t *testing.T) {
 		return string(out) + "\n"
 	}
 	in := line(browsed{Envelope: json.RawMessage(valid)}) +
-		line(browsed{Refused: "poison", Error: "babelqueue: invalid envelope: the body is JSON but not an object: it is an array"}) +
+		line(browsed{Refused: "poison", Error: "artemis: invalid envelope: the body is JSON but not an object: it is an array"}) +
 		line(browsed{Refused: "version_gated", URN: "urn:babel:orders:created", Error: `bq_schema_version is "2", not "1"`}) +
 		line(browsed{Envelope: json.RawMessage(v2)}) +
 		"[" + valid + "]\n"
