@@ -272,7 +272,7 @@ func (l *consumeLoop) windowed(ctx context.Context, lr linkReceiver) (linkReceiv
 	w := newCreditWindow(issuer.IssueCredit, int(l.credit), l.creditBytes)
 	if err := w.start(); err != nil {
 		l.closeReceiver(ctx, lr)
-		return nil, fmt.Errorf("babelqueue: grant credit on %s: %w", l.queue, l.c.red.error(err))
+		return nil, fmt.Errorf("grant credit on %s: %w", l.queue, l.c.red.error(err))
 	}
 	return &windowReceiver{linkReceiver: lr, w: w}, nil
 }
