@@ -311,9 +311,9 @@ func (c *Client) Status() ClientStatus {
 // graceful stop that lets handlers in flight settle.
 //
 // ctx bounds the wait for the connection's close handshake: when it ends
-// first, Close returns its error at once; the Client is closed all the same
-// (every call fails with ErrClosed), and the connection's teardown finishes
-// on its own.
+// first (or was done already), Close returns its error at once; the Client
+// is closed all the same (every call fails with ErrClosed), and the
+// connection's teardown finishes on its own.
 func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.be == nil {
 		return nil // a nil or zero Client: nothing was opened
