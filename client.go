@@ -203,7 +203,10 @@ type ClientPublisher struct {
 }
 
 // Close detaches the publisher's link. Later publishes fail with ErrClosed.
-// The Client's connection stays open.
+// The Client's connection stays open. ctx bounds the wait for the detach:
+// when it ends first (or was done already), Close returns its error at
+// once; the publisher is closed all the same, and the detach finishes on
+// its own, within the dial timeout.
 func (p *ClientPublisher) Close(ctx context.Context) error {
 	if p.link == nil {
 		return errNotBuilt
