@@ -267,10 +267,10 @@ func (w observerOption) applyPublish(c *publishConfig) { c.observer = w.o }
 // consume (Listen's or Handle's context): a message whose check was cut
 // short is released unhandled. A nil v checks nothing.
 //
-// Given to NewPublisher, Client.Publisher or one publish, it checks the data
-// of every publish before anything is sent: invalid data is refused with a
-// *PayloadError (matching ErrInvalidPayload) naming each violation, and the
-// broker never sees it. It applies to Publish, PublishWithReceipt and
+// Given to NewPublisher, Client.Publisher, Client.TopicPublisher or one
+// publish, it checks the data of every publish before anything is sent:
+// invalid data is refused with a *PayloadError (matching ErrInvalidPayload)
+// naming each violation, and the broker never sees it. It applies to Publish, PublishWithReceipt and
 // NewMessage. The check runs under the publish's context (NewMessage's
 // under none), and a publish whose context ends during it fails with the
 // context's error. A nil v checks nothing. Default: none.
