@@ -203,7 +203,10 @@ type ClientPublisher struct {
 }
 
 // Close detaches the publisher's link. Later publishes fail with ErrClosed.
-// The Client's connection stays open.
+// The Client's connection stays open. ctx bounds the wait for the detach:
+// when it ends first (or was done already), Close returns its error at
+// once; the publisher is closed all the same, and the detach finishes on
+// its own, within the dial timeout.
 func (p *ClientPublisher) Close(ctx context.Context) error {
 	if p.link == nil {
 		return errNotBuilt
@@ -311,9 +314,9 @@ func (c *Client) Status() ClientStatus {
 // graceful stop that lets handlers in flight settle.
 //
 // ctx bounds the wait for the connection's close handshake: when it ends
-// first, Close returns its error at once; the Client is closed all the same
-// (every call fails with ErrClosed), and the connection's teardown finishes
-// on its own.
+// first (or was done already), Close returns its error at once; the Client
+// is closed all the same (every call fails with ErrClosed), and the
+// connection's teardown finishes on its own.
 func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.be == nil {
 		return nil // a nil or zero Client: nothing was opened

@@ -422,3 +422,29 @@ func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
 	retried := h.ev.wait(t, EventPublishRetried)
 	assert.Equal(t, memberURL(own), retried.URL)
 }
+
+// A cluster's Close whose ctx is done already returns ctx's error at once,
+// though every member's close handshake hangs, with every member closed.
+func TestClusterCloseWithADoneContextClosesEveryMemberAtOnce(t *testing.T) {
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	h := newClusterHarnessDialling(t, 2, nil, nil, func(dial dialFunc) dialFunc {
+		return func(ctx context.Context, b *broker) (amqpConn, error) {
+			cn, err := dial(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			return slowClose{cn.(*fakeConn), unblock}, nil
+		}
+	})
+	require.NoError(t, h.cl.dialMembers(context.Background()))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	require.ErrorIs(t, h.c.Close(ctx), context.Canceled)
+	assert.Less(t, time.Since(start), 5*time.Second, "not held by the members' closes")
+	assertClientClosed(t, h.c)
+	for i, m := range h.c.Status().Members {
+		assert.False(t, m.Connected, "member %d", i+1)
+	}
+}

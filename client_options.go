@@ -306,10 +306,14 @@ func (c *brokerClient) closeWithin(ctx context.Context) error {
 }
 
 // waitFor runs fn on a goroutine of its own and returns its error, or
-// ctx's once ctx ends first (fn goes on).
+// ctx's once ctx ends first (fn goes on). A ctx done already returns its
+// error every time, not only when fn is still running.
 func waitFor(ctx context.Context, fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case err := <-done:
 		return err

@@ -215,17 +215,12 @@ func (s *clientSender) close(ctx context.Context) error {
 	if sl == nil || !sl.usable() {
 		return nil
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.closeLink(context.WithoutCancel(ctx), sl) }()
-	select {
-	case err := <-done:
-		if err != nil && !linkLost(err) {
+	return waitFor(ctx, func() error {
+		if err := s.closeLink(context.WithoutCancel(ctx), sl); err != nil && !linkLost(err) {
 			return s.c.red.error(err)
 		}
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	})
 }
 
 // SendOutcome sends msg on the current link and returns the broker's

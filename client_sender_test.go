@@ -520,3 +520,25 @@ func TestPublisherCloseGivingUpOnTheAttachLockStillDetaches(t *testing.T) {
 	<-s.sem
 	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "detached once the lock is free")
 }
+
+// A ClientPublisher's Close whose ctx is done already returns ctx's error
+// every time, the detach a fast one or not, and the publisher is closed:
+// its link is detached in the background and a later publish fails with
+// ErrClosed.
+func TestClientPublisherCloseWithADoneContext(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	p, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, p.Close(ctx), context.Canceled)
+	_, err = p.Publish(context.Background(), Job(urnCreated, orderData))
+	assert.ErrorIs(t, err, ErrClosed)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "detached in the background")
+	require.NoError(t, p.Close(context.Background()), "closed already")
+}

@@ -223,3 +223,41 @@ func TestClientCloseReturnsWhenClosed(t *testing.T) {
 	_, err := h.c.Publisher(context.Background(), "orders")
 	assert.ErrorIs(t, err, ErrClosed)
 }
+
+// A Close whose ctx is done already returns ctx's error at once, hanging
+// handshake or not, and the Client is closed before it returns: a later
+// Publisher, Consume or Subscribe fails with ErrClosed, a second Close has
+// nothing to do.
+func TestClientCloseWithADoneContextClosesAtOnce(t *testing.T) {
+	for _, hangs := range []bool{true, false} {
+		t.Run(fmt.Sprintf("close hangs %v", hangs), func(t *testing.T) {
+			var h *harness
+			if hangs {
+				h = slowCloseHarness(t, nil)
+			} else {
+				h = newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+				require.NoError(t, h.dial())
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			start := time.Now()
+			require.ErrorIs(t, h.c.Close(ctx), context.Canceled)
+			assert.Less(t, time.Since(start), 5*time.Second, "not held by the close")
+			assertClientClosed(t, h.c)
+			require.NoError(t, h.c.Close(context.Background()), "closed already: nothing to wait for")
+		})
+	}
+}
+
+// assertClientClosed checks that every call that opens something on c
+// fails with ErrClosed.
+func assertClientClosed(t *testing.T, c *Client) {
+	t.Helper()
+	_, err := c.Publisher(context.Background(), "orders")
+	assert.ErrorIs(t, err, ErrClosed, "Publisher")
+	_, err = c.TopicPublisher(context.Background(), "events")
+	assert.ErrorIs(t, err, ErrClosed, "TopicPublisher")
+	cons := mustConsumer(t, Handlers{urnCreated: succeeding})
+	assert.ErrorIs(t, c.Consume(context.Background(), "orders", cons), ErrClosed, "Consume")
+	assert.ErrorIs(t, c.Subscribe(context.Background(), "events", "audit", cons), ErrClosed, "Subscribe")
+}

@@ -8,13 +8,14 @@ import "time"
 
 // WithCredit sets the receiver's link credit: how many deliveries the
 // broker may push ahead of the handlers. A credit below the concurrency
-// leaves workers idle. The window refills as deliveries are settled
-// (go-amqp grants the settled ones again), so it bounds what the process
-// holds: at most n messages (memory: n times the largest message; lower it
-// for messages of hundreds of KB). Deliveries held on credit when ctx ends
-// go back to the queue with the link, not counted as a delivery attempt
-// (Artemis, on a clean detach); after a crash Artemis may count every
-// delivery the process held as an attempt. A negative n is refused by
+// leaves workers idle. The window refills as deliveries are settled (the
+// Client grants the settled ones again), so it bounds what the process
+// holds: at most n messages, and no more bytes of them than
+// DefaultCreditBytes allows (a larger message still comes, one at a time).
+// Deliveries held on credit when ctx ends go back to the queue with the
+// link, not counted as a delivery attempt (Artemis, on a clean detach);
+// after a crash Artemis may count every delivery the process held as an
+// attempt. A negative n is refused by
 // NewConsumer (ErrInvalidConfig). Only Client.Consume and Subscribe use it.
 // Default: max(2*concurrency, MinCredit), 100 up to 50 workers: the window
 // at which eight workers get raw go-amqp's throughput, while two instances

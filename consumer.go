@@ -117,15 +117,17 @@ func (f consumerOption) applyConsumer(c *Consumer) { f(c) }
 // to <queue>.dlq (or an anonymous link: copies carry to = <queue>.dlq). It
 // should send unsettled, so the broker's outcome confirms each write. Without
 // it, messages that would be dead-lettered are accepted (dropped) and
-// reported.
+// reported. Client.Consume attaches one of its own (unless
+// WithoutDeadLetter). Default: none.
 func WithDeadLetterSender(s Sender) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.dlq = s })
 }
 
 // WithMaxTries sets how many attempts a failing message gets before it is
-// dead-lettered (default 3), counted by the reconciled attempts whether
-// the retries are scheduled copies or immediate redeliveries (see
-// WithRetrySchedule). Keep it below Artemis's max-delivery-attempts.
+// dead-lettered, counted by the reconciled attempts whether the retries
+// are scheduled copies or immediate redeliveries (see WithRetrySchedule).
+// Keep it below Artemis's max-delivery-attempts. Default: DefaultMaxTries
+// (3).
 func WithMaxTries(n int) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.maxTries = n })
 }
@@ -164,12 +166,12 @@ func WithRetryBackoff(b Backoff) ConsumerOption {
 // Without it, Listen and Handle retry every failure at once (modified with
 // delivery-failed), whatever the schedule; when the schedule was set by
 // WithRetrySchedule or WithRetryBackoff, Listen says so at warn as it
-// starts.
+// starts. Default: none.
 func WithRetrySender(s Sender) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.retrySender = s })
 }
 
-// WithUnknownURN sets the unknown-URN strategy (default UnknownURNFail).
+// WithUnknownURN sets the unknown-URN strategy. Default: UnknownURNFail.
 func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.unknown = s })
 }
@@ -177,35 +179,37 @@ func WithUnknownURN(s UnknownURNStrategy) ConsumerOption {
 // WithOnError sets the callback that receives every reported error. It is
 // called from the goroutine handling the delivery; a panic in it is
 // recovered and logged. With a callback and no WithLogger, the callback is
-// the report: nothing is logged.
+// the report: nothing is logged. Default: none.
 func WithOnError(fn ErrorHandler) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.onError = fn })
 }
 
 // WithQueue names the logical queue: dead_letter.original_queue, and the DLQ
-// address <queue>.dlq. The default is the receiver's address.
+// address <queue>.dlq. Default: the receiver's address.
 func WithQueue(name string) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.queue = name })
 }
 
 // WithDeadLetterTimeout bounds how long a dead-letter write may wait for the
-// broker's outcome (default 30s); past it the write has failed.
+// broker's outcome; past it the write has failed.
+// Default: DefaultDeadLetterTimeout (30s).
 func WithDeadLetterTimeout(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.dlqTimeout = d })
 }
 
 // WithDeadLetterRetryDelay sets how long a delivery whose dead-letter write
-// failed is held before its plain release (default 1s), so a broken DLQ is
-// not a hot loop; a delivery whose scheduled retry copy failed is held as
-// long before its immediate retry.
+// failed is held before its plain release, so a broken DLQ is not a hot
+// loop; a delivery whose scheduled retry copy failed is held as long before
+// its immediate retry. Default: DefaultDeadLetterRetryDelay (1s).
 func WithDeadLetterRetryDelay(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.retryDelay = d })
 }
 
-// WithConcurrency sets how many handlers Listen runs at once (default 1,
-// which keeps the queue's order). Deliveries that share an AMQP group-id
-// are still handled one at a time, in the order received (see Listen).
-// Give the receiver at least this much credit.
+// WithConcurrency sets how many handlers Listen runs at once; 1 keeps the
+// queue's order. Deliveries that share an AMQP group-id are still handled
+// one at a time, in the order received (see Listen). Give the receiver at
+// least this much credit (Client.Consume does). Default: DefaultConcurrency
+// (1).
 func WithConcurrency(n int) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.concurrency = n })
 }
@@ -222,8 +226,9 @@ func WithConcurrency(n int) ConsumerOption {
 // dead-lettered or left unsettled silently. With WithOnError and no
 // WithLogger nothing is logged: the callback is the report. A panic in the
 // callback or in the Observer is always logged at error, to slog.Default()
-// when there is no logger. WithLogger(nil) is the default; to log nothing
-// at all, pass slog.New(slog.DiscardHandler).
+// when there is no logger. To log nothing at all, pass
+// slog.New(slog.DiscardHandler). Default: nil, the warn and error lines
+// to slog.Default() unless WithOnError is given.
 func WithLogger(l *slog.Logger) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.logger = l })
 }
@@ -262,10 +267,10 @@ func (w observerOption) applyPublish(c *publishConfig) { c.observer = w.o }
 // consume (Listen's or Handle's context): a message whose check was cut
 // short is released unhandled. A nil v checks nothing.
 //
-// Given to NewPublisher, Client.Publisher or one publish, it checks the data
-// of every publish before anything is sent: invalid data is refused with a
-// *PayloadError (matching ErrInvalidPayload) naming each violation, and the
-// broker never sees it. It applies to Publish, PublishWithReceipt and
+// Given to NewPublisher, Client.Publisher, Client.TopicPublisher or one
+// publish, it checks the data of every publish before anything is sent:
+// invalid data is refused with a *PayloadError (matching ErrInvalidPayload)
+// naming each violation, and the broker never sees it. It applies to Publish, PublishWithReceipt and
 // NewMessage. The check runs under the publish's context (NewMessage's
 // under none), and a publish whose context ends during it fails with the
 // context's error. A nil v checks nothing. Default: none.

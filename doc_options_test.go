@@ -11,9 +11,9 @@ import (
 )
 
 // TestOptionsStateTheirDefaultInOneForm: every field of the
-// configuration structs, and every consumer option that only Client.Consume
-// reads, ends its doc comment with its default, in one form:
-// "Default: ...".
+// configuration structs, and every option function (With...: consumer,
+// publish, idempotency and store options), ends its doc comment with its
+// default, in one form: "Default: ...".
 func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 	want := map[string]bool{"ClientOptions": true, "Backoff": true}
 	wantFuncs := map[string]bool{"WithCredit": true, "WithSelector": true, "WithOnlyHandledURNs": true,
@@ -40,8 +40,11 @@ func TestOptionsStateTheirDefaultInOneForm(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range file.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && wantFuncs[fd.Name.Name] {
-				foundFuncs++
+			// Every option function (With...), the consume options among them.
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "With") {
+				if wantFuncs[fd.Name.Name] {
+					foundFuncs++
+				}
 				if !endsWithDefault(fd.Doc.Text()) {
 					t.Errorf("%s: its doc comment does not end with \"Default: ...\": %q", fd.Name.Name, fd.Doc.Text())
 				}

@@ -33,8 +33,8 @@ const (
 // IdempotencyOption configures Idempotent and IdempotentHandlers.
 type IdempotencyOption func(*idempotency)
 
-// WithClaimLease sets how long a claim lasts (default DefaultClaimLease). A
-// value <= 0 keeps the default.
+// WithClaimLease sets how long a claim lasts. A value <= 0 keeps the
+// default. Default: DefaultClaimLease (5m).
 func WithClaimLease(d time.Duration) IdempotencyOption {
 	return func(i *idempotency) {
 		if d > 0 {
@@ -43,8 +43,8 @@ func WithClaimLease(d time.Duration) IdempotencyOption {
 	}
 }
 
-// WithStoreTimeout bounds each Complete and Release call (default
-// DefaultStoreTimeout). A value <= 0 keeps the default.
+// WithStoreTimeout bounds each Complete and Release call. A value <= 0
+// keeps the default. Default: DefaultStoreTimeout (30s).
 func WithStoreTimeout(d time.Duration) IdempotencyOption {
 	return func(i *idempotency) {
 		if d > 0 {
@@ -57,8 +57,8 @@ func WithStoreTimeout(d time.Duration) IdempotencyOption {
 // a success (Complete returned an error). The handler's effect happened and
 // the delivery is still accepted (failing it would run the effect again at
 // once); the id stays claimed until its lease ends, and a duplicate
-// delivered after that runs again. Without the callback the failure is
-// logged at error level to slog.Default().
+// delivered after that runs again. Default: none, the failure is logged
+// at error level to slog.Default().
 func WithCompleteError(fn func(ctx context.Context, id string, err error)) IdempotencyOption {
 	return func(i *idempotency) { i.onComplete = fn }
 }

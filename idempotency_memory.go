@@ -48,8 +48,8 @@ type memoryEntry struct {
 // MemoryStoreOption configures NewMemoryStore.
 type MemoryStoreOption func(*MemoryStore)
 
-// WithMemoryCapacity sets how many ids the store holds at most (default
-// DefaultMemoryStoreCapacity). A value < 1 keeps the default.
+// WithMemoryCapacity sets how many ids the store holds at most. A value
+// < 1 keeps the default. Default: DefaultMemoryStoreCapacity (100 000).
 func WithMemoryCapacity(n int) MemoryStoreOption {
 	return func(s *MemoryStore) {
 		if n >= 1 {
@@ -58,8 +58,8 @@ func WithMemoryCapacity(n int) MemoryStoreOption {
 	}
 }
 
-// WithMemoryRetention sets how long a done id is remembered (default
-// DefaultMemoryStoreRetention). A value <= 0 keeps the default.
+// WithMemoryRetention sets how long a done id is remembered. A value <= 0
+// keeps the default. Default: DefaultMemoryStoreRetention (24h).
 func WithMemoryRetention(d time.Duration) MemoryStoreOption {
 	return func(s *MemoryStore) {
 		if d > 0 {

@@ -39,6 +39,7 @@ type publishConfig struct {
 
 // WithDelay schedules the message for delivery d from now, through Artemis's
 // x-opt-delivery-time annotation. A delay <= 0 delivers at once.
+// Default: 0, at once.
 func WithDelay(d time.Duration) PublishOption {
 	return publishOption(func(c *publishConfig) { c.delay = d })
 }
@@ -47,6 +48,7 @@ func WithDelay(d time.Duration) PublishOption {
 // string application properties. Blank keys and values are dropped; a header
 // named like a contract property (bq_...) loses to the contract's value. A
 // HeaderCarrier is a map[string]string, so it can be passed as it is.
+// Default: none.
 func WithHeaders(h map[string]string) PublishOption {
 	return publishOption(func(c *publishConfig) {
 		if len(h) == 0 {
@@ -63,6 +65,7 @@ func WithHeaders(h map[string]string) PublishOption {
 
 // WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
 // to meta.id, so a publish retried after an ambiguous failure is stored once.
+// Default: off.
 func WithDuplicateDetection() PublishOption {
 	return publishOption(func(c *publishConfig) { c.dupID = true })
 }
@@ -78,15 +81,15 @@ func WithDuplicateDetection() PublishOption {
 // publisher's clock. d = 0 means no
 // expiry; a negative d, or one over the header's 2^32-1 ms (49.7 days), is
 // refused with ErrInvalidConfig when publishing. Dead-letter copies never
-// carry it.
+// carry it. Default: 0, no expiry.
 func WithTTL(d time.Duration) PublishOption {
 	return publishOption(func(c *publishConfig) { c.ttl = d })
 }
 
-// WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority); the
-// default is 4, as in JMS. Artemis delivers higher priorities first among
-// the messages waiting in a queue. A priority outside 0-9 is refused with
-// ErrInvalidConfig when publishing.
+// WithPriority sets the header priority, 0 (lowest) to 9 (JMSPriority).
+// Artemis delivers higher priorities first among the messages waiting in a
+// queue. A priority outside 0-9 is refused with ErrInvalidConfig when
+// publishing. Default: 4, as in JMS.
 func WithPriority(p int) PublishOption {
 	return publishOption(func(c *publishConfig) { c.priority, c.prioritySet = p, true })
 }
@@ -94,6 +97,7 @@ func WithPriority(p int) PublishOption {
 // WithGroupID puts the message in a message group: properties.group-id,
 // which JMS peers see as JMSXGroupID. Artemis hands all messages of one
 // group to one consumer at a time, in order. An empty key means no group.
+// Default: no group.
 func WithGroupID(key string) PublishOption {
 	return publishOption(func(c *publishConfig) { c.groupID = key })
 }
@@ -113,7 +117,7 @@ func WithGroupID(key string) PublishOption {
 // the call returns. A panic in f is recovered and logged to slog.Default()
 // at error level; it changes neither the publish nor any receipt.
 // Given to NewPublisher, it sees every publish: a place to count outcomes or
-// log the failures of receipts nobody waits on.
+// log the failures of receipts nobody waits on. Default: none.
 func WithOnOutcome(f func(id string, err error)) PublishOption {
 	return publishOption(func(c *publishConfig) { c.onOutcome = f })
 }

@@ -29,7 +29,7 @@ func composeSelector(selector string, onlyHandled bool, h Handlers) (string, err
 	var parts []string
 	if onlyHandled {
 		if len(h) == 0 {
-			return "", fmt.Errorf("%w: OnlyHandledURNs with a Consumer that has no handlers", ErrInvalidConfig)
+			return "", fmt.Errorf("%w: WithOnlyHandledURNs with a Consumer that has no handlers", ErrInvalidConfig)
 		}
 		parts = append(parts, urnSelector(h))
 	}

@@ -6,7 +6,7 @@
 //   - Each service handles each event once: billing's two instances share
 //     the billing subscription queue, so an event goes to one of them.
 //
-//   - Shipping subscribes with OnlyHandledURNs: the broker delivers it the
+//   - Shipping subscribes with WithOnlyHandledURNs: the broker delivers it the
 //     order-created events only; the cancellations never reach it.
 //
 //   - Billing fails one order every time: it is dead-lettered to billing's

@@ -33,7 +33,7 @@ func TestPubSub(t *testing.T) {
 		t.Errorf("billing refunded order 1002 %d times, want once", n)
 	}
 	if strings.Contains(text, "shipping order 1002 "+URNCancelled) {
-		t.Error("shipping received a cancellation: its OnlyHandledURNs selector did not hold")
+		t.Error("shipping received a cancellation: its WithOnlyHandledURNs selector did not hold")
 	}
 	if !strings.Contains(text, fmt.Sprintf("shipping order %d %s packed", FailingOrder, URNCreated)) {
 		t.Error("shipping did not pack the order billing failed")
