@@ -113,7 +113,7 @@ func (c *brokerClient) consume(ctx context.Context, queue string, src source, co
 		run.retrySender = retry
 	}
 
-	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit, creditBytes: DefaultCreditBytes, src: src}
+	l := &consumeLoop{c: c, queue: queue, cons: &run, dlq: dlq, retry: retry, credit: credit, creditBytes: o.creditBudget(), src: src}
 	err := l.run(ctx)
 	l.detach(ctx)
 	return err

@@ -11,7 +11,7 @@ import "time"
 // leaves workers idle. The window refills as deliveries are settled (the
 // Client grants the settled ones again), so it bounds what the process
 // holds: at most n messages, and no more bytes of them than
-// DefaultCreditBytes allows (a larger message still comes, one at a time).
+// WithCreditBytes allows (a larger message still comes, one at a time).
 // Deliveries held on credit when ctx ends go back to the queue with the
 // link, not counted as a delivery attempt (Artemis, on a clean detach);
 // after a crash Artemis may count every delivery the process held as an
@@ -22,6 +22,18 @@ import "time"
 // sharing a backlog still take even shares.
 func WithCredit(n int) ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.run.credit = n })
+}
+
+// WithCreditBytes sets the byte budget of the receiver's link: the credit
+// is granted so that the deliveries the process holds (in handlers and
+// pushed ahead) come to at most n bytes, each one still to come counted
+// at the largest size seen (docs/consuming.md, "Credit"). A message
+// larger than n still comes, one at a time. A cluster Client's budget is
+// per member's link. n < 1 is refused by NewConsumer (ErrInvalidConfig).
+// Only Client.Consume and Subscribe use it.
+// Default: DefaultCreditBytes (32 MiB).
+func WithCreditBytes(n int64) ConsumerOption {
+	return consumerOption(func(c *Consumer) { c.run.creditBytes = n; c.run.creditBytesSet = true })
 }
 
 // WithoutDeadLetter has Client.Consume attach no dead-letter sender:
@@ -96,4 +108,13 @@ func WithOnlyHandledURNs() ConsumerOption {
 // refuses it. Default: off, the subscription is a durable queue.
 func WithNonDurable() ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.run.nonDurable = true })
+}
+
+// creditBudget is the link's byte budget: WithCreditBytes's, else
+// DefaultCreditBytes.
+func (o consumeOptions) creditBudget() int64 {
+	if o.creditBytesSet {
+		return o.creditBytes
+	}
+	return DefaultCreditBytes
 }

@@ -1,6 +1,7 @@
 package artemis
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -30,4 +31,42 @@ func TestConsumeOptionsSetTheRunOptions(t *testing.T) {
 		nonDurable:   true,
 	}, c.run)
 	assert.Equal(t, consumeOptions{}, plain.run, "another Consumer's options are its own")
+}
+
+// WithCreditBytes sets the link's byte budget; without it the budget is
+// DefaultCreditBytes; a budget below one byte is refused.
+func TestWithCreditBytes(t *testing.T) {
+	h := Handlers{urnCreated: newHandled().handler(nil)}
+	plain, err := NewConsumer(h)
+	require.NoError(t, err)
+	assert.Equal(t, int64(DefaultCreditBytes), plain.run.creditBudget())
+	c, err := NewConsumer(h, WithCreditBytes(4<<20))
+	require.NoError(t, err)
+	assert.Equal(t, int64(4<<20), c.run.creditBudget())
+	for _, n := range []int64{0, -1} {
+		_, err := NewConsumer(h, WithCreditBytes(n))
+		assert.ErrorIs(t, err, ErrInvalidConfig, "credit bytes %d", n)
+	}
+}
+
+// The Client's consume loop grants the link its credit within the budget
+// WithCreditBytes sets: a budget smaller than one message lets one
+// delivery at a time come, where the count credit alone would open the
+// window to 100.
+func TestConsumeGrantsCreditWithinWithCreditBytes(t *testing.T) {
+	h, attached := liveHarness(t)
+	require.NoError(t, h.dial())
+	seen := newHandled()
+	cons := mustConsumer(t, Handlers{urnCreated: seen.handler(nil)}, WithCreditBytes(1))
+	run := startConsume(h, "orders", cons)
+	r := attachedReceiver(t, attached)
+	for range 3 {
+		r.Push(orderMessage(t, 0))
+		require.NoError(t, r.WaitSettled(context.Background(), 1))
+	}
+	for i, g := range r.Grants() {
+		assert.Equal(t, uint32(1), g, "grant %d: one delivery at a time", i)
+	}
+	run.cancel()
+	require.NoError(t, run.wait(t))
 }

@@ -102,6 +102,9 @@ type consumeOptions struct {
 	maxMessages  int           // WithMaxMessages; 0: no limit
 	stopWhenIdle time.Duration // WithStopWhenIdle; 0: never
 	nonDurable   bool          // WithNonDurable
+	// creditBytes is WithCreditBytes's budget (creditBytesSet: given).
+	creditBytes    int64
+	creditBytesSet bool
 }
 
 // ConsumerOption configures a Consumer: every option given to NewConsumer.
@@ -332,6 +335,8 @@ func newConsumer(h Handlers, opts []ConsumerOption) *Consumer {
 		c.err = fmt.Errorf("%w: dead-letter retry delay is %v, want >= 0", ErrInvalidConfig, c.retryDelay)
 	case c.run.credit < 0:
 		c.err = fmt.Errorf("%w: credit is %d, want >= 0", ErrInvalidConfig, c.run.credit)
+	case c.run.creditBytesSet && c.run.creditBytes < 1:
+		c.err = fmt.Errorf("%w: credit bytes is %d, want >= 1", ErrInvalidConfig, c.run.creditBytes)
 	case c.run.maxMessages < 0:
 		c.err = fmt.Errorf("%w: max messages is %d, want >= 0", ErrInvalidConfig, c.run.maxMessages)
 	case c.run.stopWhenIdle < 0:
