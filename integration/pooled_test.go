@@ -106,7 +106,7 @@ func TestIntegrationClientPublisherPooledMessagesUnderResets(t *testing.T) {
 		env, err := artemis.Decode([]byte(valueString(t, m)))
 		require.NoError(t, err, "every stored body is an envelope")
 		require.Equal(t, env.Meta.ID, m.Properties.MessageID, "the body is the envelope its message-id names")
-		assert.False(t, seen[env.Meta.ID], "meta.id %s stored twice", env.Meta.ID)
+		assert.False(t, seen[env.Meta.ID], "meta.id %s stored twice (duplicate id %v)", env.Meta.ID, m.ApplicationProperties[artemis.PropDuplicateID])
 		seen[env.Meta.ID] = true
 		var d struct {
 			W, I int
