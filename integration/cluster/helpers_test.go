@@ -197,7 +197,21 @@ func counts(t *testing.T, cl *brokertest.Cluster, queue string) []int {
 // messageCount asks one node for queue's messageCount.
 func messageCount(t *testing.T, node *brokertest.Broker, queue string) int {
 	t.Helper()
+	text, ok := queueMessageCount(t, node, queue)
+	require.True(t, ok, "messageCount of %s: %s", queue, text)
+	var vals []int
+	require.NoError(t, json.Unmarshal([]byte(text), &vals), "messageCount reply %q", text)
+	require.Len(t, vals, 1)
+	return vals[0]
+}
+
+// queueMessageCount asks one node's management for queue's messageCount:
+// the reply's text, and whether the operation succeeded (false: no such
+// queue).
+func queueMessageCount(t *testing.T, node *brokertest.Broker, queue string) (string, bool) {
+	t.Helper()
 	conn := node.Dial(t)
+	defer func() { _ = conn.Conn.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
 	defer cancel()
 	rcv, err := conn.Session.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true, Credit: 1})
@@ -219,11 +233,7 @@ func messageCount(t *testing.T, node *brokertest.Broker, queue string) int {
 	_ = rcv.AcceptMessage(ctx, msg)
 	text, _ := msg.Value.(string)
 	ok, _ := msg.ApplicationProperties["_AMQ_OperationSucceeded"].(bool)
-	require.True(t, ok, "messageCount of %s: %s", queue, text)
-	var vals []int
-	require.NoError(t, json.Unmarshal([]byte(text), &vals), "messageCount reply %q", text)
-	require.Len(t, vals, 1)
-	return vals[0]
+	return text, ok
 }
 
 // line prints a test's figures as one line (go test shows stdout).

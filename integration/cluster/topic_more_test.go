@@ -369,27 +369,6 @@ func TestClusterTopicNonDurableSubscriptionLivesWhileAttached(t *testing.T) {
 // queueExists asks one node's management whether queue exists.
 func queueExists(t *testing.T, node *brokertest.Broker, queue string) bool {
 	t.Helper()
-	conn := node.Dial(t)
-	defer func() { _ = conn.Conn.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	defer cancel()
-	rcv, err := conn.Session.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true, Credit: 1})
-	require.NoError(t, err)
-	snd, err := conn.Session.NewSender(ctx, "activemq.management", nil)
-	require.NoError(t, err)
-	reply := rcv.Address()
-	err = snd.Send(ctx, &amqp.Message{
-		Properties: &amqp.MessageProperties{MessageID: "exists", ReplyTo: &reply},
-		ApplicationProperties: map[string]any{
-			"_AMQ_ResourceName": "queue." + queue,
-			"_AMQ_Attribute":    "messageCount",
-		},
-		Value: "[]",
-	}, nil)
-	require.NoError(t, err)
-	msg, err := rcv.Receive(ctx, nil)
-	require.NoError(t, err)
-	_ = rcv.AcceptMessage(ctx, msg)
-	ok, _ := msg.ApplicationProperties["_AMQ_OperationSucceeded"].(bool)
+	_, ok := queueMessageCount(t, node, queue)
 	return ok
 }
