@@ -181,8 +181,13 @@ func fatalf(format string, args ...any) {
 	os.Exit(2)
 }
 
+// parseInts parses a comma-separated list of positive integers; an empty
+// list is none (its scenarios are left out).
 func parseInts(s string) ([]int, error) {
 	var out []int
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 1 {

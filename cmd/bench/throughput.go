@@ -93,7 +93,7 @@ func (r *runner) scenarios() []*scenario {
 			scens = append(scens, &scenario{kind: "client-consume", conc: cfg.clientConc, credit: cr})
 		}
 	}
-	if cfg.groups > 0 {
+	if cfg.groups > 0 && len(cfg.credits) > 0 {
 		scens = append(scens, &scenario{kind: "grouped", conc: cfg.groupConc, credit: cfg.credits[0]})
 	}
 	return scens
