@@ -218,13 +218,13 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 		l.c.linkFailed(cn, err)
 		return a, fmt.Errorf("attach receiver to %s: %w", l.queue, l.c.red.error(err))
 	}
+	r := &countingReceiver{linkReceiver: lr}
 	if l.creditBytes > 0 {
-		if lr, err = l.windowed(ctx, lr); err != nil {
+		if r.w, err = l.windowed(ctx, lr); err != nil {
 			l.c.linkFailed(cn, err)
 			return a, err
 		}
 	}
-	r := &countingReceiver{linkReceiver: lr}
 	if l.dlq != nil && l.src.volatile == nil {
 		// Attached now, not on the first dead-letter write, so a refused
 		// dead-letter address is seen at once (and Artemis creates it).
@@ -261,29 +261,45 @@ func (l *consumeLoop) attachment(ctx context.Context) (attached, error) {
 	return a, err
 }
 
-// windowed puts lr, attached with manual credit, under a creditWindow of
-// the loop's credit and byte budget, and grants its first credit. A link
-// that cannot be given credit by hand (a test's fake) is used as it is.
-func (l *consumeLoop) windowed(ctx context.Context, lr linkReceiver) (linkReceiver, error) {
+// windowed gives lr, attached with manual credit, a creditWindow of the
+// loop's credit and byte budget, and grants its first credit. A link that
+// cannot be given credit by hand (a test's fake) gets none (nil) and is
+// used as it is.
+func (l *consumeLoop) windowed(ctx context.Context, lr linkReceiver) (*creditWindow, error) {
 	issuer, ok := lr.(interface{ IssueCredit(uint32) error })
 	if !ok {
-		return lr, nil
+		return nil, nil
 	}
 	w := newCreditWindow(issuer.IssueCredit, int(l.credit), l.creditBytes)
 	if err := w.start(); err != nil {
 		l.closeReceiver(ctx, lr)
 		return nil, fmt.Errorf("grant credit on %s: %w", l.queue, l.c.red.error(err))
 	}
-	return &windowReceiver{linkReceiver: lr, w: w}, nil
+	return w, nil
 }
 
-// countingReceiver notes that a delivery was settled on its link.
+// countingReceiver is the Client's consumer link as Listen sees it: it
+// notes that a delivery was settled on the link, and, under a creditWindow
+// (w, nil: none), accounts every delivery received and settled.
 type countingReceiver struct {
 	linkReceiver
+	w       *creditWindow
 	settled atomic.Bool
 }
 
-func (r *countingReceiver) note(err error) error {
+func (r *countingReceiver) Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error) {
+	msg, err := r.linkReceiver.Receive(ctx, opts)
+	if r.w != nil && err == nil && msg != nil {
+		r.w.received(msg)
+	}
+	return msg, err
+}
+
+// note accounts a settlement of msg whose disposition returned err.
+func (r *countingReceiver) note(msg *amqp.Message, err error) error {
+	if r.w != nil {
+		r.w.settled(msg)
+	}
 	if err == nil && !r.settled.Load() {
 		// Written once: a store on every settlement would take the cache
 		// line from the other workers each time.
@@ -293,15 +309,15 @@ func (r *countingReceiver) note(err error) error {
 }
 
 func (r *countingReceiver) AcceptMessage(ctx context.Context, msg *amqp.Message) error {
-	return r.note(r.linkReceiver.AcceptMessage(ctx, msg))
+	return r.note(msg, r.linkReceiver.AcceptMessage(ctx, msg))
 }
 
 func (r *countingReceiver) ReleaseMessage(ctx context.Context, msg *amqp.Message) error {
-	return r.note(r.linkReceiver.ReleaseMessage(ctx, msg))
+	return r.note(msg, r.linkReceiver.ReleaseMessage(ctx, msg))
 }
 
 func (r *countingReceiver) ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error {
-	return r.note(r.linkReceiver.ModifyMessage(ctx, msg, opts))
+	return r.note(msg, r.linkReceiver.ModifyMessage(ctx, msg, opts))
 }
 
 // Address is the receiver's source address, when its link knows it.

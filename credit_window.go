@@ -1,7 +1,6 @@
 package artemis
 
 import (
-	"context"
 	"sync"
 
 	"github.com/Azure/go-amqp"
@@ -144,45 +143,4 @@ func deliverySize(msg *amqp.Message) int64 {
 		n += int64(len(b))
 	}
 	return n
-}
-
-// windowReceiver is a consumer link under a creditWindow: Receive and every
-// settlement are accounted for.
-type windowReceiver struct {
-	linkReceiver
-	w *creditWindow
-}
-
-func (r *windowReceiver) Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error) {
-	msg, err := r.linkReceiver.Receive(ctx, opts)
-	if err == nil && msg != nil {
-		r.w.received(msg)
-	}
-	return msg, err
-}
-
-func (r *windowReceiver) AcceptMessage(ctx context.Context, msg *amqp.Message) error {
-	err := r.linkReceiver.AcceptMessage(ctx, msg)
-	r.w.settled(msg)
-	return err
-}
-
-func (r *windowReceiver) ReleaseMessage(ctx context.Context, msg *amqp.Message) error {
-	err := r.linkReceiver.ReleaseMessage(ctx, msg)
-	r.w.settled(msg)
-	return err
-}
-
-func (r *windowReceiver) ModifyMessage(ctx context.Context, msg *amqp.Message, opts *amqp.ModifyMessageOptions) error {
-	err := r.linkReceiver.ModifyMessage(ctx, msg, opts)
-	r.w.settled(msg)
-	return err
-}
-
-// Address is the receiver's source address, when its link knows it.
-func (r *windowReceiver) Address() string {
-	if a, ok := r.linkReceiver.(interface{ Address() string }); ok {
-		return a.Address()
-	}
-	return ""
 }
