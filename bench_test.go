@@ -140,6 +140,15 @@ func BenchmarkHandleUnknownURN(b *testing.B) {
 	}
 }
 
+// benchSameOrder fails a round trip that did not give back the order it
+// started from.
+func benchSameOrder(got, want benchOrder) error {
+	if got != want {
+		return fmt.Errorf("round trip gave %+v, want %+v", got, want)
+	}
+	return nil
+}
+
 // --- the publisher -----------------------------------------------------------
 
 func BenchmarkPublish(b *testing.B) {
@@ -259,6 +268,39 @@ func BenchmarkRatios(b *testing.B) {
 					env, err := benchRoundTrip(tc.data)
 					benchSinkEnv = env
 					return err
+				})
+		})
+	}
+	// The round trip as a program that shares a struct meets it: build,
+	// encode, decode and Bind into the struct, against encoding/json of
+	// the same struct both ways.
+	for _, tc := range []struct {
+		name string
+		data benchOrder
+	}{{"roundtrip-bind-struct", benchOrderStruct()}, {"roundtrip-bind-struct-1k", benchOrderStruct1K()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			benchPair(b,
+				func() error {
+					body, err := json.Marshal(tc.data)
+					if err != nil {
+						return err
+					}
+					var got benchOrder
+					if err := json.Unmarshal(body, &got); err != nil {
+						return err
+					}
+					return benchSameOrder(got, tc.data)
+				},
+				func() error {
+					env, err := benchRoundTrip(tc.data)
+					if err != nil {
+						return err
+					}
+					var got benchOrder
+					if err := env.Bind(&got); err != nil {
+						return err
+					}
+					return benchSameOrder(got, tc.data)
 				})
 		})
 	}
