@@ -147,13 +147,17 @@ func (c *brokerClient) runDial(ctx context.Context, call *dialCall, start int) {
 		c.dialing = nil
 	}
 	aborted := call.aborted
+	// A connection nobody wants is closed once c.mu is let go: its close
+	// may hang on a half-open network (go-amqp waits up to the idle timeout
+	// for the broker's answer), and no other caller may wait behind it.
+	var unwanted amqpConn
 	switch {
 	case err == nil && c.closed:
-		_ = cn.conn.Close()
+		unwanted = cn.conn
 		err = ErrClosed
 	case err == nil && aborted:
 		// No one waits for it any more; a newer dial may be running.
-		_ = cn.conn.Close()
+		unwanted = cn.conn
 		err = context.Canceled
 	}
 	reconnect := c.connected
@@ -184,6 +188,9 @@ func (c *brokerClient) runDial(ctx context.Context, call *dialCall, start int) {
 	call.err = err
 	c.mu.Unlock()
 
+	if unwanted != nil {
+		_ = unwanted.Close()
+	}
 	if backoff != nil {
 		c.emit(*backoff)
 	}

@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -131,6 +132,63 @@ func TestConcurrentCallersShareOneDial(t *testing.T) {
 	for cn := range conns {
 		assert.Same(t, h.fb.conn(1), cn.conn)
 	}
+}
+
+// A dial that succeeds after every caller stopped waiting for it closes its
+// connection without holding the Client's lock: a close that hangs (on a
+// half-open network go-amqp waits up to the idle timeout for the broker's
+// answer) holds up no other caller.
+func TestAnAbandonedDialClosesItsConnectionOutsideTheLock(t *testing.T) {
+	release, closing, unblock := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	h := newHarness(t, []string{"amqp://live:5672"}, nil, func(fb *fakeBroker) {
+		fb.block = func(context.Context, *broker) error {
+			if fb.connCount() == 1 {
+				<-release // the second dial ends when the test says, whatever its ctx
+			}
+			return nil
+		}
+		fb.setup = func(c *fakeConn) {
+			if fb.connCount() == 2 {
+				c.closeHook = func() { close(closing); <-unblock }
+			}
+		}
+	})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) }) // before the harness closes the Client
+	require.NoError(t, h.dial())
+	h.fb.conn(0).kill(nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := h.b.connection(ctx); errc <- err }()
+	require.Eventually(t, func() bool { return len(h.fb.dialed()) == 2 }, 5*time.Second, time.Millisecond, "the re-dial never started")
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	close(release)
+	select {
+	case <-closing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the abandoned dial's connection was never closed")
+	}
+
+	// That close still hangs; another caller gets a connection meanwhile.
+	got := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		cn, err := h.b.connection(cctx)
+		if err == nil && cn.conn != amqpConn(h.fb.conn(2)) {
+			err = fmt.Errorf("got connection %v, want the third one", cn.conn)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller waited 5s behind the close of a connection nobody wanted")
+	}
+	once.Do(func() { close(unblock) })
 }
 
 // fakeClock is a virtual clock for the Client's after seam: every wait

@@ -176,6 +176,9 @@ type fakeConn struct {
 	deliveries func() []*amqp.Message
 	// attached hears of every receiver attached.
 	attached chan *fakelink.Receiver
+	// closeHook, when set, runs at the start of Close (it may block, as
+	// the close of a connection on a half-open network does).
+	closeHook func()
 }
 
 func (c *fakeConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
@@ -194,6 +197,9 @@ func (c *fakeConn) Err() error {
 }
 
 func (c *fakeConn) Close() error {
+	if c.closeHook != nil {
+		c.closeHook()
+	}
 	c.kill(nil)
 	return nil
 }
