@@ -15,26 +15,30 @@ import (
 // One Telemetry, one line at each place: the publisher's Observer, the
 // wrapped publisher, the wrapped handlers and the Consumer's Observer.
 func Example() {
-	ctx := context.Background()
-	url := "amqp://babel:babel@127.0.0.1:5672"
+	if err := run(context.Background(), "amqp://babel:babel@127.0.0.1:5672"); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, url string) error {
 	tp := sdktrace.NewTracerProvider() // with an OTLP exporter in a real program
 	mp := sdkmetric.NewMeterProvider() // with a periodic reader in a real program
 	tel, err := bqotel.New(bqotel.Config{TracerProvider: tp, MeterProvider: mp, ServerURL: url})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	client, err := artemis.Dial(ctx, []string{url}, nil)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	defer client.Close(ctx)
+	defer func() { _ = client.Close(ctx) }()
 	cp, err := client.Publisher(ctx, "orders", artemis.WithObserver(tel))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	pub := tel.Publisher(cp, "orders")
 	if _, err := pub.Publish(ctx, artemis.Job("urn:babel:orders:created", map[string]int{"order_id": 1042})); err != nil {
-		log.Fatal(err)
+		return err
 	}
 
 	handlers := artemis.Handlers{"urn:babel:orders:created": func(ctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
@@ -43,9 +47,7 @@ func Example() {
 	}}
 	cons, err := artemis.NewConsumer(tel.Handlers(handlers), artemis.WithObserver(tel))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	if err := client.Consume(ctx, "orders", cons); err != nil {
-		log.Fatal(err)
-	}
+	return client.Consume(ctx, "orders", cons)
 }

@@ -54,7 +54,7 @@ func handleOne(t *testing.T, tel *recorded, msg *amqp.Message, err error, opts .
 
 // published publishes one message through tel's Publisher under ctx and
 // returns it.
-func published(t *testing.T, tel *recorded, ctx context.Context) *amqp.Message {
+func published(ctx context.Context, t *testing.T, tel *recorded) *amqp.Message {
 	t.Helper()
 	s := &fakelink.Sender{}
 	if _, err := tel.Publisher(artemis.NewPublisher(s, "orders"), "orders").Publish(ctx, artemis.Job(urnCreated, map[string]int{"order_id": 1})); err != nil {
@@ -67,7 +67,7 @@ func TestProcessSpanIsTheChildOfTheSendSpanAndLinksToIt(t *testing.T) {
 	tel := newRecorded(t, Config{})
 	member, _ := baggage.NewMember("tenant", "acme")
 	bag, _ := baggage.New(member)
-	msg := published(t, tel, baggage.ContextWithBaggage(context.Background(), bag))
+	msg := published(baggage.ContextWithBaggage(context.Background(), bag), t, tel)
 	send := tel.one(t, trace.SpanKindProducer)
 
 	got, r := handleOne(t, tel, msg, nil)
@@ -149,7 +149,7 @@ func TestWithoutTraceparentTheTraceIDGivesTheTrace(t *testing.T) {
 
 func TestHandlerErrorAndPanicAreTheSpansError(t *testing.T) {
 	tel := newRecorded(t, Config{})
-	_, r := handleOne(t, tel, published(t, tel, context.Background()), errors.New("payment gateway timeout"), artemis.WithMaxTries(3))
+	_, r := handleOne(t, tel, published(context.Background(), t, tel), errors.New("payment gateway timeout"), artemis.WithMaxTries(3))
 	process := tel.one(t, trace.SpanKindConsumer)
 	if process.Status().Code != codes.Error || attrs(process)["error.type"] != "handler_failed" {
 		t.Errorf("status %v error.type %q", process.Status(), attrs(process)["error.type"])
@@ -161,7 +161,7 @@ func TestHandlerErrorAndPanicAreTheSpansError(t *testing.T) {
 	}
 
 	tel = newRecorded(t, Config{})
-	msg := published(t, tel, context.Background())
+	msg := published(context.Background(), t, tel)
 	cons, err := artemis.NewConsumer(tel.Handlers(artemis.Handlers{urnCreated: func(context.Context, *artemis.Envelope, *amqp.Message) error {
 		panic("nil order")
 	}}), artemis.WithDeadLetterSender(&fakelink.Sender{}), artemis.WithMaxTries(1), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))

@@ -64,7 +64,7 @@ func (r *recorded) one(t testing.TB, kind trace.SpanKind) sdktrace.ReadOnlySpan 
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	m := map[string]string{}
 	for _, a := range s.Attributes() {
-		m[string(a.Key)] = a.Value.Emit()
+		m[string(a.Key)] = a.Value.String()
 	}
 	return m
 }
@@ -110,7 +110,7 @@ func (r *recorded) collect(t testing.TB) map[string][]point {
 func setMap(s attribute.Set) map[string]string {
 	m := map[string]string{}
 	for _, kv := range s.ToSlice() {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

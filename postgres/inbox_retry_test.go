@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,9 +30,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 	inbox, err := NewInbox(through.pool, "billing", nil)
 	require.NoError(t, err)
 	var calls, failed atomic.Int64
-	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, msg *amqp.Message) error {
-		return chargeOnce(ctx, tx, env, msg)
-	})}, artemis.WithConcurrency(4), artemis.WithLogger(slog.New(slog.DiscardHandler)),
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(chargeOnce)}, artemis.WithConcurrency(4), artemis.WithLogger(slog.New(slog.DiscardHandler)),
 		artemis.WithObserver(observerFunc(func(ev artemis.SettleEvent) {
 			calls.Add(1)
 			if ev.Kind == artemis.KindHandlerFailed {
@@ -46,7 +44,9 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 	go func() { done <- c.Consume(ctx, queue, cons) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Consume: %v", err)
+		}
 	})
 
 	pub, err := c.Publisher(context.Background(), queue)
@@ -90,6 +90,7 @@ func TestInboxRidesOutADatabaseOutageWithTheDefaultRetries(t *testing.T) {
 	line(t, "inbox, database unreachable for %v under about 60 msg/s, default retries: %d messages, charged %d, charged twice %d, dead-lettered %d, handler failures %d, settlements %d, all charged %.1f s after the database was back",
 		outage, n, charged, total-charged, dead, failed.Load(), calls.Load(), drained.Seconds())
 	assert.Equal(t, n, charged, "every message charged")
+	assert.Equal(t, n, db.count(t, "SELECT count(DISTINCT message_id) FROM charges WHERE message_id = ANY($1)", ids), "the messages charged are those published")
 	assert.Equal(t, charged, total, "none charged twice")
 	assert.Zero(t, dead, "nothing dead-lettered")
 	assert.Positive(t, failed.Load(), "the outage failed nothing: the test did not test")

@@ -127,7 +127,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var c counts
 	index := 0
 	for _, in := range inputs {
-		var r io.Reader = stdin
+		r := stdin
 		name := "stdin"
 		if in != "-" {
 			f, err := os.Open(in)
