@@ -182,7 +182,9 @@ func TestClientAllocationBudgets(t *testing.T) {
 	c := mustConsumer(t, Handlers{benchURN: benchAcceptOrder})
 	msg := benchDelivery(t, benchURN)
 	plain := fakelink.NewCountingReceiver()
-	counted := &countingReceiver{linkReceiver: plainLink{plain}}
+	// As the Client attaches it: under a credit window (the link's grants
+	// go nowhere here).
+	counted := &countingReceiver{linkReceiver: plainLink{plain}, w: newCreditWindow(func(uint32) error { return nil }, 100, DefaultCreditBytes)}
 	handle := func(r Receiver) func() {
 		return func() {
 			if err := c.Handle(ctx, r, msg); err != nil {

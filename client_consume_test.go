@@ -720,3 +720,47 @@ func TestConsumeAbandonsAFailedAttemptThroughTheClient(t *testing.T) {
 	assert.Equal(t, KindHandlerFailed, evs[0].Kind)
 	assert.Contains(t, logs.String(), `msg="handler failed, retrying" queue=orders.eu`)
 }
+
+// The Client's consumer link accounts every settlement to its credit
+// window, a failed one too (the delivery is no longer held either way),
+// and counts only the settlements that succeeded as the link's.
+func TestCountingReceiverSettlesTheWindowEvenWhenASettlementFails(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		settle func(r *countingReceiver, m *amqp.Message) error
+	}{
+		{"accept", func(r *countingReceiver, m *amqp.Message) error { return r.AcceptMessage(ctx, m) }},
+		{"release", func(r *countingReceiver, m *amqp.Message) error { return r.ReleaseMessage(ctx, m) }},
+		{"modify", func(r *countingReceiver, m *amqp.Message) error {
+			return r.ModifyMessage(ctx, m, &amqp.ModifyMessageOptions{DeliveryFailed: true})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := fakelink.NewReceiver(t, "orders", orderMessage(t, 0), orderMessage(t, 0))
+			w := newCreditWindow(fr.IssueCredit, 100, DefaultCreditBytes)
+			require.NoError(t, w.start())
+			r := &countingReceiver{linkReceiver: fr, w: w}
+
+			m, err := r.Receive(ctx, nil)
+			require.NoError(t, err)
+			fr.SetSettleErr(errors.New("link detached"))
+			require.Error(t, tc.settle(r, m))
+			w.mu.Lock()
+			held := w.held
+			w.mu.Unlock()
+			assert.Zero(t, held, "the failed settlement still freed its place in the window")
+			assert.False(t, r.settled.Load(), "a failed settlement is not the link's")
+
+			fr.SetSettleErr(nil)
+			m, err = r.Receive(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, tc.settle(r, m))
+			w.mu.Lock()
+			held = w.held
+			w.mu.Unlock()
+			assert.Zero(t, held)
+			assert.True(t, r.settled.Load(), "a settlement that succeeded is the link's")
+		})
+	}
+}

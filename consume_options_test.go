@@ -69,4 +69,7 @@ func TestConsumeGrantsCreditWithinWithCreditBytes(t *testing.T) {
 	}
 	run.cancel()
 	require.NoError(t, run.wait(t))
+	// The first grant, then one for each settlement: a window that missed
+	// a settlement would have stopped granting.
+	assert.Equal(t, []uint32{1, 1, 1, 1}, r.Grants())
 }

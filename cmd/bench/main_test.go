@@ -98,6 +98,24 @@ func TestPercentile(t *testing.T) {
 	assert.Equal(t, 1000*time.Millisecond, l[0], "the input is not reordered")
 }
 
+// An empty list leaves its scenarios out; the grouped scenario then takes
+// the raw side's default credit.
+func TestScenariosOfEmptyLists(t *testing.T) {
+	for _, in := range []string{"", " "} {
+		got, err := parseInts(in)
+		require.NoError(t, err)
+		assert.Empty(t, got)
+	}
+	_, err := parseInts("8,")
+	assert.Error(t, err, "an empty item in a list")
+	r := &runner{cfg: &config{windows: []int{256}, groups: 64, groupConc: 8}}
+	var names []string
+	for _, s := range r.scenarios() {
+		names = append(names, s.name())
+	}
+	assert.Equal(t, []string{"pipelined w=256", "grouped c=8 cr=100"}, names)
+}
+
 func TestScenariosCoverEveryConfiguredCase(t *testing.T) {
 	r := &runner{cfg: &config{conc: []int{1, 8, 32}, windows: []int{64, 256}, consConc: []int{1, 8},
 		credits: []int{100, 1000}, clientConc: 8, groups: 64, groupConc: 8}}

@@ -93,8 +93,14 @@ func (r *runner) scenarios() []*scenario {
 			scens = append(scens, &scenario{kind: "client-consume", conc: cfg.clientConc, credit: cr})
 		}
 	}
-	if cfg.groups > 0 && len(cfg.credits) > 0 {
-		scens = append(scens, &scenario{kind: "grouped", conc: cfg.groupConc, credit: cfg.credits[0]})
+	if cfg.groups > 0 {
+		// At the first credit of -credits; at the raw side's default credit
+		// when that list is empty.
+		credit := rawDefaultCredit
+		if len(cfg.credits) > 0 {
+			credit = cfg.credits[0]
+		}
+		scens = append(scens, &scenario{kind: "grouped", conc: cfg.groupConc, credit: credit})
 	}
 	return scens
 }
