@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,89 +21,24 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
-// The consumer process of TestFaultConsumerProcessKilled is this test
-// binary run again with these variables set: init runs it instead of the
-// tests.
-const (
-	faultChildEnv      = "BQFAULT_CHILD" // "consume"
-	faultChildQueueEnv = "BQFAULT_QUEUE"
-	faultChildLogEnv   = "BQFAULT_LOG"
-	faultChildWorkers  = 4
-	faultChildWork     = 2 * time.Millisecond
-)
-
-func init() {
-	if os.Getenv(faultChildEnv) == "consume" {
-		os.Exit(faultChildConsume())
-	}
-}
+// The consumer process of TestFaultConsumerProcessKilled: this test
+// binary run again with BQFAULT_CHILD=consume (child_test.go).
+const faultChildWork = 2 * time.Millisecond
 
 // faultChildConsume consumes BQFAULT_QUEUE on ARTEMIS_URL with a supervised
 // Client.Consume (default options, 4 handlers) until SIGTERM. Each handler
 // call appends "S <unix ns> <meta.id>" to BQFAULT_LOG when it starts and
-// "D <unix ns> <meta.id>" when it is about to return nil; every line is one
-// write(2) on an O_APPEND file, so a SIGKILL loses none that were written.
+// "D <unix ns> <meta.id>" when it is about to return nil (runFaultChild's
+// log: a SIGKILL loses no line that was written).
 func faultChildConsume() int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault child:", err); return 2 }
-	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	var mu sync.Mutex
-	record := func(kind, id string) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, _ = fmt.Fprintf(f, "%s %d %s\n", kind, time.Now().UnixNano(), id)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close(context.Background())
-	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		record("S", env.Meta.ID)
-		time.Sleep(faultChildWork) // the handler's work
-		record("D", env.Meta.ID)
-		return nil
-	}}, artemis.WithConcurrency(faultChildWorkers))
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// faultChild is one run of the consumer process.
-type faultChild struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-// wait waits for the process to exit and returns how it did (cmd.Wait).
-func (c *faultChild) wait() error { return <-c.done }
-
-func startFaultChild(t *testing.T, q, logPath string) *faultChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"=consume", faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	ch := &faultChild{cmd: cmd, done: make(chan error, 1)}
-	go func() { ch.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = ch.wait() // "signal: killed": the kill is the point
-		}
+	return runFaultChild("fault child", func(record faultRecord) (*artemis.Consumer, error) {
+		return artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			record("S", env.Meta.ID)
+			time.Sleep(faultChildWork) // the handler's work
+			record("D", env.Meta.ID)
+			return nil
+		}}, artemis.WithConcurrency(faultChildWorkers))
 	})
-	return ch
 }
 
 // faultChildLog feeds the child's log lines into a ledger as they come.
@@ -198,7 +130,7 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
 		}
 	}
-	child := startFaultChild(t, q, logPath)
+	child := startFaultChild(t, faultModeConsume, q, logPath)
 	var perKill []string
 	var resumes []time.Duration
 	for i, at := range killAt {
@@ -209,7 +141,7 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 		cl.read(t) // the last lines the dead process wrote
 		inHandler := cl.killed(faultChildWorkers)
 		perKill = append(perKill, fmt.Sprintf("kill %d at %d handled: %d in a handler", i+1, l.Handled(), inHandler))
-		child = startFaultChild(t, q, logPath)
+		child = startFaultChild(t, faultModeConsume, q, logPath)
 		poll(func() bool { return cl.lastS.After(killedAt) }, fmt.Sprintf("a handler start after kill %d", i+1), 2*time.Minute)
 		resumes = append(resumes, cl.lastS.Sub(killedAt))
 	}

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,78 +25,28 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
-// The retry child: this test binary run again with BQFAULT_CHILD=retry.
-// Its handler fails every first attempt (attempts 0), writing
-// "F <unix ns> <meta.id>", and handles every later one, writing
+// The retry child: this test binary run again with BQFAULT_CHILD=retry
+// (child_test.go). Its handler fails every first attempt (attempts 0),
+// writing "F <unix ns> <meta.id>", and handles every later one, writing
 // "S <unix ns> <meta.id> <attempts>"; each line one write(2) on an
-// O_APPEND file. Its retries wait faultRetryWait.
+// O_APPEND file (runFaultChild's log). Its retries wait faultRetryWait.
 const (
-	faultRetryChild   = "retry"
 	faultRetryWait    = 15 * time.Second
 	faultRetryWorkers = 4
 )
 
-func init() {
-	if os.Getenv(faultChildEnv) == faultRetryChild {
-		os.Exit(faultRetryConsume())
-	}
-}
-
 func faultRetryConsume() int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault retry child:", err); return 2 }
-	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	var mu sync.Mutex
-	record := func(line string) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, _ = f.WriteString(line)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close(context.Background())
-	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		if env.Attempts == 0 {
-			record(fmt.Sprintf("F %d %s\n", time.Now().UnixNano(), env.Meta.ID))
-			return errors.New("dependency down")
-		}
-		record(fmt.Sprintf("S %d %s %d\n", time.Now().UnixNano(), env.Meta.ID, env.Attempts))
-		return nil
-	}}, artemis.WithConcurrency(faultRetryWorkers), artemis.WithLogger(slog.New(slog.DiscardHandler)),
-		artemis.WithRetrySchedule(func(int) time.Duration { return faultRetryWait }))
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-func startRetryChild(t *testing.T, q, logPath string) *faultChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"="+faultRetryChild, faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	ch := &faultChild{cmd: cmd, done: make(chan error, 1)}
-	go func() { ch.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = ch.wait()
-		}
+	return runFaultChild("fault retry child", func(record faultRecord) (*artemis.Consumer, error) {
+		return artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			if env.Attempts == 0 {
+				record("F", env.Meta.ID)
+				return errors.New("dependency down")
+			}
+			record("S", env.Meta.ID, env.Attempts)
+			return nil
+		}}, artemis.WithConcurrency(faultRetryWorkers), artemis.WithLogger(slog.New(slog.DiscardHandler)),
+			artemis.WithRetrySchedule(func(int) time.Duration { return faultRetryWait }))
 	})
-	return ch
 }
 
 // retryLog reads the retry child's lines as they come.
@@ -170,7 +118,7 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 		}
 	}
 
-	child := startRetryChild(t, q, logPath)
+	child := startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.failed) >= total }, "every first attempt failed", 2*time.Minute)
 	var firstFail, lastFail time.Time
 	for _, at := range rl.failed {
@@ -193,7 +141,7 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 		require.NoError(t, err)
 		scheduled = st.ScheduledCount
 	}
-	child = startRetryChild(t, q, logPath)
+	child = startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.handled) >= total }, "every message handled after its wait", 2*time.Minute)
 	lastHandled := time.Now()
 	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
