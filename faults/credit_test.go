@@ -3,7 +3,6 @@ package faults_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -155,36 +154,14 @@ func faultFailOnce(t *testing.T, b *brokertest.Broker, addr string) string {
 // meta.id's AMQP header delivery-count.
 func faultDeliveryCounts(t *testing.T, b *brokertest.Broker, addr string, n int) map[string]uint32 {
 	t.Helper()
-	conn := b.Dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	r, err := conn.Session.NewReceiver(ctx, addr, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		Credit:                    500,
-		RequestedSenderSettleMode: amqp.SenderSettleModeSettled.Ptr(),
-	})
-	cancel()
-	require.NoError(t, err, "attach a receiver to %s", addr)
 	out := map[string]uint32{}
-	for len(out) < n {
-		ctx, cancel := context.WithTimeout(context.Background(), faultDrainIdle)
-		msg, err := r.Receive(ctx, nil)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-		require.NoError(t, err, "receive from %s", addr)
-		body, ok := msg.Value.(string)
-		require.True(t, ok, "a message on %s without a string value body: %T", addr, msg.Value)
-		env, err := artemis.Decode([]byte(body))
-		require.NoError(t, err)
+	faultReceiveAll(t, b, addr, func(env *artemis.Envelope, msg *amqp.Message) bool {
 		var dc uint32
 		if msg.Header != nil {
 			dc = msg.Header.DeliveryCount
 		}
 		out[env.Meta.ID] = dc
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	defer cancel()
-	_ = r.Close(ctx)
+		return len(out) < n
+	})
 	return out
 }
