@@ -1,16 +1,22 @@
 package faults_test
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
@@ -118,4 +124,83 @@ func startFaultChild(t *testing.T, mode, q, logPath string) *faultChild {
 		}
 	})
 	return ch
+}
+
+// kill SIGKILLs the process and waits for it to exit; it returns the time
+// the signal was sent.
+func (c *faultChild) kill(t *testing.T) time.Time {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Kill())
+	at := time.Now()
+	require.Error(t, c.wait(), "the child exits by the SIGKILL")
+	return at
+}
+
+// stop sends the process SIGTERM: it must exit 0 within faultWait.
+func (c *faultChild) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-c.done:
+		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
+	case <-time.After(faultWait):
+		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
+	}
+}
+
+// faultTail reads a child's log while the child writes it: each complete
+// line goes to got as its fields ("<kind> <unix ns> <meta.id>" and any
+// more) and its time.
+type faultTail struct {
+	r       *bufio.Reader
+	partial string
+	got     func(parts []string, at time.Time)
+}
+
+// newFaultTail makes the empty log at path (the child appends to it) and
+// opens it to read; the test's cleanup closes it.
+func newFaultTail(t *testing.T, path string, got func(parts []string, at time.Time)) *faultTail {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return &faultTail{r: bufio.NewReader(f), got: got}
+}
+
+// read takes every complete line written so far.
+func (ft *faultTail) read(t *testing.T) {
+	t.Helper()
+	for {
+		s, err := ft.r.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			ft.partial += s
+			return
+		}
+		require.NoError(t, err)
+		line := strings.TrimSuffix(ft.partial+s, "\n")
+		ft.partial = ""
+		parts := strings.Fields(line)
+		require.GreaterOrEqual(t, len(parts), 3, "child log line %q", line)
+		ns, err := strconv.ParseInt(parts[1], 10, 64)
+		require.NoError(t, err)
+		ft.got(parts, time.Unix(0, ns))
+	}
+}
+
+// poll reads the log until until holds; after within it fails the test,
+// naming what it waited for and status().
+func (ft *faultTail) poll(t *testing.T, until func() bool, what string, within time.Duration, status func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ft.read(t)
+		if until() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (%s)", within, what, status())
+		}
+		time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
+	}
 }

@@ -1,15 +1,10 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,41 +38,26 @@ func faultChildConsume() int {
 
 // faultChildLog feeds the child's log lines into a ledger as they come.
 type faultChildLog struct {
-	f       *os.File
-	r       *bufio.Reader
-	partial string
+	*faultTail
 	l       *ledger.Ledger
 	pending map[string][]func(bool) // meta.id -> ends of calls in progress
 	lastS   time.Time               // the newest start line
 }
 
-// read takes every complete line written so far.
-func (cl *faultChildLog) read(t *testing.T) {
+// line books one line of the log.
+func (cl *faultChildLog) line(t *testing.T, parts []string, at time.Time) {
 	t.Helper()
-	for {
-		s, err := cl.r.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			cl.partial += s
-			return
-		}
-		require.NoError(t, err)
-		line := strings.TrimSuffix(cl.partial+s, "\n")
-		cl.partial = ""
-		parts := strings.Fields(line)
-		require.Len(t, parts, 3, "child log line %q", line)
-		ns, err := strconv.ParseInt(parts[1], 10, 64)
-		require.NoError(t, err)
-		id := parts[2]
-		switch parts[0] {
-		case "S":
-			cl.pending[id] = append(cl.pending[id], cl.l.Start(id))
-			cl.lastS = time.Unix(0, ns)
-		case "D":
-			ends := cl.pending[id]
-			require.NotEmpty(t, ends, "an end without a start for %s", id)
-			ends[0](true)
-			cl.pending[id] = ends[1:]
-		}
+	require.Len(t, parts, 3, "child log line %q", strings.Join(parts, " "))
+	id := parts[2]
+	switch parts[0] {
+	case "S":
+		cl.pending[id] = append(cl.pending[id], cl.l.Start(id))
+		cl.lastS = at
+	case "D":
+		ends := cl.pending[id]
+		require.NotEmpty(t, ends, "an end without a start for %s", id)
+		ends[0](true)
+		cl.pending[id] = ends[1:]
 	}
 }
 
@@ -111,33 +91,16 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 	faultFill(t, ctx, fb, q, total, l)
 
 	logPath := t.TempDir() + "/handled.log"
-	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
-	f, err := os.Open(logPath)
-	require.NoError(t, err)
-	defer f.Close()
-	cl := &faultChildLog{f: f, r: bufio.NewReader(f), l: l, pending: map[string][]func(bool){}}
-
-	poll := func(until func() bool, what string, within time.Duration) {
-		deadline := time.Now().Add(within)
-		for {
-			cl.read(t)
-			if until() {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s (handled %d of %d)", within, what, l.Handled(), total)
-			}
-			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
-		}
-	}
+	cl := &faultChildLog{l: l, pending: map[string][]func(bool){}}
+	cl.faultTail = newFaultTail(t, logPath, func(parts []string, at time.Time) { cl.line(t, parts, at) })
+	status := func() string { return fmt.Sprintf("handled %d of %d", l.Handled(), total) }
+	poll := func(until func() bool, what string, within time.Duration) { cl.poll(t, until, what, within, status) }
 	child := startFaultChild(t, faultModeConsume, q, logPath)
 	var perKill []string
 	var resumes []time.Duration
 	for i, at := range killAt {
 		poll(func() bool { return l.Handled() >= at }, fmt.Sprintf("%d handled before kill %d", at, i+1), 3*time.Minute)
-		require.NoError(t, child.cmd.Process.Kill())
-		killedAt := time.Now()
-		require.Error(t, child.wait(), "the child exits by the SIGKILL")
+		killedAt := child.kill(t)
 		cl.read(t) // the last lines the dead process wrote
 		inHandler := cl.killed(faultChildWorkers)
 		perKill = append(perKill, fmt.Sprintf("kill %d at %d handled: %d in a handler", i+1, l.Handled(), inHandler))
@@ -146,13 +109,7 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 		resumes = append(resumes, cl.lastS.Sub(killedAt))
 	}
 	poll(func() bool { return l.Handled() >= total }, "every message handled", 3*time.Minute)
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-child.done:
-		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
-	case <-time.After(faultWait):
-		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
-	}
+	child.stop(t)
 	cl.read(t)
 	faultRecordLeft(t, fb.Broker, l, q)
 

@@ -1,19 +1,13 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,37 +43,23 @@ func faultRetryConsume() int {
 	})
 }
 
-// retryLog reads the retry child's lines as they come.
+// retryLog holds the retry child's lines as they come.
 type retryLog struct {
-	r       *bufio.Reader
-	partial string
+	*faultTail
 	failed  map[string]time.Time   // meta.id -> its first failure
 	handled map[string][]time.Time // meta.id -> every successful call
 }
 
-func (l *retryLog) read(t *testing.T) {
-	t.Helper()
-	for {
-		s, err := l.r.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			l.partial += s
-			return
+// line books one line of the log.
+func (l *retryLog) line(parts []string, at time.Time) {
+	id := parts[2]
+	switch parts[0] {
+	case "F":
+		if _, ok := l.failed[id]; !ok {
+			l.failed[id] = at
 		}
-		require.NoError(t, err)
-		parts := strings.Fields(strings.TrimSuffix(l.partial+s, "\n"))
-		l.partial = ""
-		require.GreaterOrEqual(t, len(parts), 3)
-		ns, err := strconv.ParseInt(parts[1], 10, 64)
-		require.NoError(t, err)
-		at, id := time.Unix(0, ns), parts[2]
-		switch parts[0] {
-		case "F":
-			if _, ok := l.failed[id]; !ok {
-				l.failed[id] = at
-			}
-		case "S":
-			l.handled[id] = append(l.handled[id], at)
-		}
+	case "S":
+		l.handled[id] = append(l.handled[id], at)
 	}
 }
 
@@ -99,24 +79,12 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 	sent := faultPublish(t, ctx, fb, q, total, 8)
 
 	logPath := t.TempDir() + "/retry.log"
-	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
-	f, err := os.Open(logPath)
-	require.NoError(t, err)
-	defer f.Close()
-	rl := &retryLog{r: bufio.NewReader(f), failed: map[string]time.Time{}, handled: map[string][]time.Time{}}
-	poll := func(until func() bool, what string, within time.Duration) {
-		deadline := time.Now().Add(within)
-		for {
-			rl.read(t)
-			if until() {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s (failed %d, handled %d of %d)", within, what, len(rl.failed), len(rl.handled), total)
-			}
-			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
-		}
+	rl := &retryLog{failed: map[string]time.Time{}, handled: map[string][]time.Time{}}
+	rl.faultTail = newFaultTail(t, logPath, rl.line)
+	status := func() string {
+		return fmt.Sprintf("failed %d, handled %d of %d", len(rl.failed), len(rl.handled), total)
 	}
+	poll := func(until func() bool, what string, within time.Duration) { rl.poll(t, until, what, within, status) }
 
 	child := startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.failed) >= total }, "every first attempt failed", 2*time.Minute)
@@ -130,9 +98,7 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 		}
 	}
 	require.Less(t, time.Since(firstFail), faultRetryWait-3*time.Second, "the failures took too long to kill while all wait")
-	require.NoError(t, child.cmd.Process.Kill())
-	killedAt := time.Now()
-	require.Error(t, child.wait(), "the child exits by the SIGKILL")
+	killedAt := child.kill(t)
 	rl.read(t)
 	early := len(rl.handled) // handled before the kill: none should be
 	scheduled := -1
@@ -144,13 +110,7 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 	child = startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.handled) >= total }, "every message handled after its wait", 2*time.Minute)
 	lastHandled := time.Now()
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-child.done:
-		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
-	case <-time.After(faultWait):
-		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
-	}
+	child.stop(t)
 	rl.read(t)
 	left := faultDrain(t, fb.Broker, q)
 	dead := faultDrain(t, fb.Broker, q+".dlq")
