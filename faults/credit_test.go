@@ -3,14 +3,9 @@ package faults_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,49 +19,21 @@ import (
 )
 
 // The consumer process of TestFaultConsumerKilledHoldingCredit: this test
-// binary run again with BQFAULT_CHILD=hold. Its handlers never return, so
-// at the kill every delivery it holds is either in a handler (started) or
-// waiting on the link's credit (never started).
-func init() {
-	if os.Getenv(faultChildEnv) == "hold" {
-		os.Exit(faultChildHold())
-	}
-}
-
+// binary run again with BQFAULT_CHILD=hold (child_test.go). Its handlers
+// never return, so at the kill every delivery it holds is either in a
+// handler (started) or waiting on the link's credit (never started).
+//
 // faultChildHold consumes BQFAULT_QUEUE with Client.Consume and nil
 // options (the default credit), faultChildWorkers handlers that append
 // "S <unix ns> <meta.id>" to BQFAULT_LOG and then wait for the end.
 func faultChildHold() int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault child:", err); return 2 }
-	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	var mu sync.Mutex
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close(context.Background())
-	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(hctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		mu.Lock()
-		_, _ = fmt.Fprintf(f, "S %d %s\n", time.Now().UnixNano(), env.Meta.ID)
-		mu.Unlock()
-		<-hctx.Done()
-		return hctx.Err()
-	}}, artemis.WithConcurrency(faultChildWorkers))
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
-		return fail(err)
-	}
-	return 0
+	return runFaultChild("fault child", func(record faultRecord) (*artemis.Consumer, error) {
+		return artemis.NewConsumer(artemis.Handlers{faultURN: func(hctx context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			record("S", env.Meta.ID)
+			<-hctx.Done()
+			return hctx.Err()
+		}}, artemis.WithConcurrency(faultChildWorkers))
+	})
 }
 
 // TestFaultConsumerKilledHoldingCredit: a consumer process with the
@@ -96,18 +63,7 @@ func TestFaultConsumerKilledHoldingCredit(t *testing.T) {
 
 	logPath := t.TempDir() + "/started.log"
 	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"=hold", faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			t.Logf("the consumer process, killed at the cleanup: %v", <-done)
-		}
-	})
+	child := startFaultChild(t, faultModeHold, q, logPath)
 
 	// Every handler holds a delivery and the broker has pushed the whole
 	// window: the broker's delivering count is the credit.
@@ -128,8 +84,7 @@ func TestFaultConsumerKilledHoldingCredit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // another process and the broker's CLI: poll them
 	}
-	require.NoError(t, cmd.Process.Kill())
-	require.Error(t, <-done, "the child exits by the SIGKILL")
+	child.kill(t)
 
 	// Every message comes back; read each one's delivery-count.
 	counts := faultDeliveryCounts(t, fb.Broker, q, total)
@@ -198,36 +153,14 @@ func faultFailOnce(t *testing.T, b *brokertest.Broker, addr string) string {
 // meta.id's AMQP header delivery-count.
 func faultDeliveryCounts(t *testing.T, b *brokertest.Broker, addr string, n int) map[string]uint32 {
 	t.Helper()
-	conn := b.Dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	r, err := conn.Session.NewReceiver(ctx, addr, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		Credit:                    500,
-		RequestedSenderSettleMode: amqp.SenderSettleModeSettled.Ptr(),
-	})
-	cancel()
-	require.NoError(t, err, "attach a receiver to %s", addr)
 	out := map[string]uint32{}
-	for len(out) < n {
-		ctx, cancel := context.WithTimeout(context.Background(), faultDrainIdle)
-		msg, err := r.Receive(ctx, nil)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-		require.NoError(t, err, "receive from %s", addr)
-		body, ok := msg.Value.(string)
-		require.True(t, ok, "a message on %s without a string value body: %T", addr, msg.Value)
-		env, err := artemis.Decode([]byte(body))
-		require.NoError(t, err)
+	faultReceiveAll(t, b, addr, func(env *artemis.Envelope, msg *amqp.Message) bool {
 		var dc uint32
 		if msg.Header != nil {
 			dc = msg.Header.DeliveryCount
 		}
 		out[env.Meta.ID] = dc
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	defer cancel()
-	_ = r.Close(ctx)
+		return len(out) < n
+	})
 	return out
 }

@@ -281,49 +281,6 @@ func faultPublish(t *testing.T, ctx context.Context, fb *faultBroker, q string, 
 	return sent
 }
 
-// faultDrained is what a drain found on a queue.
-type faultDrained struct {
-	copies map[string]int // meta.id -> copies
-	total  int
-	envs   []*artemis.Envelope
-}
-
-// faultDrain takes every message off addr (pre-settled: this is the final
-// read) until none arrives for faultDrainIdle, and counts them by meta.id.
-func faultDrain(t *testing.T, b *brokertest.Broker, addr string) faultDrained {
-	t.Helper()
-	conn := b.Dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	r, err := conn.Session.NewReceiver(ctx, addr, &amqp.ReceiverOptions{
-		SourceCapabilities:        []string{"queue"},
-		Credit:                    500,
-		RequestedSenderSettleMode: amqp.SenderSettleModeSettled.Ptr(),
-	})
-	cancel()
-	require.NoError(t, err, "attach a receiver to %s", addr)
-	d := faultDrained{copies: map[string]int{}}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), faultDrainIdle)
-		msg, err := r.Receive(ctx, nil)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-		require.NoError(t, err, "receive from %s", addr)
-		body, ok := msg.Value.(string)
-		require.True(t, ok, "a message on %s without a string value body: %T", addr, msg.Value)
-		env, err := artemis.Decode([]byte(body))
-		require.NoError(t, err, "a message on %s that is not an envelope: %s", addr, body)
-		d.copies[env.Meta.ID]++
-		d.total++
-		d.envs = append(d.envs, env)
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), brokertest.OpTimeout)
-	defer cancel()
-	_ = r.Close(ctx)
-	return d
-}
-
 // faultReports counts what a consumer reports, by kind.
 type faultReports struct {
 	mu      sync.Mutex

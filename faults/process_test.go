@@ -1,18 +1,10 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,128 +16,48 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/ledger"
 )
 
-// The consumer process of TestFaultConsumerProcessKilled is this test
-// binary run again with these variables set: init runs it instead of the
-// tests.
-const (
-	faultChildEnv      = "BQFAULT_CHILD" // "consume"
-	faultChildQueueEnv = "BQFAULT_QUEUE"
-	faultChildLogEnv   = "BQFAULT_LOG"
-	faultChildWorkers  = 4
-	faultChildWork     = 2 * time.Millisecond
-)
-
-func init() {
-	if os.Getenv(faultChildEnv) == "consume" {
-		os.Exit(faultChildConsume())
-	}
-}
+// The consumer process of TestFaultConsumerProcessKilled: this test
+// binary run again with BQFAULT_CHILD=consume (child_test.go).
+const faultChildWork = 2 * time.Millisecond
 
 // faultChildConsume consumes BQFAULT_QUEUE on ARTEMIS_URL with a supervised
 // Client.Consume (default options, 4 handlers) until SIGTERM. Each handler
 // call appends "S <unix ns> <meta.id>" to BQFAULT_LOG when it starts and
-// "D <unix ns> <meta.id>" when it is about to return nil; every line is one
-// write(2) on an O_APPEND file, so a SIGKILL loses none that were written.
+// "D <unix ns> <meta.id>" when it is about to return nil (runFaultChild's
+// log: a SIGKILL loses no line that was written).
 func faultChildConsume() int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault child:", err); return 2 }
-	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	var mu sync.Mutex
-	record := func(kind, id string) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, _ = fmt.Fprintf(f, "%s %d %s\n", kind, time.Now().UnixNano(), id)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close(context.Background())
-	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		record("S", env.Meta.ID)
-		time.Sleep(faultChildWork) // the handler's work
-		record("D", env.Meta.ID)
-		return nil
-	}}, artemis.WithConcurrency(faultChildWorkers))
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// faultChild is one run of the consumer process.
-type faultChild struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-// wait waits for the process to exit and returns how it did (cmd.Wait).
-func (c *faultChild) wait() error { return <-c.done }
-
-func startFaultChild(t *testing.T, q, logPath string) *faultChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"=consume", faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	ch := &faultChild{cmd: cmd, done: make(chan error, 1)}
-	go func() { ch.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = ch.wait() // "signal: killed": the kill is the point
-		}
+	return runFaultChild("fault child", func(record faultRecord) (*artemis.Consumer, error) {
+		return artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			record("S", env.Meta.ID)
+			time.Sleep(faultChildWork) // the handler's work
+			record("D", env.Meta.ID)
+			return nil
+		}}, artemis.WithConcurrency(faultChildWorkers))
 	})
-	return ch
 }
 
 // faultChildLog feeds the child's log lines into a ledger as they come.
 type faultChildLog struct {
-	f       *os.File
-	r       *bufio.Reader
-	partial string
+	*faultTail
 	l       *ledger.Ledger
 	pending map[string][]func(bool) // meta.id -> ends of calls in progress
 	lastS   time.Time               // the newest start line
 }
 
-// read takes every complete line written so far.
-func (cl *faultChildLog) read(t *testing.T) {
+// line books one line of the log.
+func (cl *faultChildLog) line(t *testing.T, parts []string, at time.Time) {
 	t.Helper()
-	for {
-		s, err := cl.r.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			cl.partial += s
-			return
-		}
-		require.NoError(t, err)
-		line := strings.TrimSuffix(cl.partial+s, "\n")
-		cl.partial = ""
-		parts := strings.Fields(line)
-		require.Len(t, parts, 3, "child log line %q", line)
-		ns, err := strconv.ParseInt(parts[1], 10, 64)
-		require.NoError(t, err)
-		id := parts[2]
-		switch parts[0] {
-		case "S":
-			cl.pending[id] = append(cl.pending[id], cl.l.Start(id))
-			cl.lastS = time.Unix(0, ns)
-		case "D":
-			ends := cl.pending[id]
-			require.NotEmpty(t, ends, "an end without a start for %s", id)
-			ends[0](true)
-			cl.pending[id] = ends[1:]
-		}
+	require.Len(t, parts, 3, "child log line %q", strings.Join(parts, " "))
+	id := parts[2]
+	switch parts[0] {
+	case "S":
+		cl.pending[id] = append(cl.pending[id], cl.l.Start(id))
+		cl.lastS = at
+	case "D":
+		ends := cl.pending[id]
+		require.NotEmpty(t, ends, "an end without a start for %s", id)
+		ends[0](true)
+		cl.pending[id] = ends[1:]
 	}
 }
 
@@ -179,48 +91,25 @@ func TestFaultConsumerProcessKilled(t *testing.T) {
 	faultFill(t, ctx, fb, q, total, l)
 
 	logPath := t.TempDir() + "/handled.log"
-	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
-	f, err := os.Open(logPath)
-	require.NoError(t, err)
-	defer f.Close()
-	cl := &faultChildLog{f: f, r: bufio.NewReader(f), l: l, pending: map[string][]func(bool){}}
-
-	poll := func(until func() bool, what string, within time.Duration) {
-		deadline := time.Now().Add(within)
-		for {
-			cl.read(t)
-			if until() {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s (handled %d of %d)", within, what, l.Handled(), total)
-			}
-			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
-		}
-	}
-	child := startFaultChild(t, q, logPath)
+	cl := &faultChildLog{l: l, pending: map[string][]func(bool){}}
+	cl.faultTail = newFaultTail(t, logPath, func(parts []string, at time.Time) { cl.line(t, parts, at) })
+	status := func() string { return fmt.Sprintf("handled %d of %d", l.Handled(), total) }
+	poll := func(until func() bool, what string, within time.Duration) { cl.poll(t, until, what, within, status) }
+	child := startFaultChild(t, faultModeConsume, q, logPath)
 	var perKill []string
 	var resumes []time.Duration
 	for i, at := range killAt {
 		poll(func() bool { return l.Handled() >= at }, fmt.Sprintf("%d handled before kill %d", at, i+1), 3*time.Minute)
-		require.NoError(t, child.cmd.Process.Kill())
-		killedAt := time.Now()
-		require.Error(t, child.wait(), "the child exits by the SIGKILL")
+		killedAt := child.kill(t)
 		cl.read(t) // the last lines the dead process wrote
 		inHandler := cl.killed(faultChildWorkers)
 		perKill = append(perKill, fmt.Sprintf("kill %d at %d handled: %d in a handler", i+1, l.Handled(), inHandler))
-		child = startFaultChild(t, q, logPath)
+		child = startFaultChild(t, faultModeConsume, q, logPath)
 		poll(func() bool { return cl.lastS.After(killedAt) }, fmt.Sprintf("a handler start after kill %d", i+1), 2*time.Minute)
 		resumes = append(resumes, cl.lastS.Sub(killedAt))
 	}
 	poll(func() bool { return l.Handled() >= total }, "every message handled", 3*time.Minute)
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-child.done:
-		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
-	case <-time.After(faultWait):
-		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
-	}
+	child.stop(t)
 	cl.read(t)
 	faultRecordLeft(t, fb.Broker, l, q)
 

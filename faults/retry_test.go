@@ -1,21 +1,13 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"os/signal"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,111 +19,47 @@ import (
 	"github.com/babelqueue/babelqueue-go-artemis/internal/testkit"
 )
 
-// The retry child: this test binary run again with BQFAULT_CHILD=retry.
-// Its handler fails every first attempt (attempts 0), writing
-// "F <unix ns> <meta.id>", and handles every later one, writing
+// The retry child: this test binary run again with BQFAULT_CHILD=retry
+// (child_test.go). Its handler fails every first attempt (attempts 0),
+// writing "F <unix ns> <meta.id>", and handles every later one, writing
 // "S <unix ns> <meta.id> <attempts>"; each line one write(2) on an
-// O_APPEND file. Its retries wait faultRetryWait.
+// O_APPEND file (runFaultChild's log). Its retries wait faultRetryWait.
 const (
-	faultRetryChild   = "retry"
 	faultRetryWait    = 15 * time.Second
 	faultRetryWorkers = 4
 )
 
-func init() {
-	if os.Getenv(faultChildEnv) == faultRetryChild {
-		os.Exit(faultRetryConsume())
-	}
-}
-
 func faultRetryConsume() int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "fault retry child:", err); return 2 }
-	f, err := os.OpenFile(os.Getenv(faultChildLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	var mu sync.Mutex
-	record := func(line string) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, _ = f.WriteString(line)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := artemis.Dial(dctx, []string{os.Getenv("ARTEMIS_URL")}, nil)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close(context.Background())
-	cons, err := artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
-		if env.Attempts == 0 {
-			record(fmt.Sprintf("F %d %s\n", time.Now().UnixNano(), env.Meta.ID))
-			return errors.New("dependency down")
-		}
-		record(fmt.Sprintf("S %d %s %d\n", time.Now().UnixNano(), env.Meta.ID, env.Attempts))
-		return nil
-	}}, artemis.WithConcurrency(faultRetryWorkers), artemis.WithLogger(slog.New(slog.DiscardHandler)),
-		artemis.WithRetrySchedule(func(int) time.Duration { return faultRetryWait }))
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Consume(ctx, os.Getenv(faultChildQueueEnv), cons); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-func startRetryChild(t *testing.T, q, logPath string) *faultChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"="+faultRetryChild, faultChildQueueEnv+"="+q, faultChildLogEnv+"="+logPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	ch := &faultChild{cmd: cmd, done: make(chan error, 1)}
-	go func() { ch.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = ch.wait()
-		}
+	return runFaultChild("fault retry child", func(record faultRecord) (*artemis.Consumer, error) {
+		return artemis.NewConsumer(artemis.Handlers{faultURN: func(_ context.Context, env *artemis.Envelope, _ *amqp.Message) error {
+			if env.Attempts == 0 {
+				record("F", env.Meta.ID)
+				return errors.New("dependency down")
+			}
+			record("S", env.Meta.ID, env.Attempts)
+			return nil
+		}}, artemis.WithConcurrency(faultRetryWorkers), artemis.WithLogger(slog.New(slog.DiscardHandler)),
+			artemis.WithRetrySchedule(func(int) time.Duration { return faultRetryWait }))
 	})
-	return ch
 }
 
-// retryLog reads the retry child's lines as they come.
+// retryLog holds the retry child's lines as they come.
 type retryLog struct {
-	r       *bufio.Reader
-	partial string
+	*faultTail
 	failed  map[string]time.Time   // meta.id -> its first failure
 	handled map[string][]time.Time // meta.id -> every successful call
 }
 
-func (l *retryLog) read(t *testing.T) {
-	t.Helper()
-	for {
-		s, err := l.r.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			l.partial += s
-			return
+// line books one line of the log.
+func (l *retryLog) line(parts []string, at time.Time) {
+	id := parts[2]
+	switch parts[0] {
+	case "F":
+		if _, ok := l.failed[id]; !ok {
+			l.failed[id] = at
 		}
-		require.NoError(t, err)
-		parts := strings.Fields(strings.TrimSuffix(l.partial+s, "\n"))
-		l.partial = ""
-		require.GreaterOrEqual(t, len(parts), 3)
-		ns, err := strconv.ParseInt(parts[1], 10, 64)
-		require.NoError(t, err)
-		at, id := time.Unix(0, ns), parts[2]
-		switch parts[0] {
-		case "F":
-			if _, ok := l.failed[id]; !ok {
-				l.failed[id] = at
-			}
-		case "S":
-			l.handled[id] = append(l.handled[id], at)
-		}
+	case "S":
+		l.handled[id] = append(l.handled[id], at)
 	}
 }
 
@@ -151,26 +79,14 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 	sent := faultPublish(t, ctx, fb, q, total, 8)
 
 	logPath := t.TempDir() + "/retry.log"
-	require.NoError(t, os.WriteFile(logPath, nil, 0o600))
-	f, err := os.Open(logPath)
-	require.NoError(t, err)
-	defer f.Close()
-	rl := &retryLog{r: bufio.NewReader(f), failed: map[string]time.Time{}, handled: map[string][]time.Time{}}
-	poll := func(until func() bool, what string, within time.Duration) {
-		deadline := time.Now().Add(within)
-		for {
-			rl.read(t)
-			if until() {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s (failed %d, handled %d of %d)", within, what, len(rl.failed), len(rl.handled), total)
-			}
-			time.Sleep(20 * time.Millisecond) // another process writes the log: poll it
-		}
+	rl := &retryLog{failed: map[string]time.Time{}, handled: map[string][]time.Time{}}
+	rl.faultTail = newFaultTail(t, logPath, rl.line)
+	status := func() string {
+		return fmt.Sprintf("failed %d, handled %d of %d", len(rl.failed), len(rl.handled), total)
 	}
+	poll := func(until func() bool, what string, within time.Duration) { rl.poll(t, until, what, within, status) }
 
-	child := startRetryChild(t, q, logPath)
+	child := startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.failed) >= total }, "every first attempt failed", 2*time.Minute)
 	var firstFail, lastFail time.Time
 	for _, at := range rl.failed {
@@ -182,9 +98,7 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 		}
 	}
 	require.Less(t, time.Since(firstFail), faultRetryWait-3*time.Second, "the failures took too long to kill while all wait")
-	require.NoError(t, child.cmd.Process.Kill())
-	killedAt := time.Now()
-	require.Error(t, child.wait(), "the child exits by the SIGKILL")
+	killedAt := child.kill(t)
 	rl.read(t)
 	early := len(rl.handled) // handled before the kill: none should be
 	scheduled := -1
@@ -193,16 +107,10 @@ func TestFaultScheduledRetriesSurviveAConsumerKill(t *testing.T) {
 		require.NoError(t, err)
 		scheduled = st.ScheduledCount
 	}
-	child = startRetryChild(t, q, logPath)
+	child = startFaultChild(t, faultModeRetry, q, logPath)
 	poll(func() bool { return len(rl.handled) >= total }, "every message handled after its wait", 2*time.Minute)
 	lastHandled := time.Now()
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-child.done:
-		assert.NoError(t, err, "the last consumer process exits 0 on SIGTERM")
-	case <-time.After(faultWait):
-		t.Fatalf("the consumer process did not exit within %v of SIGTERM", faultWait)
-	}
+	child.stop(t)
 	rl.read(t)
 	left := faultDrain(t, fb.Broker, q)
 	dead := faultDrain(t, fb.Broker, q+".dlq")
