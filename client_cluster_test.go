@@ -434,7 +434,8 @@ func TestClusterCloseWithADoneContextClosesEveryMemberAtOnce(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return slowClose{cn.(*fakeConn), unblock}, nil
+			hangClose(cn.(*fakeConn), unblock)
+			return cn, nil
 		}
 	})
 	require.NoError(t, h.cl.dialMembers(context.Background()))

@@ -399,19 +399,6 @@ func TestPublisherCreditWaitEndedByContextIsNotSent(t *testing.T) {
 	assert.NotContains(t, h.ev.kinds(), EventPublishRetried)
 }
 
-// slowClose is a fakeConn whose Close hangs until unblock is closed, as
-// go-amqp's does on a half-open network: a connection the Client dropped
-// stays open for a while.
-type slowClose struct {
-	*fakeConn
-	unblock <-chan struct{}
-}
-
-func (c slowClose) Close() error {
-	<-c.unblock
-	return c.fakeConn.Close()
-}
-
 // slowCloseHarness is newHarness (live and backup URLs) whose connections
 // Close hangs until the test ends, dialled already.
 func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
@@ -424,7 +411,8 @@ func slowCloseHarness(t *testing.T, prepare func(*fakeBroker)) *harness {
 		if err != nil {
 			return nil, err
 		}
-		return slowClose{cn.(*fakeConn), unblock}, nil
+		hangClose(cn.(*fakeConn), unblock)
+		return cn, nil
 	})
 	require.NoError(t, err)
 	bc.random = func() float64 { return 0.5 }

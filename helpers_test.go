@@ -177,8 +177,15 @@ type fakeConn struct {
 	// attached hears of every receiver attached.
 	attached chan *fakelink.Receiver
 	// closeHook, when set, runs at the start of Close (it may block, as
-	// the close of a connection on a half-open network does).
+	// the close of a connection on a half-open network does: hangClose).
 	closeHook func()
+}
+
+// hangClose makes c's Close hang until unblock is closed, as go-amqp's does
+// on a half-open network: a connection the Client dropped stays open for a
+// while. Set before c is handed to the Client.
+func hangClose(c *fakeConn, unblock <-chan struct{}) {
+	c.closeHook = func() { <-unblock }
 }
 
 func (c *fakeConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
