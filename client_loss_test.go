@@ -29,7 +29,10 @@ func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	h, p := newPublisherHarness(t, blackHoleFirst)
 	h.b.minOutcomeWait = 10 * time.Millisecond
 	for i := range DefaultOutcomeTimeouts {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		// Long enough past minOutcomeWait that a publish scheduled late on
+		// a loaded machine still waits that long for its outcome: a shorter
+		// wait is not counted, by design (TestShortContextsDoNotCountAsOutcomeTimeouts).
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		_, err := p.Publish(ctx, Job(urnCreated, orderData))
 		cancel()
 		require.Error(t, err, "publish %d", i)
