@@ -237,10 +237,12 @@ func skipDigits(s string, i int) int {
 	return i
 }
 
-// plainByte marks the bytes a JSON string holds as they are: printable
-// ASCII other than the quote and the backslash.
+// plainByte marks the bytes a JSON string holds as they are: everything but
+// the quote, the backslash and the control characters. Bytes of multi-byte
+// UTF-8 sequences are plain here; scanString checks their encoding once per
+// string.
 var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
+	for c := 0x20; c < 256; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
 	return t
@@ -249,15 +251,26 @@ var plainByte = func() (t [256]bool) {
 // scanString checks the JSON string starting at s[i] (a quote): valid
 // escapes, no control characters, valid UTF-8. It returns the index just
 // past the closing quote and whether the string holds an escape.
+//
+// Escapes are ASCII and a multi-byte UTF-8 sequence holds no ASCII byte, so
+// the string is valid UTF-8 exactly when its whole content is: one
+// utf8.ValidString at the closing quote, run only when a non-ASCII byte was
+// seen, checks what decoding each rune in turn would.
 func scanString(s string, i int) (end int, escaped, ok bool) {
 	j := i + 1
+	nonASCII := false
 	for {
-		j = skipPlain(s, j)
+		var high bool
+		j, high = skipPlain(s, j)
+		nonASCII = nonASCII || high
 		if j >= len(s) {
 			return 0, false, false
 		}
 		switch c := s[j]; {
 		case c == '"':
+			if nonASCII && !utf8.ValidString(s[i+1:j]) {
+				return 0, false, false
+			}
 			return j + 1, escaped, true
 		case c == '\\':
 			escaped = true
@@ -275,44 +288,41 @@ func scanString(s string, i int) (end int, escaped, ok bool) {
 			default:
 				return 0, false, false
 			}
-		case c < 0x20:
+		default: // a control character
 			return 0, false, false
-		default:
-			r, size := utf8.DecodeRuneInString(s[j:])
-			if r == utf8.RuneError && size == 1 {
-				return 0, false, false
-			}
-			j += size
 		}
 	}
 }
 
 // skipPlain returns the index of the first byte at or after s[j] that is
-// not plain (a quote, a backslash, a control character or a non-ASCII byte),
-// or len(s). It tests eight bytes at a time while it can: in the word, a
-// byte below 0x20 gets its high bit set by x-0x20, a quote or a backslash by
-// the zero-byte test on x^'"' or x^'\\', and a non-ASCII byte has it set
-// already. A borrow can also set the bits of the bytes above such a byte,
-// which only ends the word loop at the word that holds it; plain bytes alone
-// never set one. The byte loop then finds the exact index.
-func skipPlain(s string, j int) int {
+// not plain (a quote, a backslash or a control character), or len(s), and
+// whether it passed a non-ASCII byte. It tests eight bytes at a time while
+// it can: in the word, a byte below 0x20 is flagged by (x-0x20)&^x, a quote
+// or a backslash by the same zero-byte test on x^'"' or x^'\\'. A borrow
+// can also flag the bytes above such a byte, which only ends the word loop
+// at the word that holds it; plain bytes alone never flag one. The byte
+// loop then finds the exact index.
+func skipPlain(s string, j int) (int, bool) {
 	const (
 		ones = 0x0101010101010101
 		high = 0x8080808080808080
 	)
+	var seen uint64
 	for ; j+8 <= len(s); j += 8 {
 		w := s[j : j+8]
 		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
 			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 		q, b := x^('"'*ones), x^('\\'*ones)
-		if (x|(x-0x20*ones)|(q-ones)&^q|(b-ones)&^b)&high != 0 {
+		if ((x-0x20*ones)&^x|(q-ones)&^q|(b-ones)&^b)&high != 0 {
 			break
 		}
+		seen |= x
 	}
 	for j < len(s) && plainByte[s[j]] {
+		seen |= uint64(s[j])
 		j++
 	}
-	return j
+	return j, seen&high != 0
 }
 
 func isHex4(h string) bool {

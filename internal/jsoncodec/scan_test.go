@@ -5,14 +5,99 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // skipPlainByByte is skipPlain's definition: the table, a byte at a time.
-func skipPlainByByte(s string, j int) int {
+func skipPlainByByte(s string, j int) (int, bool) {
+	high := false
 	for j < len(s) && plainByte[s[j]] {
+		high = high || s[j] >= utf8.RuneSelf
 		j++
 	}
-	return j
+	return j, high
+}
+
+// scanStringByRune is scanString's definition: JSON's string grammar read a
+// byte or a rune at a time, each non-ASCII rune decoded where it starts.
+func scanStringByRune(s string, i int) (end int, escaped, ok bool) {
+	for j := i + 1; j < len(s); {
+		switch c := s[j]; {
+		case c == '"':
+			return j + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			if j+1 >= len(s) {
+				return 0, false, false
+			}
+			switch s[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				if j+6 > len(s) || !isHex4(s[j+2:j+6]) {
+					return 0, false, false
+				}
+				j += 6
+			default:
+				return 0, false, false
+			}
+		case c < 0x20:
+			return 0, false, false
+		case c < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRuneInString(s[j:])
+			if r == utf8.RuneError && size == 1 {
+				return 0, false, false
+			}
+			j += size
+		}
+	}
+	return 0, false, false
+}
+
+// TestScanStringAgreesWithItsDefinition: checking the UTF-8 of a whole
+// string at its closing quote accepts and rejects exactly what decoding each
+// rune where it starts does, on every byte at every place in a string, on
+// sequences cut by a quote, an escape or the end, and on random strings.
+func TestScanStringAgreesWithItsDefinition(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		gotEnd, gotEsc, gotOK := scanString(s, 0)
+		wantEnd, wantEsc, wantOK := scanStringByRune(s, 0)
+		if gotEnd != wantEnd || gotEsc != wantEsc || gotOK != wantOK {
+			t.Fatalf("scanString(%q) = %d, %v, %v; want %d, %v, %v", s, gotEnd, gotEsc, gotOK, wantEnd, wantEsc, wantOK)
+		}
+	}
+	for _, s := range []string{
+		`"café ☕"`, `"café ☕`, "\"\xc3\"", "\"\xe2\x98\"", "\"\xe2\x98\\n\"", "\"\xed\xa0\x80\"",
+		"\"\xf4\x90\x80\x80\"", "\"\xc0\xaf\"", `"\u00e9 \" \\"`, `"\u00g9"`, "\"a\x00\"", "\"\x7f\"", `""`, `"`,
+	} {
+		check(s)
+	}
+	for b := 0; b < 256; b++ {
+		for p := 1; p < 19; p++ {
+			buf := []byte(`"abcdéfghijklmnopq"`)
+			buf[p] = byte(b)
+			check(string(buf))
+			buf = []byte(`"☕☕☕☕☕☕☕"`)
+			buf[p] = byte(b)
+			check(string(buf))
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []string{"a", " ", `"`, `\`, `\n`, `\u00e9`, "\x00", "\x1f", "\x7f", "é", "☕", "\U0001F600", "\xc3", "\xe2\x98", "\x80", "\xff", "\xed\xa0\x80"}
+	for range 20000 {
+		var sb strings.Builder
+		sb.WriteByte('"')
+		for range rng.IntN(24) {
+			sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		if rng.IntN(8) != 0 {
+			sb.WriteByte('"')
+		}
+		check(sb.String())
+	}
 }
 
 // TestSkipPlainAgreesWithTheTable: the eight-bytes-at-a-time loop stops
@@ -23,8 +108,10 @@ func TestSkipPlainAgreesWithTheTable(t *testing.T) {
 	check := func(s string) {
 		t.Helper()
 		for j := 0; j <= len(s); j++ {
-			if got, want := skipPlain(s, j), skipPlainByByte(s, j); got != want {
-				t.Fatalf("skipPlain(%q, %d) = %d, want %d", s, j, got, want)
+			got, gotHigh := skipPlain(s, j)
+			want, wantHigh := skipPlainByByte(s, j)
+			if got != want || gotHigh != wantHigh {
+				t.Fatalf("skipPlain(%q, %d) = %d, %v; want %d, %v", s, j, got, gotHigh, want, wantHigh)
 			}
 		}
 	}
@@ -122,12 +209,12 @@ func BenchmarkSkipPlain(b *testing.B) {
 		s := strings.Repeat("order-1042 ", n/11+1)[:n] + `"`
 		for _, impl := range []struct {
 			name string
-			skip func(string, int) int
+			skip func(string, int) (int, bool)
 		}{{"bytes", skipPlainByByte}, {"words", skipPlain}} {
 			b.Run(fmt.Sprintf("len=%d/%s", n, impl.name), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				for b.Loop() {
-					if impl.skip(s, 0) != n {
+					if end, _ := impl.skip(s, 0); end != n {
 						b.Fatal("stopped early")
 					}
 				}
