@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 )
@@ -299,9 +300,9 @@ func scanString(s string, i int) (end int, escaped, ok bool) {
 // whether it passed a non-ASCII byte. It tests eight bytes at a time while
 // it can: in the word, a byte below 0x20 is flagged by (x-0x20)&^x, a quote
 // or a backslash by the same zero-byte test on x^'"' or x^'\\'. A borrow
-// can also flag the bytes above such a byte, which only ends the word loop
-// at the word that holds it; plain bytes alone never flag one. The byte
-// loop then finds the exact index.
+// can also flag bytes above a flagged one, never below it, so the lowest
+// flag is the first byte that is not plain. The last few bytes, fewer than
+// eight, go a byte at a time.
 func skipPlain(s string, j int) (int, bool) {
 	const (
 		ones = 0x0101010101010101
@@ -313,8 +314,10 @@ func skipPlain(s string, j int) (int, bool) {
 		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
 			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 		q, b := x^('"'*ones), x^('\\'*ones)
-		if ((x-0x20*ones)&^x|(q-ones)&^q|(b-ones)&^b)&high != 0 {
-			break
+		if stop := ((x-0x20*ones)&^x | (q-ones)&^q | (b-ones)&^b) & high; stop != 0 {
+			n := bits.TrailingZeros64(stop) &^ 7 // bits below the first stopping byte
+			seen |= x & (1<<n - 1)
+			return j + n/8, seen&high != 0
 		}
 		seen |= x
 	}
