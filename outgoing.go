@@ -86,23 +86,14 @@ func (p *Publisher) Publish(ctx context.Context, m Outgoing, opts ...PublishOpti
 		return "", errNotBuilt
 	}
 	cfg := p.config(opts)
-	switch m := m.(type) {
-	case job:
-		env, err := m.envelope(p.queue)
-		if err != nil {
-			cfg.observePublish(p.queue, m.urn, "", time.Time{}, err)
-			return "", err
-		}
+	env, body, err := p.outgoing(m, cfg)
+	switch {
+	case err != nil:
+		return "", err
+	case env != nil:
 		return p.publish(ctx, env, cfg)
-	case *Envelope:
-		if m == nil {
-			return "", errNilEnvelope
-		}
-		return p.publish(ctx, m, cfg)
-	case Encoded:
-		return p.publishEncoded(ctx, m, cfg)
 	}
-	return "", errNoOutgoing
+	return p.publishEncoded(ctx, body, cfg)
 }
 
 // PublishWithReceipt starts the publish of m: it writes the transfer and
@@ -139,23 +130,38 @@ func (p *Publisher) PublishWithReceipt(ctx context.Context, m Outgoing, opts ...
 		return nil, errNotBuilt
 	}
 	cfg := p.config(opts)
+	env, body, err := p.outgoing(m, cfg)
+	switch {
+	case err != nil:
+		return nil, err
+	case env != nil:
+		return p.publishWithReceipt(ctx, env, cfg)
+	}
+	return p.publishEncodedWithReceipt(ctx, body, cfg)
+}
+
+// outgoing is what a publish of m sends: the envelope (a Job's built now),
+// or, when env is nil, the Encoded bytes as they are. An error means m
+// stands for no envelope and nothing is sent; a Job whose envelope is
+// refused is reported to the Observer as a failed publish.
+func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, body Encoded, err error) {
 	switch m := m.(type) {
 	case job:
 		env, err := m.envelope(p.queue)
 		if err != nil {
 			cfg.observePublish(p.queue, m.urn, "", time.Time{}, err)
-			return nil, err
+			return nil, nil, err
 		}
-		return p.publishWithReceipt(ctx, env, cfg)
+		return env, nil, nil
 	case *Envelope:
 		if m == nil {
-			return nil, errNilEnvelope
+			return nil, nil, errNilEnvelope
 		}
-		return p.publishWithReceipt(ctx, m, cfg)
+		return m, nil, nil
 	case Encoded:
-		return p.publishEncodedWithReceipt(ctx, m, cfg)
+		return nil, m, nil
 	}
-	return nil, errNoOutgoing
+	return nil, nil, errNoOutgoing
 }
 
 // EnvelopeOf is the envelope m stands for, as a publish sends it: an
