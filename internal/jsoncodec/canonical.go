@@ -283,47 +283,56 @@ var HexDigits = "0123456789abcdef"
 
 // AppendString writes s as a canonical JSON string: only the quote, the
 // backslash and control characters are escaped; invalid UTF-8 becomes U+FFFD.
+// It copies each run of plain bytes whole (skipPlain finds its end eight
+// bytes at a time); a run holding invalid UTF-8 is repaired a rune at a time.
 func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', HexDigits[c>>4], HexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
+	for i := 0; ; i++ {
+		j, nonASCII := skipPlain(s, i)
+		if nonASCII && !utf8.ValidString(s[i:j]) {
+			b = appendRepaired(append(b, s[start:i]...), s[i:j])
+			start = j
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, "\ufffd"...)
-			i += size
-			start = i
-			continue
+		if i = j; i >= len(s) {
+			break
 		}
-		i += size
+		b = append(b, s[start:i]...)
+		switch c := s[i]; c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		default:
+			b = append(b, '\\', 'u', '0', '0', HexDigits[c>>4], HexDigits[c&0xf])
+		}
+		start = i + 1
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendRepaired appends run, plain bytes that are not valid UTF-8, with
+// each byte that starts no valid sequence replaced by U+FFFD. A run ends
+// only before an ASCII byte, which no sequence holds, so each rune decodes
+// here as it would in the whole string.
+func appendRepaired(b []byte, run string) []byte {
+	start := 0
+	for i := 0; i < len(run); {
+		r, size := utf8.DecodeRuneInString(run[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(append(b, run[start:i]...), "\ufffd"...)
+			start = i + 1
+		}
+		i += size
+	}
+	return append(b, run[start:]...)
 }

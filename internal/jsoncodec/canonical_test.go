@@ -2,9 +2,82 @@ package jsoncodec
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
+
+// appendStringByRune is AppendString's definition: a byte at a time, each
+// non-ASCII rune decoded where it starts, an invalid byte written U+FFFD.
+func appendStringByRune(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, "\ufffd"...)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, `\n`...)
+		case c == '\r':
+			b = append(b, `\r`...)
+		case c == '\t':
+			b = append(b, `\t`...)
+		case c == '\b':
+			b = append(b, `\b`...)
+		case c == '\f':
+			b = append(b, `\f`...)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', HexDigits[c>>4], HexDigits[c&0xf])
+		default:
+			b = append(b, c)
+		}
+		i++
+	}
+	return append(b, '"')
+}
+
+// TestAppendStringAgreesWithItsDefinition: copying plain runs whole writes
+// what the byte-at-a-time definition does, for every byte value at every
+// place in ASCII and non-ASCII text, and on random strings of escapes,
+// valid and invalid UTF-8.
+func TestAppendStringAgreesWithItsDefinition(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		if got, want := string(AppendString([]byte("p:"), s)), string(appendStringByRune([]byte("p:"), s)); got != want {
+			t.Fatalf("AppendString(%q) = %q, want %q", s, got, want)
+		}
+	}
+	for b := 0; b < 256; b++ {
+		for p := 0; p < 19; p++ {
+			buf := []byte("abcdéfghijklmnopq")
+			buf[p%len(buf)] = byte(b)
+			check(string(buf))
+			buf = []byte("☕☕☕☕☕☕☕")
+			buf[p] = byte(b)
+			check(string(buf))
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	alphabet := []string{"a", "bcdefghij", " ", `"`, `\`, "\n", "\x00", "\x1f", "\x7f", "é", "☕", "\U0001F600", "\u2028", "\xc3", "\xe2\x98", "\x80", "\xff", "\xed\xa0\x80"}
+	for range 20000 {
+		var sb strings.Builder
+		for range rng.IntN(24) {
+			sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		check(sb.String())
+	}
+}
 
 func TestAppendString(t *testing.T) {
 	tests := []struct {
@@ -109,6 +182,32 @@ func TestCheckMemberDepth(t *testing.T) {
 		}
 		if !json.Valid([]byte(tc.s)) {
 			t.Errorf("%s: not valid JSON", tc.name)
+		}
+	}
+}
+
+// BenchmarkAppendString compares AppendString with its byte-at-a-time
+// definition (appendStringByRune) on the strings an envelope writes: a URN,
+// a UUID, a timestamp, and a 256-byte text, ASCII and not.
+func BenchmarkAppendString(b *testing.B) {
+	for _, tc := range []struct{ name, s string }{
+		{"urn", "urn:babel:orders:order-created"},
+		{"uuid", "0b8f6c1e-3f5a-4c2d-9e7b-1a2b3c4d5e6f"},
+		{"time", "2026-12-03T18:49:15.457Z"},
+		{"text-256", strings.Repeat("order 1042 shipped ", 14)[:256]},
+		{"text-256-nonascii", strings.Repeat("café ☕ ", 29)[:256]},
+	} {
+		for _, impl := range []struct {
+			name   string
+			append func([]byte, string) []byte
+		}{{"bytes", appendStringByRune}, {"runs", AppendString}} {
+			b.Run(tc.name+"/"+impl.name, func(b *testing.B) {
+				buf := make([]byte, 0, 2*len(tc.s)+2)
+				b.SetBytes(int64(len(tc.s)))
+				for b.Loop() {
+					buf = impl.append(buf[:0], tc.s)
+				}
+			})
 		}
 	}
 }
