@@ -111,6 +111,14 @@ type consumeOptions struct {
 // WithObserver and WithPayloadValidator are PublishOptions too.
 type ConsumerOption interface{ applyConsumer(c *Consumer) }
 
+// SharedOption is an option a Consumer and a publisher (or one publish)
+// both take: WithObserver and WithPayloadValidator. It is a ConsumerOption
+// and a PublishOption.
+type SharedOption interface {
+	ConsumerOption
+	PublishOption
+}
+
 // consumerOption is the ConsumerOption of a function.
 type consumerOption func(*Consumer)
 
@@ -241,10 +249,7 @@ func WithLogger(l *slog.Logger) ConsumerOption {
 // Client.TopicPublisher, every publish of that publisher; given to one
 // publish, that publish (in place of the publisher's). It is a
 // ConsumerOption and a PublishOption. Default: none.
-func WithObserver(o Observer) interface {
-	ConsumerOption
-	PublishOption
-} {
+func WithObserver(o Observer) SharedOption {
 	return observerOption{o}
 }
 
@@ -277,10 +282,7 @@ func (w observerOption) applyPublish(c *publishConfig) { c.observer = w.o }
 // NewMessage. The check runs under the publish's context (NewMessage's
 // under none), and a publish whose context ends during it fails with the
 // context's error. A nil v checks nothing. Default: none.
-func WithPayloadValidator(v PayloadValidator) interface {
-	ConsumerOption
-	PublishOption
-} {
+func WithPayloadValidator(v PayloadValidator) SharedOption {
 	return payloadOption{v}
 }
 
