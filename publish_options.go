@@ -65,7 +65,10 @@ func WithHeaders(h map[string]string) PublishOption {
 
 // WithDuplicateDetection sets Artemis's duplicate-id property (_AMQ_DUPL_ID)
 // to meta.id, so a publish retried after an ambiguous failure is stored once.
-// Default: off.
+// Artemis checks and records the id in two steps, so a resend routed at the
+// same moment as the first copy (still being routed from a cut connection)
+// can be stored too; a consumer that must not see it twice deduplicates on
+// meta.id (docs/publishing.md). Default: off.
 func WithDuplicateDetection() PublishOption {
 	return publishOption(func(c *publishConfig) { c.dupID = true })
 }
