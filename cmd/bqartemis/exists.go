@@ -34,14 +34,11 @@ func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
 			return false, fmt.Errorf("cannot check that queue %s exists: %w", queue, err)
 		}
 		defer m.close(context.WithoutCancel(ctx))
-		list, err := m.queueNames(ctx)
+		names, err := m.queueSet(ctx)
 		if err != nil {
 			return false, fmt.Errorf("cannot check that queue %s exists (may the user send to the management address %s?): %w", queue, managementAddress, err)
 		}
-		q.names = make(map[string]bool, len(list))
-		for _, n := range list {
-			q.names[n] = true
-		}
+		q.names = names
 	}
 	name := queue
 	if i := strings.LastIndex(queue, "::"); i >= 0 {

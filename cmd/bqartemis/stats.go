@@ -196,6 +196,19 @@ func (m *manager) queueNames(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// queueSet is the broker's queue list as a set.
+func (m *manager) queueSet(ctx context.Context) (map[string]bool, error) {
+	list, err := m.queueNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool, len(list))
+	for _, n := range list {
+		set[n] = true
+	}
+	return set, nil
+}
+
 // queueStat reads one queue's counters.
 func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error) {
 	st := queueStat{Queue: queue}
