@@ -56,6 +56,16 @@ func missingQueue(queue string) error {
 	return fmt.Errorf("queue %s does not exist on the broker (check its name; %s does not create queues): %w", queue, programName, errQueueMissing)
 }
 
+// errAddressMissing is matched (errors.Is) by the error for an address
+// the broker does not have.
+var errAddressMissing = errors.New("no such address")
+
+// missingAddress is the error for an address the broker does not have,
+// naming it.
+func missingAddress(address string) error {
+	return fmt.Errorf("address %s does not exist on the broker (check its name; %s does not create addresses): %w", address, programName, errAddressMissing)
+}
+
 // require fails unless queue exists, with an error that names it.
 func (q *queues) require(ctx context.Context, queue string) error {
 	ok, err := q.exists(ctx, queue)

@@ -188,13 +188,19 @@ func parseReply(msg *amqp.Message) (json.RawMessage, error) {
 
 // queueNames lists the broker's queues.
 func (m *manager) queueNames(ctx context.Context) ([]string, error) {
-	res, err := m.call(ctx, []request{{resource: "broker", attribute: "QueueNames"}})
+	return m.brokerNames(ctx, "QueueNames")
+}
+
+// brokerNames reads one of the broker's name lists: QueueNames,
+// AddressNames.
+func (m *manager) brokerNames(ctx context.Context, attribute string) ([]string, error) {
+	res, err := m.call(ctx, []request{{resource: "broker", attribute: attribute}})
 	if err != nil {
 		return nil, err
 	}
 	var names []string
 	if err := json.Unmarshal(res[0], &names); err != nil {
-		return nil, fmt.Errorf("broker QueueNames: %w", err)
+		return nil, fmt.Errorf("broker %s: %w", attribute, err)
 	}
 	return names, nil
 }
@@ -248,7 +254,10 @@ func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error
 func (m *manager) addressQueues(ctx context.Context, address string) ([]string, error) {
 	res, err := m.call(ctx, []request{{resource: "address." + address, attribute: "QueueNames"}})
 	if err != nil {
-		return nil, fmt.Errorf("address %s (no such address?): %w", address, err)
+		if names, lerr := m.brokerNames(ctx, "AddressNames"); lerr == nil && !contains(names, address) {
+			return nil, missingAddress(address)
+		}
+		return nil, fmt.Errorf("address %s: %w", address, err)
 	}
 	var names []string
 	if err := json.Unmarshal(res[0], &names); err != nil {

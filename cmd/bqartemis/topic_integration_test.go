@@ -327,3 +327,17 @@ func TestIntegrationStatsOfATopicShowsEachSubscriptionsDLQ(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationStatsOfAMissingAddress: stats -address of an address the
+// broker does not have says so by name, exits 1, and creates nothing.
+func TestIntegrationStatsOfAMissingAddress(t *testing.T) {
+	env := brokerEnv(t)
+	topic := brokertest.Queue(t)
+	out, errOut, code := runCLI(t, env, "", "stats", "-address", topic)
+	if code != exitFailed || !strings.Contains(errOut, "address "+topic+" does not exist on the broker") || out != "" {
+		t.Fatalf("stats -address %s: exit %d, %q%q", topic, code, out, errOut)
+	}
+	if _, errOut, _ := runCLI(t, env, "", "stats", "-address", topic); !strings.Contains(errOut, "does not exist") {
+		t.Errorf("the address was created by looking: %q", errOut)
+	}
+}
