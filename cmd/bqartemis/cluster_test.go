@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -221,53 +220,7 @@ func TestIntegrationClusterStatsOfATopicPerMember(t *testing.T) {
 	topic := brokertest.Queue(t)
 	billing, shipping := topic+".billing", topic+".shipping"
 	const events = 2
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	attached := make(chan struct{}, 2)
-	c, err := artemis.Dial(ctx, []string{cl.Nodes[0].URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
-		if ev.Kind == artemis.EventConsumerAttached {
-			attached <- struct{}{}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	var wg sync.WaitGroup
-	sctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); wg.Wait() }()
-	for _, sub := range []string{billing, shipping} {
-		handler := func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }
-		if sub == billing {
-			handler = func(context.Context, *artemis.Envelope, *amqp.Message) error { return errors.New("ledger down") }
-		}
-		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: handler}, artemis.WithMaxTries(1),
-			artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
-				t.Errorf("Subscribe %s: %v", sub, err)
-			}
-		})
-	}
-	for range 2 {
-		select {
-		case <-attached:
-		case <-ctx.Done():
-			t.Fatal("the subscriptions did not attach")
-		}
-	}
-	pub, err := c.TopicPublisher(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
-			t.Fatal(err)
-		}
-	}
+	subscribeAndPublish(t, cl.Nodes[0].URL, topic, map[string][]artemis.ConsumerOption{billing: nil, shipping: nil}, billing, events)
 
 	args := append([]string{"stats", "-address", topic, "-json"}, members...)
 	var sections []string // each member's output, after its "== member" line

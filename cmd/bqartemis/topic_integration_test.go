@@ -159,39 +159,7 @@ func TestIntegrationStatsOfANonDurableSubscription(t *testing.T) {
 	b := brokertest.Require(t)
 	topic := brokertest.Queue(t)
 	live, keep := topic+".live", topic+".keep"
-	attached := make(chan struct{}, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
-		if ev.Kind == artemis.EventConsumerAttached {
-			attached <- struct{}{}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	var wg sync.WaitGroup
-	sctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); wg.Wait() }()
-	for sub, opts := range map[string][]artemis.ConsumerOption{live: {artemis.WithNonDurable()}, keep: nil} {
-		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
-				t.Errorf("Subscribe %s: %v", sub, err)
-			}
-		})
-	}
-	for range 2 {
-		select {
-		case <-attached:
-		case <-ctx.Done():
-			t.Fatal("the subscriptions did not attach")
-		}
-	}
+	subscribeAndPublish(t, b.URL, topic, map[string][]artemis.ConsumerOption{live: {artemis.WithNonDurable()}, keep: nil}, "", 0)
 	subs := jsonLines(t, cli(t, env, "stats", "-address", topic, "-json"))
 	if len(subs) != 2 {
 		t.Fatalf("stats -address %s: %v, want the 2 subscriptions", topic, subs)
@@ -221,54 +189,7 @@ func TestIntegrationStatsOfATopicShowsEachSubscriptionsDLQ(t *testing.T) {
 	billing, shipping, live := topic+".billing", topic+".shipping", topic+".live"
 	liveQueue := live + ":shared-volatile:global"
 	const events = 2
-
-	attached := make(chan struct{}, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
-		if ev.Kind == artemis.EventConsumerAttached {
-			attached <- struct{}{}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	var wg sync.WaitGroup
-	sctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); wg.Wait() }()
-	for sub, opts := range map[string][]artemis.ConsumerOption{billing: nil, shipping: nil, live: {artemis.WithNonDurable()}} {
-		handler := func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }
-		if sub == billing {
-			handler = func(context.Context, *artemis.Envelope, *amqp.Message) error { return errors.New("ledger down") }
-		}
-		opts = append(opts, artemis.WithMaxTries(1), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
-		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: handler}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
-				t.Errorf("Subscribe %s: %v", sub, err)
-			}
-		})
-	}
-	for range 3 {
-		select {
-		case <-attached:
-		case <-ctx.Done():
-			t.Fatal("the subscriptions did not attach")
-		}
-	}
-	pub, err := c.TopicPublisher(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
-			t.Fatal(err)
-		}
-	}
+	subscribeAndPublish(t, b.URL, topic, map[string][]artemis.ConsumerOption{billing: nil, shipping: nil, live: {artemis.WithNonDurable()}}, billing, events)
 
 	// The dead letters are written while billing's deliveries are settled:
 	// read until they are all there, within a bound.
@@ -339,5 +260,65 @@ func TestIntegrationStatsOfAMissingAddress(t *testing.T) {
 	}
 	if _, errOut, _ := runCLI(t, env, "", "stats", "-address", topic); !strings.Contains(errOut, "does not exist") {
 		t.Errorf("the address was created by looking: %q", errOut)
+	}
+}
+
+// subscribeAndPublish subscribes a consumer of urnFail to topic for each
+// of subs (with its options), over one Client dialled to url, waits until
+// all are attached, then publishes events events to the topic. The
+// handler of the subscription named failing fails every event at once
+// (max tries 1: dead-lettered), the others handle them. The subscriptions
+// run until the test ends.
+func subscribeAndPublish(t *testing.T, url, topic string, subs map[string][]artemis.ConsumerOption, failing string, events int) {
+	t.Helper()
+	attached := make(chan struct{}, len(subs))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	c, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
+		if ev.Kind == artemis.EventConsumerAttached {
+			attached <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	var wg sync.WaitGroup
+	sctx, stop := context.WithCancel(ctx)
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for sub, opts := range subs {
+		handler := func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }
+		if sub == failing {
+			handler = func(context.Context, *artemis.Envelope, *amqp.Message) error { return errors.New("ledger down") }
+		}
+		opts = append(opts, artemis.WithMaxTries(1), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: handler}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
+				t.Errorf("Subscribe %s: %v", sub, err)
+			}
+		})
+	}
+	for range subs {
+		select {
+		case <-attached:
+		case <-ctx.Done():
+			t.Fatal("the subscriptions did not attach")
+		}
+	}
+	if events == 0 {
+		return
+	}
+	pub, err := c.TopicPublisher(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
