@@ -274,7 +274,7 @@ func internalQueue(name string) bool {
 
 func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
-	address := fs.String("address", "", "the queues bound to this `address` (a topic's subscriptions), with no QUEUE arguments")
+	address := fs.String("address", "", "the queues bound to this `address` (a topic's subscriptions, each with its dead-letter queue <subscription>.dlq when there is one), with no QUEUE arguments")
 	return func(ctx context.Context, args []string) error {
 		if *address != "" && len(args) > 0 {
 			return usagef("-address lists the queues of an address: give no QUEUE with it")
