@@ -27,7 +27,7 @@ func runMembers(ctx context.Context, name string, env *environment, args []strin
 		return usagef("-cluster needs one -url per member")
 	}
 	var failed []error
-	absent := 0 // members without the queue: not a failure while another has it
+	absent := 0 // members without the queue (or address): not a failure while another has it
 	for i, u := range all {
 		env.conn.urls = urlList{u}
 		shown := "(unparsable URL)"
@@ -42,7 +42,8 @@ func runMembers(ctx context.Context, name string, env *environment, args []strin
 			}
 			if onlyMissing(err) {
 				// A member that never got a message for the queue has none:
-				// Artemis creates a queue on a member on its first message.
+				// Artemis creates a queue on a member on its first message,
+				// and a topic's address where a client used it.
 				fmt.Fprintf(env.stdout, "member %d: %s\n", i+1, env.conn.scrub(err.Error()))
 				absent++
 				failed = append(failed, fmt.Errorf("member %d: %w", i+1, err))
@@ -62,8 +63,9 @@ func runMembers(ctx context.Context, name string, env *environment, args []strin
 	return nil
 }
 
-// onlyMissing reports whether every error joined in err says a queue is
-// missing (errQueueMissing), and nothing else failed.
+// onlyMissing reports whether every error joined in err says a queue or
+// an address is missing (errQueueMissing, errAddressMissing), and nothing
+// else failed.
 func onlyMissing(err error) bool {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs := j.Unwrap()
@@ -74,5 +76,5 @@ func onlyMissing(err error) bool {
 		}
 		return len(errs) > 0
 	}
-	return errors.Is(err, errQueueMissing)
+	return errors.Is(err, errQueueMissing) || errors.Is(err, errAddressMissing)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,8 +50,9 @@ func TestClusterReportsEveryMemberAndItsFailure(t *testing.T) {
 }
 
 // TestOnlyMissingTellsAnAbsentQueueFromAFailure: on a cluster, a queue
-// that a member never got a message for does not exist there, which is
-// not a failure of that member; anything else still is.
+// that a member never got a message for does not exist there, nor a topic
+// no client used there, which is not a failure of that member; anything
+// else still is.
 func TestOnlyMissingTellsAnAbsentQueueFromAFailure(t *testing.T) {
 	other := errors.New("management request timed out")
 	for _, tc := range []struct {
@@ -62,6 +64,8 @@ func TestOnlyMissingTellsAnAbsentQueueFromAFailure(t *testing.T) {
 		{"missing, wrapped", fmt.Errorf("member 2: %w", missingQueue("orders.dlq")), true},
 		{"two missing, joined", errors.Join(missingQueue("a"), missingQueue("b")), true},
 		{"missing and a failure, joined", errors.Join(missingQueue("a"), other), false},
+		{"a missing address", fmt.Errorf("member 3: %w", missingAddress("orders.events")), true},
+		{"a missing address and queue, joined", errors.Join(missingAddress("a"), missingQueue("b")), true},
 		{"a failure", other, false},
 		{"an empty join", errors.Join(), false},
 	} {
@@ -205,4 +209,43 @@ func sum(xs []int) int {
 		n += x
 	}
 	return n
+}
+
+// TestIntegrationClusterStatsOfATopicPerMember: stats -address -cluster
+// shows, on the member the subscriptions live on, each one with its DLQ;
+// a member no client used the topic on has no such address, which it
+// says, and that is no failure while another member has the topic.
+func TestIntegrationClusterStatsOfATopicPerMember(t *testing.T) {
+	cl, env, members := clusterEnv(t)
+	topic := brokertest.Queue(t)
+	billing, shipping := topic+".billing", topic+".shipping"
+	const events = 2
+	subscribeAndPublish(t, cl.Nodes[0].URL, topic, map[string][]artemis.ConsumerOption{billing: nil, shipping: nil}, billing, events)
+
+	args := append([]string{"stats", "-address", topic, "-json"}, members...)
+	var sections []string // each member's output, after its "== member" line
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := cli(t, env, args...) // exit 0: the members without the topic are no failure
+		sections = strings.Split(out, "== member ")[1:]
+		if len(sections) == len(cl.Nodes) && strings.Contains(sections[0], `"dlq":{"queue":"`+billing+`.dlq","messages":`+strconv.Itoa(events)+`,`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bqartemis %v: want member 1 to show %s.dlq with %d messages:\n%s", args, billing, events, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	lines := jsonLines(t, sections[0][strings.Index(sections[0], "\n")+1:])
+	if len(lines) != 2 || lines[0]["queue"] != billing || lines[1]["queue"] != shipping {
+		t.Fatalf("member 1: %v, want %s and %s", lines, billing, shipping)
+	}
+	if d, _ := lines[1]["dlq"].(map[string]any); d == nil || d["queue"] != shipping+".dlq" || d["messages"] != float64(0) {
+		t.Errorf("member 1, %s: dlq %v, want %s.dlq, empty", shipping, lines[1]["dlq"], shipping)
+	}
+	for i, sec := range sections[1:] {
+		if strings.Contains(sec, "FAILED") || strings.Contains(sec, `"dlq"`) {
+			t.Errorf("member %d, which no client used the topic on: %q", i+2, sec)
+		}
+	}
 }

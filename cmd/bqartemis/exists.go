@@ -34,14 +34,11 @@ func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
 			return false, fmt.Errorf("cannot check that queue %s exists: %w", queue, err)
 		}
 		defer m.close(context.WithoutCancel(ctx))
-		list, err := m.queueNames(ctx)
+		names, err := m.queueSet(ctx)
 		if err != nil {
 			return false, fmt.Errorf("cannot check that queue %s exists (may the user send to the management address %s?): %w", queue, managementAddress, err)
 		}
-		q.names = make(map[string]bool, len(list))
-		for _, n := range list {
-			q.names[n] = true
-		}
+		q.names = names
 	}
 	name := queue
 	if i := strings.LastIndex(queue, "::"); i >= 0 {
@@ -57,6 +54,16 @@ var errQueueMissing = errors.New("no such queue")
 // missingQueue is the error for a queue the broker does not have, naming it.
 func missingQueue(queue string) error {
 	return fmt.Errorf("queue %s does not exist on the broker (check its name; %s does not create queues): %w", queue, programName, errQueueMissing)
+}
+
+// errAddressMissing is matched (errors.Is) by the error for an address
+// the broker does not have.
+var errAddressMissing = errors.New("no such address")
+
+// missingAddress is the error for an address the broker does not have,
+// naming it.
+func missingAddress(address string) error {
+	return fmt.Errorf("address %s does not exist on the broker (check its name; %s does not create addresses): %w", address, programName, errAddressMissing)
 }
 
 // require fails unless queue exists, with an error that names it.

@@ -104,7 +104,7 @@ func (f *redriveFlags) plan(msg *amqp.Message, dlq string) move {
 		m.target = *r.OriginalQueue
 	}
 	if m.target == "" {
-		m.target = strings.TrimSuffix(dlq, ".dlq")
+		m.target = strings.TrimSuffix(dlq, dlqSuffix)
 	}
 	if m.target == dlq {
 		m.why = "its original queue is the dead-letter queue itself (use -to)"

@@ -42,7 +42,10 @@ type queueStat struct {
 	Address    string `json:"address"` // the address the queue is bound to
 	Routing    string `json:"routing"` // "anycast", or "multicast" for a topic's subscription
 	Durable    bool   `json:"durable"`
-	temporary  bool
+	// DLQ is, for a topic's subscription (stats -address), its
+	// dead-letter queue <subscription>.dlq when the broker has it.
+	DLQ       *queueStat `json:"dlq,omitempty"`
+	temporary bool
 }
 
 // The queue attributes stats reads, and where each goes.
@@ -185,15 +188,34 @@ func parseReply(msg *amqp.Message) (json.RawMessage, error) {
 
 // queueNames lists the broker's queues.
 func (m *manager) queueNames(ctx context.Context) ([]string, error) {
-	res, err := m.call(ctx, []request{{resource: "broker", attribute: "QueueNames"}})
+	return m.brokerNames(ctx, "QueueNames")
+}
+
+// brokerNames reads one of the broker's name lists: QueueNames,
+// AddressNames.
+func (m *manager) brokerNames(ctx context.Context, attribute string) ([]string, error) {
+	res, err := m.call(ctx, []request{{resource: "broker", attribute: attribute}})
 	if err != nil {
 		return nil, err
 	}
 	var names []string
 	if err := json.Unmarshal(res[0], &names); err != nil {
-		return nil, fmt.Errorf("broker QueueNames: %w", err)
+		return nil, fmt.Errorf("broker %s: %w", attribute, err)
 	}
 	return names, nil
+}
+
+// queueSet is the broker's queue list as a set.
+func (m *manager) queueSet(ctx context.Context) (map[string]bool, error) {
+	list, err := m.queueNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool, len(list))
+	for _, n := range list {
+		set[n] = true
+	}
+	return set, nil
 }
 
 // queueStat reads one queue's counters.
@@ -232,7 +254,10 @@ func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error
 func (m *manager) addressQueues(ctx context.Context, address string) ([]string, error) {
 	res, err := m.call(ctx, []request{{resource: "address." + address, attribute: "QueueNames"}})
 	if err != nil {
-		return nil, fmt.Errorf("address %s (no such address?): %w", address, err)
+		if names, lerr := m.brokerNames(ctx, "AddressNames"); lerr == nil && !contains(names, address) {
+			return nil, missingAddress(address)
+		}
+		return nil, fmt.Errorf("address %s: %w", address, err)
 	}
 	var names []string
 	if err := json.Unmarshal(res[0], &names); err != nil {
@@ -249,7 +274,7 @@ func internalQueue(name string) bool {
 
 func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
-	address := fs.String("address", "", "the queues bound to this `address` (a topic's subscriptions), with no QUEUE arguments")
+	address := fs.String("address", "", "the queues bound to this `address` (a topic's subscriptions, each with its dead-letter queue <subscription>.dlq when there is one), with no QUEUE arguments")
 	return func(ctx context.Context, args []string) error {
 		if *address != "" && len(args) > 0 {
 			return usagef("-address lists the queues of an address: give no QUEUE with it")
@@ -285,6 +310,16 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 		}
 		var rows []queueStat
 		var errs []error
+		var dlqs map[string]string // a subscription's dead-letter queue, by subscription
+		if *address != "" {
+			// Looked up in the broker's queue list, never by an attach
+			// (which would create a DLQ that has no dead letter yet).
+			present, err := m.queueSet(ctx)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cannot look for the subscriptions' dead-letter queues: %w", err))
+			}
+			dlqs = subscriptionDLQs(names, present)
+		}
 		var known map[string]bool // the broker's queues, read once a named queue fails
 		for _, q := range names {
 			if all && (internalQueue(q) || q == m.reply) {
@@ -293,12 +328,7 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 			st, err := m.queueStat(ctx, q)
 			if err != nil {
 				if !all && known == nil {
-					if list, lerr := m.queueNames(ctx); lerr == nil {
-						known = make(map[string]bool, len(list))
-						for _, n := range list {
-							known[n] = true
-						}
-					}
+					known, _ = m.queueSet(ctx) // nil when unread: the error as it is
 				}
 				if known != nil && !known[q] {
 					err = missingQueue(q)
@@ -308,6 +338,11 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 			}
 			if all && st.temporary {
 				continue
+			}
+			if dlq, ok := dlqs[q]; ok {
+				if st.DLQ, err = m.dlqStat(ctx, q, dlq); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			rows = append(rows, st)
 		}
@@ -320,14 +355,58 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 	}
 }
 
+// dlqSuffix names a queue's dead-letter queue: <queue>.dlq, for a
+// topic's subscription queue as for any other (the library's and every
+// BabelQueue SDK's rule).
+const dlqSuffix = ".dlq"
+
+// subscriptionDLQs picks, for each subscription queue of a topic (subs),
+// its dead-letter queue <subscription>.dlq when the broker has it
+// (present): none is normal, it is made at the first dead letter. A queue
+// of that name bound to the topic itself is one more subscription, not a
+// DLQ.
+func subscriptionDLQs(subs []string, present map[string]bool) map[string]string {
+	onTopic := make(map[string]bool, len(subs))
+	for _, q := range subs {
+		onTopic[q] = true
+	}
+	dlqs := make(map[string]string)
+	for _, q := range subs {
+		if dlq := q + dlqSuffix; present[dlq] && !onTopic[dlq] {
+			dlqs[q] = dlq
+		}
+	}
+	return dlqs
+}
+
+// dlqStat reads the counters of subscription sub's dead-letter queue. One
+// deleted since the queue list was read is left out, not an error.
+func (m *manager) dlqStat(ctx context.Context, sub, dlq string) (*queueStat, error) {
+	st, err := m.queueStat(ctx, dlq)
+	if err == nil {
+		return &st, nil
+	}
+	if present, lerr := m.queueSet(ctx); lerr == nil && !present[dlq] {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("the dead-letter queue of subscription %s: %w", sub, err)
+}
+
+// printStats prints one row per queue; a subscription's dead-letter queue
+// (stats -address) is the row right after it in the table, and its own
+// object, "dlq", in the subscription's JSON line.
 func printStats(w io.Writer, rows []queueStat, asJSON bool) error {
 	if asJSON {
 		return printJSONLines(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tMESSAGES\tCONSUMERS\tDELIVERING\tSCHEDULED\tADDED\tADDRESS\tROUTING\tDURABLE")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%t\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added, r.Address, r.Routing, r.Durable)
+	for _, row := range rows {
+		for _, r := range []*queueStat{&row, row.DLQ} {
+			if r != nil {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%t\n", r.Queue, r.Messages, r.Consumers, r.Delivering, r.Scheduled, r.Added, r.Address, r.Routing, r.Durable)
+			}
+		}
 	}
 	return tw.Flush()
 }

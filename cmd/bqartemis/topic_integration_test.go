@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -158,39 +159,7 @@ func TestIntegrationStatsOfANonDurableSubscription(t *testing.T) {
 	b := brokertest.Require(t)
 	topic := brokertest.Queue(t)
 	live, keep := topic+".live", topic+".keep"
-	attached := make(chan struct{}, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := artemis.Dial(ctx, []string{b.URL}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
-		if ev.Kind == artemis.EventConsumerAttached {
-			attached <- struct{}{}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	var wg sync.WaitGroup
-	sctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); wg.Wait() }()
-	for sub, opts := range map[string][]artemis.ConsumerOption{live: {artemis.WithNonDurable()}, keep: nil} {
-		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
-				t.Errorf("Subscribe %s: %v", sub, err)
-			}
-		})
-	}
-	for range 2 {
-		select {
-		case <-attached:
-		case <-ctx.Done():
-			t.Fatal("the subscriptions did not attach")
-		}
-	}
+	subscribeAndPublish(t, b.URL, topic, map[string][]artemis.ConsumerOption{live: {artemis.WithNonDurable()}, keep: nil}, "", 0)
 	subs := jsonLines(t, cli(t, env, "stats", "-address", topic, "-json"))
 	if len(subs) != 2 {
 		t.Fatalf("stats -address %s: %v, want the 2 subscriptions", topic, subs)
@@ -201,6 +170,155 @@ func TestIntegrationStatsOfANonDurableSubscription(t *testing.T) {
 	}{{keep, true}, {live + ":shared-volatile:global", false}} {
 		if subs[i]["queue"] != want.q || subs[i]["routing"] != "multicast" || subs[i]["durable"] != want.durable || subs[i]["consumers"] != float64(1) {
 			t.Errorf("stats -address %s, row %d: %v, want %s, multicast, durable %t, 1 consumer", topic, i, subs[i], want.q, want.durable)
+		}
+	}
+}
+
+// TestIntegrationStatsOfATopicShowsEachSubscriptionsDLQ: stats -address
+// shows each subscription's dead-letter queue with it (the row after it
+// in the table, its "dlq" object in -json), with the DLQ's own counters.
+// billing (durable) fails every event: its billing.dlq holds them.
+// shipping (durable) handles them: its DLQ, which the library attaches
+// with the subscription, is shown empty. live (non-durable) handles them:
+// it has no DLQ (made only at a first dead letter), shows none, and stats
+// does not create one by looking.
+func TestIntegrationStatsOfATopicShowsEachSubscriptionsDLQ(t *testing.T) {
+	env := brokerEnv(t)
+	b := brokertest.Require(t)
+	topic := brokertest.Queue(t)
+	billing, shipping, live := topic+".billing", topic+".shipping", topic+".live"
+	liveQueue := live + ":shared-volatile:global"
+	const events = 2
+	subscribeAndPublish(t, b.URL, topic, map[string][]artemis.ConsumerOption{billing: nil, shipping: nil, live: {artemis.WithNonDurable()}}, billing, events)
+
+	// The dead letters are written while billing's deliveries are settled:
+	// read until they are all there, within a bound.
+	var subs []map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		subs = jsonLines(t, cli(t, env, "stats", "-address", topic, "-json"))
+		if len(subs) == 3 {
+			if d, ok := subs[0]["dlq"].(map[string]any); ok && d["messages"] == float64(events) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats -address %s: %v, want billing's DLQ with %d messages", topic, subs, events)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i, want := range []struct {
+		q         string
+		dlq       string // "" for none
+		dead      float64
+		dlqExists bool
+	}{{billing, billing + ".dlq", events, true}, {liveQueue, "", 0, false}, {shipping, shipping + ".dlq", 0, true}} {
+		row := subs[i]
+		if row["queue"] != want.q || row["address"] != topic || row["routing"] != "multicast" {
+			t.Errorf("stats -address %s -json, line %d: %v, want subscription %s", topic, i, row, want.q)
+			continue
+		}
+		d, has := row["dlq"].(map[string]any)
+		if want.dlq == "" {
+			if _, present := row["dlq"]; present {
+				t.Errorf("%s: %v, want no DLQ", want.q, row["dlq"])
+			}
+			if brokerHasQueue(t, env, want.q+".dlq") {
+				t.Errorf("stats -address created %s.dlq", want.q)
+			}
+			continue
+		}
+		if !has || d["queue"] != want.dlq || d["messages"] != want.dead || d["added"] != want.dead || d["address"] != want.dlq || d["routing"] != "anycast" {
+			t.Errorf("%s: dlq %v, want %s with %v messages, on an anycast address of its own", want.q, row["dlq"], want.dlq, want.dead)
+		}
+	}
+
+	// The table: each DLQ is the row right after its subscription.
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimSpace(cli(t, env, "stats", "-address", topic)), "\n")[1:] {
+		rows = append(rows, strings.Fields(l))
+	}
+	wantRows := [][2]string{{billing, "0"}, {billing + ".dlq", strconv.Itoa(events)}, {liveQueue, "0"}, {shipping, "0"}, {shipping + ".dlq", "0"}}
+	if len(rows) != len(wantRows) {
+		t.Fatalf("stats -address %s: %d rows, want %d: %v", topic, len(rows), len(wantRows), rows)
+	}
+	for i, want := range wantRows {
+		if rows[i][0] != want[0] || rows[i][1] != want[1] {
+			t.Errorf("stats -address %s, row %d: %v, want %s with %s messages", topic, i, rows[i], want[0], want[1])
+		}
+	}
+}
+
+// TestIntegrationStatsOfAMissingAddress: stats -address of an address the
+// broker does not have says so by name, exits 1, and creates nothing.
+func TestIntegrationStatsOfAMissingAddress(t *testing.T) {
+	env := brokerEnv(t)
+	topic := brokertest.Queue(t)
+	out, errOut, code := runCLI(t, env, "", "stats", "-address", topic)
+	if code != exitFailed || !strings.Contains(errOut, "address "+topic+" does not exist on the broker") || out != "" {
+		t.Fatalf("stats -address %s: exit %d, %q%q", topic, code, out, errOut)
+	}
+	if _, errOut, _ := runCLI(t, env, "", "stats", "-address", topic); !strings.Contains(errOut, "does not exist") {
+		t.Errorf("the address was created by looking: %q", errOut)
+	}
+}
+
+// subscribeAndPublish subscribes a consumer of urnFail to topic for each
+// of subs (with its options), over one Client dialled to url, waits until
+// all are attached, then publishes events events to the topic. The
+// handler of the subscription named failing fails every event at once
+// (max tries 1: dead-lettered), the others handle them. The subscriptions
+// run until the test ends.
+func subscribeAndPublish(t *testing.T, url, topic string, subs map[string][]artemis.ConsumerOption, failing string, events int) {
+	t.Helper()
+	attached := make(chan struct{}, len(subs))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	c, err := artemis.Dial(ctx, []string{url}, &artemis.ClientOptions{OnEvent: func(ev artemis.ConnectionEvent) {
+		if ev.Kind == artemis.EventConsumerAttached {
+			attached <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	var wg sync.WaitGroup
+	sctx, stop := context.WithCancel(ctx)
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for sub, opts := range subs {
+		handler := func(context.Context, *artemis.Envelope, *amqp.Message) error { return nil }
+		if sub == failing {
+			handler = func(context.Context, *artemis.Envelope, *amqp.Message) error { return errors.New("ledger down") }
+		}
+		opts = append(opts, artemis.WithMaxTries(1), artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+		cons, err := artemis.NewConsumer(artemis.Handlers{urnFail: handler}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := c.Subscribe(sctx, topic, sub, cons); err != nil {
+				t.Errorf("Subscribe %s: %v", sub, err)
+			}
+		})
+	}
+	for range subs {
+		select {
+		case <-attached:
+		case <-ctx.Done():
+			t.Fatal("the subscriptions did not attach")
+		}
+	}
+	if events == 0 {
+		return
+	}
+	pub, err := c.TopicPublisher(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if _, err := pub.Publish(ctx, artemis.Job(urnFail, map[string]any{"n": i})); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
