@@ -391,7 +391,12 @@ func TestIntegrationRheaSubscriptionOfItsOwnGetsEveryEvent(t *testing.T) {
 		assert.Equal(t, "MULTICAST", qs[0].RoutingType, "a subscription queue of the topic")
 		assert.Equal(t, "true", qs[0].Durable, "durable, though rhea asked for no terminus durability")
 		assert.Equal(t, "0", qs[0].ConsumerCount, "it outlived its subscriber")
-		made = fmt.Sprintf("queue %s on %s, %s, durable %s, %s consumers after rhea left", qs[0].Name, qs[0].Address, qs[0].RoutingType, qs[0].Durable, qs[0].ConsumerCount)
+		ctx, cancel := context.WithTimeout(context.Background(), brokertest.CLITimeout)
+		defer cancel()
+		addr, err := b.CLI(ctx, "address show", "--name", topic)
+		require.NoError(t, err)
+		assert.Contains(t, addr, "routingTypes={MULTICAST}", "rhea's attach made the address a topic")
+		made = fmt.Sprintf("address multicast; queue %s on %s, %s, durable %s, %s consumers after rhea left", qs[0].Name, qs[0].Address, qs[0].RoutingType, qs[0].Durable, qs[0].ConsumerCount)
 	}
 
 	ta := newTally()
