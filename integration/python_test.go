@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -117,28 +118,16 @@ func pyStart(t *testing.T, b *brokertest.Broker, python string, args ...string) 
 	ctx, cancel := context.WithTimeout(context.Background(), pyTimeout)
 	cmd := exec.CommandContext(ctx, python, append([]string{peer, "--url", pyBrokerURL(t, b)}, args...)...)
 	cmd.WaitDelay = 5 * time.Second
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &pyProc{t: t, cmd: cmd, stdin: stdin, lines: make(chan pyLine, 4096), stderr: &bytes.Buffer{},
-		secret: b.Password, done: make(chan error, 1), cancel: cancel}
+	p := &pyProc{t: t, cmd: cmd, stderr: &bytes.Buffer{}, secret: b.Password, cancel: cancel}
 	cmd.Stderr = &pySyncWriter{buf: p.stderr}
-	require.NoError(t, cmd.Start(), "start %s", python)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
-		for sc.Scan() {
-			var l pyLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				l = pyLine{Event: "unparsed", Message: err.Error()}
-			}
-			l.raw = sc.Text()
-			p.lines <- l
+	p.stdin, p.lines, p.done = startLinePeer(t, cmd, func(text string) pyLine {
+		var l pyLine
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			l = pyLine{Event: "unparsed", Message: err.Error()}
 		}
-		close(p.lines)
-		p.done <- cmd.Wait()
-	}()
+		l.raw = text
+		return l
+	})
 	t.Cleanup(func() {
 		cancel()
 		if t.Failed() {
@@ -212,6 +201,30 @@ func pyRun(t *testing.T, b *brokertest.Broker, python string, args ...string) []
 	p := pyStart(t, b, python, args...)
 	got := p.until("done")
 	return append(got, p.finish()...)
+}
+
+// startLinePeer starts cmd, an interop peer that prints one JSON line per
+// event, with its stdin and stdout piped. Each stdout line goes through
+// parse to lines, which is closed when the output ends; done then receives
+// cmd.Wait's error.
+func startLinePeer[L any](t *testing.T, cmd *exec.Cmd, parse func(text string) L) (stdin io.WriteCloser, lines chan L, done chan error) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start(), "start %s", cmd.Path)
+	lines, done = make(chan L, 4096), make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
+		for sc.Scan() {
+			lines <- parse(sc.Text())
+		}
+		close(lines)
+		done <- cmd.Wait()
+	}()
+	return stdin, lines, done
 }
 
 type pySyncWriter struct {

@@ -10,7 +10,6 @@ package integration_test
 // that setup installed rhea into (scripts/interop sets both).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -98,28 +97,16 @@ func rheaStart(t *testing.T, b *brokertest.Broker, node, dir string, args ...str
 	// The credentials go in the environment, never on the command line.
 	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"),
 		brokertest.EnvURL+"="+b.URL, brokertest.EnvUser+"="+b.User, brokertest.EnvPassword+"="+b.Password)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &rheaProc{t: t, stdin: stdin, lines: make(chan rheaLine, 4096), stderr: &pySyncWriter{buf: &bytes.Buffer{}},
-		secret: b.Password, done: make(chan error, 1)}
+	p := &rheaProc{t: t, stderr: &pySyncWriter{buf: &bytes.Buffer{}}, secret: b.Password}
 	cmd.Stderr = p.stderr
-	require.NoError(t, cmd.Start(), "start %s", node)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
-		for sc.Scan() {
-			var l rheaLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				l = rheaLine{Event: "unparsed", Message: err.Error()}
-			}
-			l.raw = sc.Text()
-			p.lines <- l
+	p.stdin, p.lines, p.done = startLinePeer(t, cmd, func(text string) rheaLine {
+		var l rheaLine
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			l = rheaLine{Event: "unparsed", Message: err.Error()}
 		}
-		close(p.lines)
-		p.done <- cmd.Wait()
-	}()
+		l.raw = text
+		return l
+	})
 	t.Cleanup(func() {
 		cancel()
 		if t.Failed() {
