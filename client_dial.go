@@ -160,10 +160,17 @@ func (c *brokerClient) runDial(ctx context.Context, call *dialCall, start int) {
 		unwanted = cn.conn
 		err = context.Canceled
 	}
-	reconnect := c.connected
-	var backoff *ConnectionEvent
+	var connected, backoff *ConnectionEvent
 	switch {
 	case err == nil:
+		kind := EventConnected
+		if c.connected {
+			kind = EventReconnected
+		}
+		// Tracked with c.cur's change, as a loss is (see drop).
+		ev := c.scrub(ConnectionEvent{Kind: kind, URL: cn.url})
+		c.track(ev)
+		connected = &ev
 		c.cur = cn
 		c.connected = true
 		c.failures = 0
@@ -194,12 +201,8 @@ func (c *brokerClient) runDial(ctx context.Context, call *dialCall, start int) {
 	if backoff != nil {
 		c.emit(*backoff)
 	}
-	if err == nil {
-		kind := EventConnected
-		if reconnect {
-			kind = EventReconnected
-		}
-		c.emit(ConnectionEvent{Kind: kind, URL: cn.url})
+	if connected != nil {
+		c.report(*connected)
 		go c.watch(cn)
 	}
 	close(call.done)

@@ -39,15 +39,22 @@ func (c *brokerClient) drop(cn *connection, cause error) {
 	c.cur = nil
 	c.next = (cn.idx + 1) % len(c.brokers)
 	closed := c.closed
+	var ev ConnectionEvent
+	if !closed {
+		if cause == nil {
+			cause = &amqp.ConnError{}
+		}
+		// Tracked with c.cur's change: a re-dial, which needs c.mu, tracks
+		// its connection after this loss, whenever the reports run.
+		ev = c.scrub(ConnectionEvent{Kind: EventDisconnected, URL: cn.url, Err: cause})
+		c.track(ev)
+	}
 	c.mu.Unlock()
 	// In the background: closing a half-open connection must not hold up
 	// the caller that noticed it.
 	go func() { _ = cn.conn.Close() }()
 	if !closed {
-		if cause == nil {
-			cause = &amqp.ConnError{}
-		}
-		c.emit(ConnectionEvent{Kind: EventDisconnected, URL: cn.url, Err: cause})
+		c.report(ev)
 	}
 }
 

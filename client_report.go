@@ -12,9 +12,23 @@ import (
 // emit reports an event to the callback and the logger, scrubbed, and
 // keeps the health Status reports.
 func (c *brokerClient) emit(ev ConnectionEvent) {
+	ev = c.scrub(ev)
+	c.track(ev)
+	c.report(ev)
+}
+
+// scrub replaces the passwords in ev's URL and error.
+func (c *brokerClient) scrub(ev ConnectionEvent) ConnectionEvent {
 	ev.URL = c.red.string(ev.URL)
 	ev.Err = c.red.error(ev.Err)
-	c.track(ev)
+	return ev
+}
+
+// report logs ev (scrubbed) and hands it to the OnEvent callback. A loss or
+// a connection is tracked apart, under c.mu with the change of c.cur it
+// reports, so Status follows the connection even when its report comes
+// after a later one's.
+func (c *brokerClient) report(ev ConnectionEvent) {
 	c.log(ev)
 	if c.onEvent == nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -43,6 +44,9 @@ func TestClientWithoutLoggerOrCallbackLogsFailuresToSlogDefault(t *testing.T) {
 	_, err = c.connection(context.Background())
 	require.NoError(t, err, "the live URL is refused, the backup answers")
 	fb.conn(0).kill(&amqp.ConnError{})
+	// The loss is logged by the goroutine that noticed it, at its own
+	// pace; the re-dial's lines follow it once it is in.
+	require.Eventually(t, func() bool { return len(logs.lines(t)) == 2 }, 5*time.Second, time.Millisecond, "the loss logged")
 	_, err = c.connection(context.Background())
 	require.NoError(t, err, "re-dialled: the live URL is refused again, the backup answers")
 

@@ -3,6 +3,7 @@ package artemis
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,63 @@ func TestStatusIsSafeForConcurrentProbes(t *testing.T) {
 	}
 	<-done
 	assert.True(t, h.c.Status().Connected)
+}
+
+// TestStatusStaysConnectedWhenALossIsReportedLate: the goroutine that
+// noticed a loss may run late, after the re-dial it allowed has connected
+// again. The loss is tracked with the connection's change, so the late
+// report never turns a connected Client into a disconnected one (a
+// readiness probe would then fail until the next loss).
+func TestStatusStaysConnectedWhenALossIsReportedLate(t *testing.T) {
+	h := newHarness(t, []string{"amqp://live.example:5672"}, nil, nil)
+	require.NoError(t, h.dial())
+	h.ev.wait(t, EventConnected)
+
+	// The next reading of the clock, the loss's, stalls until released.
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.b.now = func() time.Time {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(stalled)
+			<-release
+		}
+		return time.Now()
+	}
+	h.fb.conn(0).kill(&amqp.ConnError{})
+	select {
+	case <-stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss was never tracked")
+	}
+
+	redialled := make(chan error, 1)
+	go func() {
+		_, err := h.b.connection(context.Background())
+		redialled <- err
+	}()
+	select {
+	case err := <-redialled: // only before the fix: the re-dial does not wait for the loss
+		require.NoError(t, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-redialled:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-dial did not end")
+	}
+	// Both reported, in whichever order their goroutines ran.
+	require.Eventually(t, func() bool {
+		var lost, back bool
+		for _, ev := range h.ev.list() {
+			lost = lost || ev.Kind == EventDisconnected
+			back = back || ev.Kind == EventReconnected
+		}
+		return lost && back
+	}, 5*time.Second, time.Millisecond, "the loss and the reconnection reported")
+	s := h.c.Status()
+	assert.True(t, s.Connected, "connected again: a loss reported after its re-dial must not say otherwise (%+v)", s)
 }
