@@ -267,13 +267,13 @@ func scanString(s string, i int) (end int, escaped, ok bool) {
 		if j >= len(s) {
 			return 0, false, false
 		}
-		switch c := s[j]; {
-		case c == '"':
+		switch s[j] {
+		case '"':
 			if nonASCII && !utf8.ValidString(s[i+1:j]) {
 				return 0, false, false
 			}
 			return j + 1, escaped, true
-		case c == '\\':
+		case '\\':
 			escaped = true
 			if j+1 >= len(s) {
 				return 0, false, false
