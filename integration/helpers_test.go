@@ -334,3 +334,13 @@ func publishReceipts(t *testing.T, ctx context.Context, pub *artemis.Publisher, 
 	wg.Wait()
 	return receipts
 }
+
+// maskSecret replaces every occurrence of secret in s (a peer's output)
+// with xxxxx, as the library masks a password; an empty secret masks
+// nothing.
+func maskSecret(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "xxxxx")
+}

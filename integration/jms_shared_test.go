@@ -100,11 +100,7 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 func (p *jmsPeer) errText(secret string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.stderr.String()
-	if secret != "" {
-		s = strings.ReplaceAll(s, secret, "***")
-	}
-	return s
+	return maskSecret(p.stderr.String(), secret)
 }
 
 // next is the peer's next line; an error line or the end of its output

@@ -137,12 +137,7 @@ func pyStart(t *testing.T, b *brokertest.Broker, python string, args ...string) 
 	return p
 }
 
-func (p *pyProc) redact(s string) string {
-	if p.secret == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, p.secret, "xxxxx")
-}
+func (p *pyProc) redact(s string) string { return maskSecret(s, p.secret) }
 
 // next returns the next line of the peer; it fails the test on an error line,
 // on end of output and after pyTimeout.

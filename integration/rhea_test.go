@@ -122,12 +122,7 @@ func (p *rheaProc) stderrText() string {
 	return p.stderr.buf.String()
 }
 
-func (p *rheaProc) redact(s string) string {
-	if p.secret == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, p.secret, "***")
-}
+func (p *rheaProc) redact(s string) string { return maskSecret(s, p.secret) }
 
 // line checks one line read from p.lines: an error line, an unparsable
 // one or the end of the output fails the test.

@@ -311,16 +311,15 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 		var rows []queueStat
 		var errs []error
 		var dlqs map[string]string // a subscription's dead-letter queue, by subscription
+		var known map[string]bool  // the broker's queues: read with -address, else once a named queue fails
 		if *address != "" {
 			// Looked up in the broker's queue list, never by an attach
 			// (which would create a DLQ that has no dead letter yet).
-			present, err := m.queueSet(ctx)
-			if err != nil {
+			if known, err = m.queueSet(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("cannot look for the subscriptions' dead-letter queues: %w", err))
 			}
-			dlqs = subscriptionDLQs(names, present)
+			dlqs = subscriptionDLQs(names, known)
 		}
-		var known map[string]bool // the broker's queues, read once a named queue fails
 		for _, q := range names {
 			if all && (internalQueue(q) || q == m.reply) {
 				continue
