@@ -66,13 +66,16 @@ func (c *brokerClient) track(ev ConnectionEvent) {
 
 // status is Status for a Client on one broker (a cluster's member).
 func (c *brokerClient) status() ClientStatus {
+	// Both read under c.mu: a connection's change and its tracking happen
+	// under it together (see drop and runDial), so the health read here is
+	// that of cn, never of a connection dropped and re-dialled in between.
 	c.mu.Lock()
 	cn, closed := c.cur, c.closed
-	c.mu.Unlock()
 	h := &c.health
 	h.mu.Lock()
 	s := ClientStatus{Connected: h.connected, URL: h.url, LastError: h.lastErr, Since: h.since}
 	h.mu.Unlock()
+	c.mu.Unlock()
 	switch {
 	case closed:
 		s.Connected, s.LastError = false, ErrClosed
