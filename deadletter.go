@@ -184,11 +184,23 @@ func setTo(msg *amqp.Message, addr string) {
 	msg.Properties.To = &addr
 }
 
+// The annotations by which Artemis routes a message with a routing type of
+// its own, over the one the link asks for: a JMS producer's destination
+// type (0 queue, 1 topic) and Artemis's routing type (0 multicast, 1
+// anycast).
+const (
+	annotationJMSDest     = "x-opt-jms-dest"
+	annotationRoutingType = "x-opt-routing-type"
+)
+
 // forwardCopy is the message as received, for the DLQ: the same body section
 // kind byte for byte, the same properties, application properties and
 // annotations, less scheduled-delivery annotations (they would delay the DLQ
-// copy), the delivery details of this hop and the source's _AMQ_DUPL_ID
-// (withoutDuplicateID). A DLQ copy is always durable.
+// copy), the routing ones (a JMS topic publisher's x-opt-jms-dest 1 would
+// have Artemis route the copy as multicast to the anycast DLQ, drop it
+// there and answer accepted: a lost message), the delivery details of this
+// hop and the source's _AMQ_DUPL_ID (withoutDuplicateID). A DLQ copy is
+// always durable.
 func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
@@ -209,7 +221,8 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	if len(src.Annotations) > 0 {
 		msg.Annotations = make(amqp.Annotations, len(src.Annotations))
 		for k, v := range src.Annotations {
-			if k == AnnotationDeliveryTime || k == AnnotationDeliveryDelay {
+			switch k {
+			case AnnotationDeliveryTime, AnnotationDeliveryDelay, annotationJMSDest, annotationRoutingType:
 				continue
 			}
 			msg.Annotations[k] = v
