@@ -5,6 +5,9 @@ package artemis
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/Azure/go-amqp"
@@ -52,4 +55,51 @@ func TestForwardedCopiesDropTheSourcesRoutingAnnotations(t *testing.T) {
 			assert.Equal(t, int8(1), msg.Annotations[annotationJMSDest], "the source message is not modified")
 		})
 	}
+}
+
+// TestPublishRefusesAnEnvelopeEveryConsumerRefuses: an *Envelope is
+// published as it is, but never one that every consumer refuses
+// (CONTRACT.md section 1: schema_version the integer 1, attempts >= 0, a
+// non-blank trace_id): such a message would be gated (bq_schema_version
+// not "1") or poisoned on its first delivery while Publish reported
+// success. Encoded bytes were refused for the same faults already. What a
+// consumer does accept (no meta.id, no created_at) is still sent.
+func TestPublishRefusesAnEnvelopeEveryConsumerRefuses(t *testing.T) {
+	valid := func() *Envelope {
+		return &Envelope{URN: "urn:bare", TraceID: "t-1", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
+	}
+	for _, tc := range []struct {
+		name, problem string
+		change        func(*Envelope)
+	}{
+		{"schema_version 0", "meta.schema_version is 0, want 1", func(e *Envelope) { e.Meta.SchemaVersion = 0 }},
+		{"schema_version 2", "meta.schema_version is 2, want 1", func(e *Envelope) { e.Meta.SchemaVersion = 2 }},
+		{"attempts -1", "attempts is not an integer >= 0: it is -1", func(e *Envelope) { e.Attempts = -1 }},
+		{"no trace id", "trace_id is missing or blank", func(e *Envelope) { e.TraceID = "" }},
+		{"blank trace id", "trace_id is missing or blank", func(e *Envelope) { e.TraceID = " \t" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := valid()
+			tc.change(env)
+			msg, err := NewMessage(env)
+			assert.Nil(t, msg)
+			assert.True(t, errors.Is(err, ErrInvalidEnvelope) && strings.Contains(fmt.Sprint(err), tc.problem),
+				"NewMessage: %v, want an ErrInvalidEnvelope saying %q", err, tc.problem)
+
+			s := &fakelink.Sender{}
+			id, err := NewPublisher(s, "orders").Publish(context.Background(), env)
+			assert.ErrorIs(t, err, ErrInvalidEnvelope)
+			assert.Empty(t, id)
+			assert.Empty(t, s.Sent(), "nothing is sent")
+		})
+	}
+	t.Run("valid without ids", func(t *testing.T) {
+		s := &fakelink.Sender{}
+		id, err := NewPublisher(s, "orders").Publish(context.Background(), valid())
+		require.NoError(t, err)
+		assert.Empty(t, id, "no meta.id to return")
+		require.Len(t, s.Sent(), 1)
+		_, err = DecodeMessage(wireDecoded(t, s.Sent()[0]))
+		assert.NoError(t, err, "a consumer takes what was sent")
+	})
 }

@@ -110,6 +110,17 @@ func checkPublishable(ctx context.Context, env *Envelope, cfg *publishConfig) (*
 	if strings.TrimSpace(env.URN) == "" {
 		return nil, fmt.Errorf("%w: the URN is blank", ErrInvalidEnvelope)
 	}
+	// An envelope built by hand is sent as it is, but never one that every
+	// consumer gates or poisons on its first delivery (what Validate says of
+	// Encoded bytes).
+	switch {
+	case env.Meta.SchemaVersion != SchemaVersion:
+		return nil, fmt.Errorf("%w: meta.schema_version is %d, want %d", ErrInvalidEnvelope, env.Meta.SchemaVersion, SchemaVersion)
+	case env.Attempts < 0:
+		return nil, fmt.Errorf("%w: attempts is not an integer >= 0: it is %d", ErrInvalidEnvelope, env.Attempts)
+	case strings.TrimSpace(env.TraceID) == "":
+		return nil, fmt.Errorf("%w: trace_id is missing or blank", ErrInvalidEnvelope)
+	}
 	if len(env.Data) != 0 && !jsoncodec.IsObject(env.Data) {
 		return nil, fmt.Errorf("%w: data is not a JSON object", ErrInvalidEnvelope)
 	}

@@ -245,7 +245,7 @@ func TestSendReusedSendsWhatNewMessageMakes(t *testing.T) {
 			return env
 		}, publishConfig{}},
 		{"no ids", func(t *testing.T) *Envelope {
-			return &Envelope{URN: "urn:bare", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
+			return &Envelope{URN: "urn:bare", TraceID: "t-1", Meta: Meta{Lang: Lang, SchemaVersion: SchemaVersion}}
 		}, publishConfig{dupID: true}},
 	}
 	p := NewPublisher(nil, "orders")
