@@ -103,3 +103,47 @@ func TestPublishRefusesAnEnvelopeEveryConsumerRefuses(t *testing.T) {
 		assert.NoError(t, err, "a consumer takes what was sent")
 	})
 }
+
+// TestRoutingFallsBackAnnotationSubjectBody: CONTRACT.md section 3 routes
+// on x-opt-jms-type, when it is absent on properties.subject, when both are
+// absent on the body URN. An annotation that is no usable string counts as
+// absent, so the subject still routes; a blank subject counts as absent
+// too.
+func TestRoutingFallsBackAnnotationSubjectBody(t *testing.T) {
+	const paid = "urn:babel:orders:paid"
+	blank := " \t"
+	for _, tc := range []struct {
+		name       string
+		annotation any // nil: none
+		subject    *string
+		want       string // the handler that runs
+	}{
+		{"a non-string annotation: the subject", int64(42), ptr(paid), paid},
+		{"a blank annotation: the subject", "  ", ptr(paid), paid},
+		{"no annotation: the subject", nil, ptr(paid), paid},
+		{"an annotation: over the subject", paid, ptr(urnCreated), paid},
+		{"a non-string annotation, a blank subject: the body", int64(42), &blank, urnCreated},
+		{"neither: the body", nil, nil, urnCreated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := orderMessage(t, 0) // the body's URN is urnCreated
+			delete(msg.Annotations, AnnotationJMSType)
+			if tc.annotation != nil {
+				msg.Annotations[AnnotationJMSType] = tc.annotation
+			}
+			msg.Properties.Subject = tc.subject
+			var ran []string
+			handler := func(name string) HandlerFunc {
+				return func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+					ran = append(ran, name)
+					assert.Equal(t, urnCreated, env.URN, "the envelope is the body's, whatever routed it")
+					return nil
+				}
+			}
+			c := mustConsumer(t, Handlers{urnCreated: handler(urnCreated), paid: handler(paid)})
+			got := handleOne(t, c, newRecorder(), nil, msg)
+			assert.Equal(t, fakelink.Accepted, got.disp)
+			assert.Equal(t, []string{tc.want}, ran)
+		})
+	}
+}
