@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -146,4 +147,28 @@ func TestRoutingFallsBackAnnotationSubjectBody(t *testing.T) {
 			assert.Equal(t, []string{tc.want}, ran)
 		})
 	}
+}
+
+// TestContractDefaults pins the defaults the contract names (sections 4
+// and 5): maxTries 3, a dead-letter timeout of 30 s and a dead-letter
+// retry delay of 1 s, on a Consumer built without options.
+func TestContractDefaults(t *testing.T) {
+	c := mustConsumer(t, Handlers{})
+	assert.Equal(t, 3, c.maxTries, "maxTries")
+	assert.Equal(t, 30*time.Second, c.dlqTimeout, "the dead-letter timeout")
+	assert.Equal(t, time.Second, c.retryDelay, "the dead-letter retry delay")
+	assert.Equal(t, UnknownURNFail, c.unknown, "the unknown-URN strategy")
+
+	// With the defaults a failing message is dead-lettered on attempts 2,
+	// and lands with attempts 2 in the envelope and in the block.
+	dlq := &fakelink.Sender{}
+	c = mustConsumer(t, Handlers{urnCreated: failing(errors.New("x"))}, WithDeadLetterSender(dlq), WithRetrySchedule(nil))
+	assert.Equal(t, fakelink.Failed, handleOne(t, c, newRecorder(), dlq, orderMessage(t, 1)).disp, "attempts 1: retried")
+	got := handleOne(t, c, newRecorder(), dlq, orderMessage(t, 2))
+	assert.Equal(t, fakelink.Accepted, got.disp, "attempts 2: dead-lettered")
+	require.Len(t, got.dlq, 1)
+	env := dlqEnvelope(t, got.dlq[0])
+	assert.Equal(t, 2, env.Attempts)
+	assert.Equal(t, 2, env.DeadLetter.Attempts)
+	assert.Equal(t, "2", got.dlq[0].ApplicationProperties[PropAttempts])
 }
