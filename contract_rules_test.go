@@ -1,7 +1,7 @@
 package artemis
 
-// Contract rules checked one by one where no other test pins them (the
-// review's table in docs/contract.md names the test of every rule).
+// Contract rules (CONTRACT.md) checked one by one where no other test
+// pinned them.
 
 import (
 	"context"
