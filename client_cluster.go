@@ -258,8 +258,8 @@ func (s *clusterSender) order(msg *amqp.Message) (idx []int, keyed bool) {
 // stays on its member (waiting for it, as a single broker's publish does)
 // unless ClusterFailover is set; an unkeyed one, or a keyed one with
 // ClusterFailover, moves on to the next member when its member could not
-// be connected to (nothing was sent). Only the last member tried waits for
-// its connection.
+// be connected to (nothing was sent), never after an unknown outcome (it
+// may be stored). Only the last member tried waits for its connection.
 func route[T any](ctx context.Context, s *clusterSender, msg *amqp.Message, send func(m *clientSender, wait bool) (T, error)) (T, error) {
 	order, keyed := s.order(msg)
 	wait := !s.c.failFast
@@ -273,7 +273,7 @@ func route[T any](ctx context.Context, s *clusterSender, msg *amqp.Message, send
 	for k, i := range order {
 		last := k == len(order)-1
 		res, err := send(s.members[i], wait && last)
-		if err == nil || !errors.Is(err, ErrConnect) || ctx.Err() != nil || s.c.isClosed() {
+		if err == nil || !errors.Is(err, ErrConnect) || errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil || s.c.isClosed() {
 			return res, err
 		}
 		if first == nil {

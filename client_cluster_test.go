@@ -449,3 +449,36 @@ func TestClusterCloseWithADoneContextClosesEveryMemberAtOnce(t *testing.T) {
 		assert.False(t, m.Connected, "member %d", i+1)
 	}
 }
+
+// A keyed publish whose connection dies after the write, and whose member
+// cannot be re-dialled for the resend, has an unknown outcome: it is not
+// an ErrConnect (nothing sent), so ClusterFailover does not send it again
+// to another member, where it would be stored a second time.
+func TestClusterFailoverNeverMovesAnUnknownOutcome(t *testing.T) {
+	env, err := NewEnvelope(urnCreated, orderData)
+	require.NoError(t, err)
+	own := memberOf(env.Meta.ID, 3)
+	var h *clusterHarness
+	h = newClusterHarness(t, 3, &ClientOptions{ClusterFailover: true}, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if c.addr != memberURL(own) {
+				return
+			}
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+				h.setDown(own, true) // the member is gone: its re-dial is refused
+				c.kill(&amqp.ConnError{})
+				return nil, &amqp.ConnError{}
+			}
+		}
+	})
+	require.NoError(t, h.cl.dialMembers(context.Background()))
+	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
+	require.NoError(t, err)
+	_, err = p.Publish(context.Background(), env)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, err, ErrConnect, "the first copy may be stored: not a publish that was never sent")
+	for i := range 3 {
+		assert.Zero(t, h.keptBy(i, "orders"), "member %d: not sent elsewhere", i+1)
+	}
+}

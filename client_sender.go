@@ -268,7 +268,9 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: sl.cn.url, Address: s.addr, Err: err})
 	retry, lerr := s.link(ctx, false)
 	if lerr != nil {
-		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %w)", err, lerr))
+		// lerr's text, not its identity: an ErrConnect here would say that
+		// nothing was sent, and a cluster would send it to another member.
+		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %v)", err, lerr))
 	}
 	state, err := s.transfer(ctx, retry, msg)
 	if err == nil || !mayBeStored(err) {
