@@ -265,13 +265,14 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 	if ctx.Err() != nil || msg == nil || !hasDuplicateID(msg) {
 		return nil, s.unknown(err)
 	}
-	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: sl.cn.url, Address: s.addr, Err: err})
 	retry, lerr := s.link(ctx, false)
 	if lerr != nil {
 		// lerr's text, not its identity: an ErrConnect here would say that
 		// nothing was sent, and a cluster would send it to another member.
 		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %v)", err, lerr))
 	}
+	// Told only now that the resend is made, on the link it is made on.
+	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: retry.cn.url, Address: s.addr, Err: err})
 	state, err := s.transfer(ctx, retry, msg)
 	if err == nil || !mayBeStored(err) {
 		return state, s.c.red.error(err)

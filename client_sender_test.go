@@ -179,6 +179,7 @@ func TestPublisherRetryThatCannotReconnectIsAnUnknownOutcome(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrConnect, "it may be stored: not a publish that was never sent")
 	assert.Contains(t, err.Error(), "re-attaching for the retry", "why the resend was not made")
 	assert.Len(t, h.sentTo("orders"), 1)
+	assert.NotContains(t, h.ev.kinds(), EventPublishRetried, "no resend was made")
 }
 
 func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
