@@ -38,7 +38,8 @@ var (
 	// link or connection is gone); the broker redelivers the message.
 	ErrSettlement = errors.New("artemis: settlement failed")
 	// ErrNotAccepted is matched by an *OutcomeError: the broker settled a
-	// transfer with an outcome other than accepted.
+	// transfer with an outcome other than accepted (one it settled without
+	// any outcome matches ErrOutcomeUnknown instead).
 	ErrNotAccepted = errors.New("artemis: transfer not accepted by the broker")
 	// ErrInvalidConfig: a Consumer, Client or Consume option has an invalid value.
 	ErrInvalidConfig = errors.New("artemis: invalid configuration")
@@ -87,8 +88,9 @@ var (
 	// URL (password redacted) with its cause.
 	ErrConnect = errors.New("artemis: cannot connect to any broker")
 	// ErrOutcomeUnknown: the connection or link failed, or the context
-	// ended, after a transfer may have been written, so the broker may or
-	// may not have stored the message. See Client.Publisher.
+	// ended, after a transfer may have been written, or the broker settled
+	// it without an outcome (an *OutcomeError with a nil State), so the
+	// broker may or may not have stored the message. See Client.Publisher.
 	ErrOutcomeUnknown = errors.New("artemis: publish outcome unknown, the broker may have stored the message")
 	// ErrClosed: the Client, or the ClientPublisher, was closed.
 	ErrClosed = errors.New("artemis: client closed")
@@ -306,7 +308,9 @@ func (e *PanicError) Unwrap() error {
 }
 
 // OutcomeError reports a transfer the broker settled with an outcome other
-// than accepted: rejected, released or modified. It matches ErrNotAccepted.
+// than accepted: rejected, released or modified. It matches ErrNotAccepted;
+// with a nil State (settled without an outcome) it matches
+// ErrOutcomeUnknown instead: the broker may have stored the message.
 type OutcomeError struct {
 	// State is the broker's outcome (*amqp.StateRejected, *amqp.StateReleased,
 	// *amqp.StateModified), or nil when the transfer was settled without one.
@@ -331,8 +335,13 @@ func (e *OutcomeError) Error() string {
 	return fmt.Sprintf("artemis: broker outcome %T, not accepted", e.State)
 }
 
-// Is matches ErrNotAccepted.
-func (e *OutcomeError) Is(target error) bool { return target == ErrNotAccepted }
+// Is matches ErrNotAccepted, or ErrOutcomeUnknown when there is no outcome.
+func (e *OutcomeError) Is(target error) bool {
+	if e.State == nil {
+		return target == ErrOutcomeUnknown
+	}
+	return target == ErrNotAccepted
+}
 
 // Unwrap returns the broker's *amqp.Error of a rejected outcome, if any.
 func (e *OutcomeError) Unwrap() error {

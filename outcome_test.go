@@ -20,6 +20,7 @@ func TestOutcomeError(t *testing.T) {
 		wantNil   bool
 		msg       string
 		unwrapped error
+		unknown   bool // no outcome: ErrOutcomeUnknown, not ErrNotAccepted
 	}{
 		{name: "accepted", state: &amqp.StateAccepted{}, wantNil: true},
 		{name: "rejected with error", state: &amqp.StateRejected{Error: brokerErr}, msg: "rejected the transfer: *Error{Condition: amqp:resource-limit-exceeded, Description: address full", unwrapped: brokerErr},
@@ -28,7 +29,7 @@ func TestOutcomeError(t *testing.T) {
 		{name: "modified", state: &amqp.StateModified{DeliveryFailed: true}, msg: "modified the transfer (delivery-failed true, undeliverable-here false)"},
 		{name: "modified undeliverable", state: &amqp.StateModified{UndeliverableHere: true}, msg: "delivery-failed false, undeliverable-here true"},
 		{name: "received is not final", state: &amqp.StateReceived{}, msg: "StateReceived, not accepted"},
-		{name: "no outcome", state: nil, msg: "without an outcome"},
+		{name: "no outcome", state: nil, msg: "without an outcome", unknown: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,8 +44,18 @@ func TestOutcomeError(t *testing.T) {
 			if !errors.As(err, &oe) || oe.State != tt.state {
 				t.Fatalf("outcomeError = %#v, want an *OutcomeError holding the state", err)
 			}
-			if !errors.Is(err, ErrNotAccepted) {
-				t.Errorf("%v does not match ErrNotAccepted", err)
+			if got := errors.Is(err, ErrNotAccepted); got == tt.unknown {
+				t.Errorf("%v: matches ErrNotAccepted %t, want %t", err, got, !tt.unknown)
+			}
+			if got := errors.Is(err, ErrOutcomeUnknown); got != tt.unknown {
+				t.Errorf("%v: matches ErrOutcomeUnknown %t, want %t", err, got, tt.unknown)
+			}
+			want := PublishNotAccepted
+			if tt.unknown {
+				want = PublishUnknown
+			}
+			if got := publishOutcome(err); got != want {
+				t.Errorf("publishOutcome(%v) = %v, want %v", err, got, want)
 			}
 			if errors.Is(err, ErrInvalidEnvelope) || errors.Is(err, ErrDeadLetterFailed) {
 				t.Errorf("%v matches an unrelated sentinel", err)
@@ -79,7 +90,7 @@ func TestSendConfirmedOutcomeSender(t *testing.T) {
 		{name: "rejected", s: outcomeOnly(&amqp.StateRejected{}, nil), notAccepted: true},
 		{name: "released", s: outcomeOnly(&amqp.StateReleased{}, nil), notAccepted: true},
 		{name: "modified", s: outcomeOnly(&amqp.StateModified{DeliveryFailed: true}, nil), notAccepted: true},
-		{name: "nil state nil error", s: outcomeOnly(nil, nil), notAccepted: true},
+		{name: "nil state nil error", s: outcomeOnly(nil, nil), wantErr: ErrOutcomeUnknown},
 		{name: "send error", s: outcomeOnly(nil, sendErr), wantErr: sendErr},
 		{name: "send error wins over a state", s: outcomeOnly(&amqp.StateAccepted{}, sendErr), wantErr: sendErr},
 	}
