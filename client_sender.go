@@ -59,7 +59,13 @@ type linkOutcomes struct {
 // dead or that the Client gave up (cn.lost ends on drop, before a close
 // that may hang on a half-open network ends cn.conn).
 func (sl *senderLink) usable() bool {
-	return !sl.broken.Load() && !sl.cn.dead() && sl.cn.lost.Err() == nil
+	return !sl.broken.Load() && sl.onLiveConn()
+}
+
+// onLiveConn reports a link whose connection is neither dead nor given up:
+// one that must be detached, usable or not, or it stays on the connection.
+func (sl *senderLink) onLiveConn() bool {
+	return !sl.cn.dead() && sl.cn.lost.Err() == nil
 }
 
 // reuses reports whether a publish may use a pooled message (sendPath):
@@ -188,7 +194,8 @@ func (s *clientSender) failed(sl *senderLink, err error) {
 	s.c.linkFailed(sl.cn, err)
 }
 
-// close detaches the link, bounded by ctx (the detach goes on in the
+// close detaches the link (a broken one too, unless its connection went:
+// that takes the link with it), bounded by ctx (the detach goes on in the
 // background, bounded by the dial timeout, when ctx ends first, even while
 // another caller's attach was under way: the link it makes is detached).
 func (s *clientSender) close(ctx context.Context) error {
@@ -204,7 +211,7 @@ func (s *clientSender) close(ctx context.Context) error {
 			s.sem <- struct{}{}
 			sl := s.cur.Swap(nil)
 			<-s.sem
-			if sl != nil && sl.usable() {
+			if sl != nil && sl.onLiveConn() {
 				_ = s.closeLink(context.Background(), sl)
 			}
 		}()
@@ -212,8 +219,8 @@ func (s *clientSender) close(ctx context.Context) error {
 	}
 	sl := s.cur.Swap(nil)
 	<-s.sem
-	if sl == nil || !sl.usable() {
-		return nil
+	if sl == nil || !sl.onLiveConn() {
+		return nil // the connection takes the link with it
 	}
 	return waitFor(ctx, func() error {
 		if err := s.closeLink(context.WithoutCancel(ctx), sl); err != nil && !linkLost(err) {

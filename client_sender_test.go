@@ -532,3 +532,25 @@ func TestClientPublisherCloseWithADoneContext(t *testing.T) {
 	assert.Eventually(t, senders[0].Closed, 5*time.Second, time.Millisecond, "detached in the background")
 	require.NoError(t, p.Close(context.Background()), "closed already")
 }
+
+// A link given up after a failed transfer, and not yet replaced by the next
+// publish's attach, is still detached by Close: it is not left on the
+// connection, which stays open.
+func TestPublisherCloseDetachesABrokenLink(t *testing.T) {
+	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+				return nil, &amqp.LinkError{RemoteErr: &amqp.Error{Condition: amqp.ErrCondDetachForced}}
+			}
+		}
+	})
+	_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	senders := h.fb.conn(0).sendersTo("orders")
+	require.Len(t, senders, 1)
+	require.False(t, senders[0].Closed(), "given up, not yet retired")
+
+	require.NoError(t, p.Close(context.Background()))
+	assert.True(t, senders[0].Closed(), "the broken link is detached")
+	assert.False(t, h.fb.conn(0).dead(), "the Client's connection stays open")
+}
