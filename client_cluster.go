@@ -162,7 +162,10 @@ func (c *clusterClient) publishSender(ctx context.Context, queue string, topic b
 		s.members = append(s.members, ms)
 	}
 	if err := s.attachAll(ctx); err != nil {
-		_ = s.close(context.WithoutCancel(ctx))
+		// The links the other members attached are detached in the
+		// background (each bounded by the dial timeout): a detach that
+		// hangs does not hold the caller, past its ctx or at all.
+		go func() { _ = s.close(context.WithoutCancel(ctx)) }()
 		return nil, err
 	}
 	return s, nil

@@ -482,3 +482,69 @@ func TestClusterFailoverNeverMovesAnUnknownOutcome(t *testing.T) {
 		assert.Zero(t, h.keptBy(i, "orders"), "member %d: not sent elsewhere", i+1)
 	}
 }
+
+// hangDetachConn is a fake connection whose senders' Close hangs, as a
+// detach on a half-open network does, until unblock is closed or its ctx
+// ends.
+type hangDetachConn struct {
+	*fakeConn
+	unblock <-chan struct{}
+}
+
+func (c hangDetachConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
+	return c, nil
+}
+
+func (c hangDetachConn) NewSender(ctx context.Context, target string, opts *amqp.SenderOptions) (linkSender, error) {
+	s, err := c.fakeConn.NewSender(ctx, target, opts)
+	if err != nil {
+		return nil, err
+	}
+	return hangDetachSender{s, c.unblock}, nil
+}
+
+type hangDetachSender struct {
+	linkSender
+	unblock <-chan struct{}
+}
+
+func (s hangDetachSender) Close(ctx context.Context) error {
+	select {
+	case <-s.unblock:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.linkSender.Close(ctx)
+}
+
+// A cluster Publisher refused by one member detaches the links the others
+// attached without holding its caller past ctx, though their detach hangs.
+func TestClusterPublisherRefusedReturnsWithinItsContext(t *testing.T) {
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	h := newClusterHarnessDialling(t, 2, &ClientOptions{DialTimeout: 10 * time.Second}, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if c.addr == memberURL(1) {
+				c.attachErr = func(string, bool) error {
+					return &amqp.Error{Condition: amqp.ErrCondUnauthorizedAccess, Description: "not allowed"}
+				}
+			}
+		}
+	}, func(dial dialFunc) dialFunc {
+		return func(ctx context.Context, b *broker) (amqpConn, error) {
+			cn, err := dial(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			return hangDetachConn{cn.(*fakeConn), unblock}, nil
+		}
+	})
+	require.NoError(t, h.cl.dialMembers(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := h.c.Publisher(ctx, "orders")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not allowed")
+	assert.Less(t, time.Since(start), 2*time.Second, "not held past ctx by the detach")
+}
