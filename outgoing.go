@@ -143,25 +143,29 @@ func (p *Publisher) PublishWithReceipt(ctx context.Context, m Outgoing, opts ...
 // outgoing is what a publish of m sends: the envelope (a Job's built now),
 // or, when env is nil, the Encoded bytes as they are. An error means m
 // stands for no envelope and nothing is sent; a Job whose envelope is
-// refused is reported to the Observer as a failed publish.
+// refused is reported to the Observer as a failed publish, and every
+// refusal to the WithOnOutcome callback (with the id "").
 func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, body Encoded, err error) {
 	switch m := m.(type) {
 	case job:
-		env, err := m.envelope(p.queue)
-		if err != nil {
+		if env, err = m.envelope(p.queue); err != nil {
 			cfg.observePublish(p.queue, m.urn, "", time.Time{}, err)
-			return nil, nil, err
 		}
-		return env, nil, nil
 	case *Envelope:
-		if m == nil {
-			return nil, nil, errNilEnvelope
+		if env = m; m == nil {
+			err = errNilEnvelope
 		}
-		return m, nil, nil
 	case Encoded:
-		return nil, m, nil
+		body = m
+	default:
+		err = errNoOutgoing
 	}
-	return nil, nil, errNoOutgoing
+	if err != nil {
+		// The publish's end, as every refusal is (WithOnOutcome).
+		callOnOutcome(cfg.onOutcome, "", err)
+		return nil, nil, err
+	}
+	return env, body, nil
 }
 
 // EnvelopeOf is the envelope m stands for, as a publish sends it: an

@@ -117,7 +117,8 @@ func WithGroupID(key string) PublishOption {
 // and must be safe for concurrent use. For Publish, for a publish refused
 // or not written, and for a Sender
 // that answers synchronously, it is called on the calling goroutine before
-// the call returns. A panic in f is recovered and logged to slog.Default()
+// the call returns; a publish refused before it had an id (no envelope: a
+// nil one, a Job or Encoded bytes that are none) is told with the id "". A panic in f is recovered and logged to slog.Default()
 // at error level; it changes neither the publish nor any receipt.
 // Given to NewPublisher, it sees every publish: a place to count outcomes or
 // log the failures of receipts nobody waits on. Default: none.
