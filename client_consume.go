@@ -68,15 +68,16 @@ func (s source) address(queue string) string {
 }
 
 // check refuses what a source cannot take: WithNonDurable outside Subscribe,
-// and a scheduled retry on a non-durable subscription (a copy scheduled on
+// and a scheduled retry (a schedule, or a retry sender of the user's own)
+// on a non-durable subscription (a copy scheduled on
 // its queue could outlive it, and sent once the queue is gone, Artemis
 // would create a durable queue of that name for it).
 func (s source) check(o consumeOptions, cons *Consumer) error {
 	switch {
 	case o.nonDurable && s.volatile == nil:
 		return fmt.Errorf("%w: WithNonDurable is for Client.Subscribe: a queue is durable or not by the broker's configuration", ErrInvalidConfig)
-	case s.volatile != nil && cons.scheduleSet && cons.schedule != nil && cons.retrySender == nil:
-		return fmt.Errorf("%w: a non-durable subscription retries at once: a retry scheduled on its queue could outlive it (drop WithRetrySchedule/WithRetryBackoff, or subscribe durably)", ErrInvalidConfig)
+	case s.volatile != nil && (cons.scheduleSet && cons.schedule != nil || cons.retrySender != nil):
+		return fmt.Errorf("%w: a non-durable subscription retries at once: a retry scheduled on its queue could outlive it (drop WithRetrySchedule/WithRetryBackoff/WithRetrySender, or subscribe durably)", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -93,7 +94,7 @@ func (c *brokerClient) consume(ctx context.Context, queue string, src source, co
 		// where a dead letter's redrive must go.
 		run.queue = queue
 	}
-	if src.volatile != nil && run.retrySender == nil {
+	if src.volatile != nil {
 		// Its retries are the broker's immediate redeliveries: a copy
 		// scheduled on the queue could outlive it (consumeOn refused an
 		// explicit schedule).

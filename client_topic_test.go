@@ -264,12 +264,17 @@ func TestSubscribeNonDurableRefusals(t *testing.T) {
 	err = h.c.Subscribe(context.Background(), "orders", "live|2", ok)
 	assert.ErrorIs(t, err, ErrInvalidConfig, "Artemis would cut the name at the |")
 
-	for name, opt := range map[string]ConsumerOption{
-		"a schedule": WithRetrySchedule(func(int) time.Duration { return time.Second }),
-		"a backoff":  WithRetryBackoff(DefaultRetryBackoff()),
+	own := &fakelink.Sender{} // a retry sender of the user's own: copies would go there
+	for name, opts := range map[string][]ConsumerOption{
+		"a schedule":                    {WithRetrySchedule(func(int) time.Duration { return time.Second })},
+		"a backoff":                     {WithRetryBackoff(DefaultRetryBackoff())},
+		"a schedule and a retry sender": {WithRetrySchedule(func(int) time.Duration { return time.Second }), WithRetrySender(own)},
+		"a retry sender":                {WithRetrySender(own)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Subscribe(context.Background(), "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, opt, WithNonDurable()))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // not refused: it would run
+			defer cancel()
+			err := h.c.Subscribe(ctx, "orders", "live", mustConsumer(t, Handlers{urnCreated: newHandled().handler(nil)}, append(opts, WithNonDurable())...))
 			assert.ErrorIs(t, err, ErrInvalidConfig, "a scheduled copy could outlive the queue")
 			assert.Contains(t, err.Error(), "retries at once")
 		})

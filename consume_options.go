@@ -103,8 +103,8 @@ func WithOnlyHandledURNs() ConsumerOption {
 // <subscription>:shared-volatile:global (what a JMS shared non-durable
 // subscription over AMQP uses), its dead letters go to that name's .dlq,
 // which is kept, and its retries are immediate redeliveries: a scheduled
-// copy could outlive the queue, so a Consumer with WithRetrySchedule or
-// WithRetryBackoff is refused (docs/pubsub.md). Subscribe only: Consume
+// copy could outlive the queue, so a Consumer with WithRetrySchedule,
+// WithRetryBackoff or WithRetrySender is refused (docs/pubsub.md). Subscribe only: Consume
 // refuses it. Default: off, the subscription is a durable queue.
 func WithNonDurable() ConsumerOption {
 	return consumerOption(func(c *Consumer) { c.run.nonDurable = true })
