@@ -81,14 +81,17 @@ func (c *Client) Subscribe(ctx context.Context, topic, subscription string, cons
 	return c.consumeOn(ctx, topic+"::"+subscription, src, cons)
 }
 
-// checkAddressPart refuses a blank name, and one holding "::", which
-// Artemis would read as address::queue.
+// checkAddressPart refuses a blank name, one holding "::", which Artemis
+// would read as address::queue, and one starting or ending with ":",
+// which would make one with the "::" Subscribe adds.
 func checkAddressPart(what, name string) error {
 	switch {
 	case strings.TrimSpace(name) == "":
 		return fmt.Errorf("%w: the %s name is blank", ErrInvalidConfig, what)
 	case strings.Contains(name, "::"):
 		return fmt.Errorf("%w: the %s name %q holds \"::\" (Subscribe builds topic::subscription itself)", ErrInvalidConfig, what, name)
+	case strings.HasPrefix(name, ":") || strings.HasSuffix(name, ":"):
+		return fmt.Errorf("%w: the %s name %q starts or ends with \":\" (topic::subscription would hold \":::\", read as another address::queue)", ErrInvalidConfig, what, name)
 	}
 	return nil
 }

@@ -96,6 +96,10 @@ func TestSubscribeRejectsInvalidNames(t *testing.T) {
 		"blank subscription":  {"orders", ""},
 		"fqqn topic":          {"orders::x", "billing"},
 		"fqqn subscription":   {"orders", "a::billing"},
+		"topic ends with :":   {"orders:", "billing"},
+		"sub starts with :":   {"orders", ":billing"},
+		"topic starts with :": {":orders", "billing"},
+		"sub ends with :":     {"orders", "billing:"},
 		"nil consumer (next)": {"orders", "billing"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -103,14 +107,16 @@ func TestSubscribeRejectsInvalidNames(t *testing.T) {
 			if strings.HasPrefix(name, "nil") {
 				cons = nil
 			}
-			err := h.c.Subscribe(context.Background(), tc[0], tc[1], cons)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // not refused: it would run
+			defer cancel()
+			err := h.c.Subscribe(ctx, tc[0], tc[1], cons)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
-	_, err := h.c.TopicPublisher(context.Background(), "")
-	assert.ErrorIs(t, err, ErrInvalidConfig)
-	_, err = h.c.TopicPublisher(context.Background(), "orders::billing")
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	for _, topic := range []string{"", "orders::billing", "orders:", ":orders"} {
+		_, err := h.c.TopicPublisher(context.Background(), topic)
+		assert.ErrorIs(t, err, ErrInvalidConfig, "topic %q", topic)
+	}
 	assert.Empty(t, h.fb.conn(0).receiverList(), "nothing was attached")
 	assert.Empty(t, h.fb.conn(0).sendersTo("orders"))
 }
