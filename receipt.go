@@ -76,8 +76,17 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	r.err = err
 	if r.observed != nil {
 		// Before done: whoever saw the receipt resolve (Wait, Done) finds
-		// it observed too.
+		// it observed too. An Observer that ends the goroutine
+		// (runtime.Goexit, which no recover stops) still leaves the
+		// receipt resolved.
+		observed := false
+		defer func() {
+			if !observed {
+				close(r.done)
+			}
+		}()
 		r.observed.observePublish(r.queue, r.urn, r.id, r.start, err)
+		observed = true
 	}
 	close(r.done)
 	switch {

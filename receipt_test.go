@@ -544,3 +544,23 @@ func TestARefusedPublishIsReportedToOnOutcome(t *testing.T) {
 		}
 	}
 }
+
+// exitingObserver ends the goroutine that reports a publish to it.
+type exitingObserver struct{}
+
+func (exitingObserver) Settled(SettleEvent)    {}
+func (exitingObserver) Published(PublishEvent) { runtime.Goexit() }
+
+// A receipt whose Observer ends the resolving goroutine (runtime.Goexit)
+// is still resolved: Wait and Done do not hang on it.
+func TestReceiptResolvesThoughItsObserverExitsTheGoroutine(t *testing.T) {
+	cfg := &publishConfig{observer: exitingObserver{}}
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{})}
+	go r.resolve(&amqp.StateAccepted{}, nil)
+	select {
+	case <-r.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the receipt never resolved")
+	}
+	assert.NoError(t, r.Wait(context.Background()))
+}
