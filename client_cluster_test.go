@@ -391,27 +391,13 @@ func TestClusterRetryAfterAnUnknownOutcomeStaysOnTheMember(t *testing.T) {
 	own := memberOf(env.Meta.ID, 3)
 	var mu sync.Mutex
 	dropped := false
-	h := newClusterHarness(t, 3, nil, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) {
-			if c.addr != memberURL(own) {
-				return
-			}
-			mu.Lock()
-			first := !dropped
-			dropped = true
-			mu.Unlock()
-			if first {
-				c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
-					c.kill(&amqp.ConnError{})
-					return nil, &amqp.ConnError{}
-				}
-			}
-		}
+	h, err := publishDroppingItsMember(t, nil, env, func(*clusterHarness) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		first := !dropped
+		dropped = true
+		return first
 	})
-	require.NoError(t, h.cl.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
-	require.NoError(t, err)
-	_, err = p.Publish(context.Background(), env)
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.keptBy(own, "orders"), "stored once, on its member")
 	for i := range 3 {
@@ -458,23 +444,10 @@ func TestClusterFailoverNeverMovesAnUnknownOutcome(t *testing.T) {
 	env, err := NewEnvelope(urnCreated, orderData)
 	require.NoError(t, err)
 	own := memberOf(env.Meta.ID, 3)
-	var h *clusterHarness
-	h = newClusterHarness(t, 3, &ClientOptions{ClusterFailover: true}, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) {
-			if c.addr != memberURL(own) {
-				return
-			}
-			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
-				h.setDown(own, true) // the member is gone: its re-dial is refused
-				c.kill(&amqp.ConnError{})
-				return nil, &amqp.ConnError{}
-			}
-		}
+	h, err := publishDroppingItsMember(t, &ClientOptions{ClusterFailover: true}, env, func(h *clusterHarness) bool {
+		h.setDown(own, true) // the member is gone: its re-dial is refused
+		return true
 	})
-	require.NoError(t, h.cl.dialMembers(context.Background()))
-	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
-	require.NoError(t, err)
-	_, err = p.Publish(context.Background(), env)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.NotErrorIs(t, err, ErrConnect, "the first copy may be stored: not a publish that was never sent")
@@ -547,4 +520,29 @@ func TestClusterPublisherRefusedReturnsWithinItsContext(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not allowed")
 	assert.Less(t, time.Since(start), 2*time.Second, "not held past ctx by the detach")
+}
+
+// publishDroppingItsMember publishes env with duplicate detection through
+// a cluster of 3 whose member of env's key loses, during its transfers,
+// each new connection drop approves as it is set up (drop may change h).
+func publishDroppingItsMember(t *testing.T, opts *ClientOptions, env *Envelope, drop func(h *clusterHarness) bool) (*clusterHarness, error) {
+	t.Helper()
+	own := memberOf(env.Meta.ID, 3)
+	var h *clusterHarness
+	h = newClusterHarness(t, 3, opts, func(fb *fakeBroker) {
+		fb.setup = func(c *fakeConn) {
+			if c.addr != memberURL(own) || !drop(h) {
+				return
+			}
+			c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+				c.kill(&amqp.ConnError{})
+				return nil, &amqp.ConnError{}
+			}
+		}
+	})
+	require.NoError(t, h.cl.dialMembers(context.Background()))
+	p, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
+	require.NoError(t, err)
+	_, err = p.Publish(context.Background(), env)
+	return h, err
 }
