@@ -26,7 +26,7 @@ func newDeadLetter(reason string, cause error, queue string, attempts int, now t
 		Lang:          Lang,
 	}
 	if cause != nil {
-		text := cause.Error()
+		text := errorText(cause)
 		dl.Error = &text
 		typ := exceptionName(cause)
 		dl.Exception = &typ
@@ -70,6 +70,8 @@ func ownType(err error) (string, bool) {
 		return fmt.Sprintf("panic: %T", e.Value), true
 	case *DeliveryError:
 		return ownType(e.Err)
+	case *unprintableError:
+		return ownType(e.err)
 	case interface{ Unwrap() []error }:
 		if isAnonymous(err) {
 			for _, inner := range e.Unwrap() {

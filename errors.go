@@ -305,6 +305,16 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
+// unprintableError is an error whose own Error method panicked or exited
+// the goroutine, behind a fixed text naming its type; Unwrap returns it.
+type unprintableError struct {
+	err  error
+	text string
+}
+
+func (e *unprintableError) Error() string { return e.text }
+func (e *unprintableError) Unwrap() error { return e.err }
+
 // OutcomeError reports a transfer the broker settled with an outcome other
 // than accepted: rejected, released or modified. It matches ErrNotAccepted.
 type OutcomeError struct {

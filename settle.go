@@ -127,8 +127,8 @@ func (d *delivery) settled(kind DeliveryKind, cause error, disp Disposition, rep
 		}
 		return settleErr
 	}
+	d.remember(disp) // first: an observer may exit the goroutine
 	d.observe(kind, cause, disp)
-	d.remember(disp)
 	if reported == nil {
 		d.logSettled(disp)
 		return nil
@@ -162,7 +162,7 @@ func (d *delivery) logSettled(disp Disposition) {
 	if l == nil {
 		return
 	}
-	l.LogAttrs(d.ctx, slog.LevelDebug, "settled", deliveryAttrs(d.queue(), d.urn, d.env, d.attempts, disp)...)
+	logLine(d.ctx, l, slog.LevelDebug, "settled", deliveryAttrs(d.queue(), d.urn, d.env, d.attempts, disp)...)
 }
 
 func (d *delivery) log(level slog.Level, err *DeliveryError) {
@@ -205,9 +205,9 @@ func (c *Consumer) logError(ctx context.Context, level slog.Level, err *Delivery
 	}
 	attrs := deliveryAttrs(queue, err.URN, env, err.Attempts, err.Disposition)
 	if err.Err != nil {
-		attrs = append(attrs, slog.String("error", err.Err.Error()))
+		attrs = append(attrs, slog.String("error", errorText(err.Err)))
 	}
-	l.LogAttrs(ctx, level, logMessage(err.Kind, err.Disposition), attrs...)
+	logLine(ctx, l, level, logMessage(err.Kind, err.Disposition), attrs...)
 }
 
 // logMessage is the fixed message of a reported error.
