@@ -107,10 +107,11 @@ func isAnonymous(err error) bool {
 // fully qualified name (address::queue, a subscription queue on a topic) it
 // is the queue's own <queue>.dlq, an anycast queue of that subscription
 // alone: <address>::<queue>.dlq would be a queue on the topic's address,
-// fed every publish.
+// fed every publish. The name splits at its first "::", as Artemis splits
+// it (CompositeAddress): the queue's name may hold "::" or start with ':'.
 func dlqAddress(queue string) string {
-	if i := strings.LastIndex(queue, "::"); i >= 0 {
-		queue = queue[i+2:]
+	if _, q, ok := strings.Cut(queue, "::"); ok {
+		queue = q
 	}
 	if queue == "" {
 		return ""

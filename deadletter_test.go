@@ -487,3 +487,12 @@ func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
 		})
 	}
 }
+
+// TestDLQAddressSplitsAtTheFirstSeparator: Artemis's fully qualified name
+// is address::queue split at the first "::" (its CompositeAddress), so a
+// queue name holding "::" or starting with ':' keeps it.
+func TestDLQAddressSplitsAtTheFirstSeparator(t *testing.T) {
+	assert.Equal(t, "b::c.dlq", dlqAddress("a::b::c"))
+	assert.Equal(t, ":q.dlq", dlqAddress("addr:::q"))
+	assert.Equal(t, "", dlqAddress("addr::"))
+}
