@@ -305,7 +305,7 @@ func (d *delivery) rememberFailure(kind DeliveryKind, disp Disposition) {
 		// Only an immediate retry (also the one after a retry copy that
 		// was not confirmed): a scheduled copy carries its count in its
 		// body, durably, which the memory never lowers.
-		m.failed(d.env.Meta.ID, d.attempts+1)
+		m.failed(d.queue(), d.env.Meta.ID, d.attempts+1)
 	}
 }
 
@@ -316,7 +316,7 @@ func (d *delivery) remember(disp Disposition) {
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
 		return
 	}
-	if disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped {
-		m.forget(d.env.Meta.ID)
+	if (disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped) && m.n.Load() > 0 {
+		m.forget(d.queue(), d.env.Meta.ID)
 	}
 }
