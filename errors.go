@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
 )
@@ -423,5 +424,9 @@ func truncate(s string) string {
 	if len(s) <= max {
 		return s
 	}
-	return s[:max] + "..."
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut-- // not inside a multi-byte sequence
+	}
+	return s[:cut] + "..."
 }
