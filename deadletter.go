@@ -161,7 +161,8 @@ func withoutDuplicateID(props map[string]any) map[string]any {
 }
 
 // stringProperties keeps the string application properties that are not
-// contract properties: the out-of-band headers to carry forward.
+// contract properties: the out-of-band headers to carry forward, repaired
+// to valid UTF-8 (validUTF8).
 func stringProperties(msg *amqp.Message) map[string]string {
 	var h map[string]string
 	for k, v := range msg.ApplicationProperties {
@@ -172,7 +173,7 @@ func stringProperties(msg *amqp.Message) map[string]string {
 		if h == nil {
 			h = make(map[string]string)
 		}
-		h[k] = s
+		h[validUTF8(k)] = validUTF8(s)
 	}
 	return h
 }
