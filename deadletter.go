@@ -160,6 +160,28 @@ func withoutDuplicateID(props map[string]any) map[string]any {
 	return cp
 }
 
+// validProperties returns props with its invalid UTF-8 names and string
+// values repaired (validUTF8), copying the map only when one is (the
+// source's map is never modified).
+func validProperties(props map[string]any) map[string]any {
+	bad := false
+	for k, v := range props {
+		s, ok := v.(string)
+		bad = bad || validUTF8(k) != k || ok && validUTF8(s) != s
+	}
+	if !bad {
+		return props
+	}
+	cp := make(map[string]any, len(props))
+	for k, v := range props {
+		if s, ok := v.(string); ok {
+			v = validUTF8(s)
+		}
+		cp[validUTF8(k)] = v
+	}
+	return cp
+}
+
 // stringProperties keeps the string application properties that are not
 // contract properties: the out-of-band headers to carry forward, repaired
 // to valid UTF-8 (validUTF8).
@@ -209,7 +231,7 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
 		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
-		ApplicationProperties: withoutDuplicateID(src.ApplicationProperties),
+		ApplicationProperties: validProperties(withoutDuplicateID(src.ApplicationProperties)),
 		Data:                  src.Data,
 		Value:                 src.Value,
 		Sequence:              src.Sequence,

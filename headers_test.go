@@ -190,3 +190,14 @@ func TestDeadLetterCopyRepairsInvalidUTF8(t *testing.T) {
 	require.NotNil(t, dlqEnvelope(t, msg).DeadLetter.Error)
 	assert.True(t, utf8.ValidString(*dlqEnvelope(t, msg).DeadLetter.Error))
 }
+
+// TestForwardCopyRepairsInvalidUTF8: the forwarded copy of a poison or
+// gated message keeps the source's properties, repaired to valid UTF-8;
+// the source's map is left as it was.
+func TestForwardCopyRepairsInvalidUTF8(t *testing.T) {
+	src := rawMessage("not json")
+	src.ApplicationProperties = map[string]any{"traceparent": "00-\xff", "bad\xc3": "v", "n": int64(1)}
+	msg := forwardCopy(src, "orders")
+	assert.Equal(t, map[string]any{"traceparent": "00-\uFFFD", "bad\uFFFD": "v", "n": int64(1)}, msg.ApplicationProperties)
+	assert.Equal(t, "00-\xff", src.ApplicationProperties["traceparent"])
+}
