@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -17,34 +18,34 @@ import (
 
 func TestAttemptMemoryRemembersTheMostAndForgets(t *testing.T) {
 	var none *attemptMemory
-	assert.Equal(t, 2, none.reconcile("a", 2), "a nil memory remembers nothing")
+	assert.Equal(t, 2, none.reconcile("q", "a", 2), "a nil memory remembers nothing")
 
 	m := newAttemptMemory(3)
-	assert.Equal(t, 0, m.reconcile("a", 0))
-	m.failed("a", 1)
-	m.failed("a", 3)
-	m.failed("a", 2)
-	assert.Equal(t, 3, m.reconcile("a", 0), "the most failures seen")
-	assert.Equal(t, 5, m.reconcile("a", 5), "the broker's count when it is higher")
-	assert.Equal(t, 0, m.reconcile("", 0), "no id, no memory")
-	m.forget("a")
-	assert.Equal(t, 0, m.reconcile("a", 0))
-	m.forget("never-seen")
+	assert.Equal(t, 0, m.reconcile("q", "a", 0))
+	m.failed("q", "a", 1)
+	m.failed("q", "a", 3)
+	m.failed("q", "a", 2)
+	assert.Equal(t, 3, m.reconcile("q", "a", 0), "the most failures seen")
+	assert.Equal(t, 5, m.reconcile("q", "a", 5), "the broker's count when it is higher")
+	assert.Equal(t, 0, m.reconcile("q", "", 0), "no id, no memory")
+	m.forget("q", "a")
+	assert.Equal(t, 0, m.reconcile("q", "a", 0))
+	m.forget("q", "never-seen")
 }
 
 func TestAttemptMemoryForgetsTheOldestPastItsCap(t *testing.T) {
 	m := newAttemptMemory(3)
 	for i := range 5 {
-		m.failed(fmt.Sprintf("id-%d", i), 1)
+		m.failed("q", fmt.Sprintf("id-%d", i), 1)
 	}
 	assert.Len(t, m.seen, 3)
-	assert.Equal(t, 0, m.reconcile("id-0", 0))
-	assert.Equal(t, 0, m.reconcile("id-1", 0))
-	assert.Equal(t, 1, m.reconcile("id-4", 0))
+	assert.Equal(t, 0, m.reconcile("q", "id-0", 0))
+	assert.Equal(t, 0, m.reconcile("q", "id-1", 0))
+	assert.Equal(t, 1, m.reconcile("q", "id-4", 0))
 	for i := range 20 { // forgotten ids do not pile up
 		id := fmt.Sprintf("x-%d", i)
-		m.failed(id, 1)
-		m.forget(id)
+		m.failed("q", id, 1)
+		m.forget("q", id)
 	}
 	assert.LessOrEqual(t, len(m.order), 2*m.cap+1)
 }
@@ -54,14 +55,14 @@ func TestAttemptMemoryForgetsTheOldestPastItsCap(t *testing.T) {
 // through its first, stale place in the order.
 func TestAttemptMemoryEvictsTheOldestLiveEntry(t *testing.T) {
 	m := newAttemptMemory(2)
-	m.failed("a", 1)
-	m.failed("b", 1)
-	m.forget("a")
-	m.failed("a", 1) // a again, after b
-	m.failed("c", 1) // past the cap: b is the oldest
-	assert.Equal(t, 0, m.reconcile("b", 0), "the oldest, b, is forgotten")
-	assert.Equal(t, 1, m.reconcile("a", 0), "a, remembered after b, is kept")
-	assert.Equal(t, 1, m.reconcile("c", 0))
+	m.failed("q", "a", 1)
+	m.failed("q", "b", 1)
+	m.forget("q", "a")
+	m.failed("q", "a", 1) // a again, after b
+	m.failed("q", "c", 1) // past the cap: b is the oldest
+	assert.Equal(t, 0, m.reconcile("q", "b", 0), "the oldest, b, is forgotten")
+	assert.Equal(t, 1, m.reconcile("q", "a", 0), "a, remembered after b, is kept")
+	assert.Equal(t, 1, m.reconcile("q", "c", 0))
 }
 
 // A message that fails on one member and then shows up on another with a
@@ -131,4 +132,27 @@ func TestClusterConsumeCarriesAttemptsAcrossMembers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Consume did not return")
 	}
+}
+
+// TestAttemptMemoryIsPerQueue: a topic's publish reaches two subscription
+// queues with one meta.id; a Consumer on both remembers each queue's
+// failed attempts apart, so a failure on one does not count on the other.
+func TestAttemptMemoryIsPerQueue(t *testing.T) {
+	var seen []int
+	c := mustConsumer(t, Handlers{urnCreated: func(_ context.Context, env *Envelope, _ *amqp.Message) error {
+		seen = append(seen, env.Attempts)
+		return errors.New("boom")
+	}}, WithRetrySchedule(nil), WithOnError(func(context.Context, error, *Envelope, *amqp.Message) {}))
+	env, err := NewEnvelope(urnCreated, json.RawMessage(`{"order_id":1}`), EnvelopeTraceID(testTrace))
+	require.NoError(t, err)
+	for _, queue := range []string{"orders.events::billing", "orders.events::audit"} {
+		msg, err := NewMessage(env) // the same meta.id on both queues
+		require.NoError(t, err)
+		r := fakelink.NewReceiver(t, queue)
+		r.Track(msg)
+		_ = c.Handle(context.Background(), r, msg)
+		d, _ := r.Disposition(msg)
+		assert.Equal(t, fakelink.Failed, d, queue)
+	}
+	assert.Equal(t, []int{0, 0}, seen, "each queue's first attempt is its attempt 0")
 }

@@ -26,7 +26,7 @@ func newDeadLetter(reason string, cause error, queue string, attempts int, now t
 		Lang:          Lang,
 	}
 	if cause != nil {
-		text := cause.Error()
+		text := errorText(cause)
 		dl.Error = &text
 		typ := exceptionName(cause)
 		dl.Exception = &typ
@@ -70,6 +70,8 @@ func ownType(err error) (string, bool) {
 		return fmt.Sprintf("panic: %T", e.Value), true
 	case *DeliveryError:
 		return ownType(e.Err)
+	case *unprintableError:
+		return ownType(e.err)
 	case interface{ Unwrap() []error }:
 		if isAnonymous(err) {
 			for _, inner := range e.Unwrap() {
@@ -105,10 +107,11 @@ func isAnonymous(err error) bool {
 // fully qualified name (address::queue, a subscription queue on a topic) it
 // is the queue's own <queue>.dlq, an anycast queue of that subscription
 // alone: <address>::<queue>.dlq would be a queue on the topic's address,
-// fed every publish.
+// fed every publish. The name splits at its first "::", as Artemis splits
+// it (CompositeAddress): the queue's name may hold "::" or start with ':'.
 func dlqAddress(queue string) string {
-	if i := strings.LastIndex(queue, "::"); i >= 0 {
-		queue = queue[i+2:]
+	if _, q, ok := strings.Cut(queue, "::"); ok {
+		queue = q
 	}
 	if queue == "" {
 		return ""
@@ -157,8 +160,31 @@ func withoutDuplicateID(props map[string]any) map[string]any {
 	return cp
 }
 
+// validProperties returns props with its invalid UTF-8 names and string
+// values repaired (validUTF8), copying the map only when one is (the
+// source's map is never modified).
+func validProperties(props map[string]any) map[string]any {
+	bad := false
+	for k, v := range props {
+		s, ok := v.(string)
+		bad = bad || validUTF8(k) != k || ok && validUTF8(s) != s
+	}
+	if !bad {
+		return props
+	}
+	cp := make(map[string]any, len(props))
+	for k, v := range props {
+		if s, ok := v.(string); ok {
+			v = validUTF8(s)
+		}
+		cp[validUTF8(k)] = v
+	}
+	return cp
+}
+
 // stringProperties keeps the string application properties that are not
-// contract properties: the out-of-band headers to carry forward.
+// contract properties: the out-of-band headers to carry forward, repaired
+// to valid UTF-8 (validUTF8).
 func stringProperties(msg *amqp.Message) map[string]string {
 	var h map[string]string
 	for k, v := range msg.ApplicationProperties {
@@ -169,7 +195,7 @@ func stringProperties(msg *amqp.Message) map[string]string {
 		if h == nil {
 			h = make(map[string]string)
 		}
-		h[k] = s
+		h[validUTF8(k)] = validUTF8(s)
 	}
 	return h
 }
@@ -205,7 +231,7 @@ func forwardCopy(src *amqp.Message, queue string) *amqp.Message {
 	msg := &amqp.Message{
 		Format:                src.Format,
 		Header:                &amqp.MessageHeader{Durable: true, Priority: defaultPriority},
-		ApplicationProperties: withoutDuplicateID(src.ApplicationProperties),
+		ApplicationProperties: validProperties(withoutDuplicateID(src.ApplicationProperties)),
 		Data:                  src.Data,
 		Value:                 src.Value,
 		Sequence:              src.Sequence,

@@ -445,15 +445,16 @@ func TestDeadLetterFailureHoldsTheDeliveryForTheRetryDelay(t *testing.T) {
 // dead-letter write goes out before the delivery is settled; an error
 // callback or a logger that exits the goroutine there (runtime.Goexit, as
 // t.FailNow does) or panics does not leave the delivery unsettled: it is
-// released, once.
+// released, once. A logger's panic is recovered: Handle returns.
 func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opt  ConsumerOption
+		name     string
+		opt      ConsumerOption
+		returned bool
 	}{
-		{"callback exits", WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { runtime.Goexit() })},
-		{"logger exits", WithLogger(slog.New(exitingHandler{}))},
-		{"logger panics", WithLogger(slog.New(exitingHandler{panics: true}))},
+		{"callback exits", WithOnError(func(context.Context, error, *Envelope, *amqp.Message) { runtime.Goexit() }), false},
+		{"logger exits", WithLogger(slog.New(exitingHandler{})), false},
+		{"logger panics", WithLogger(slog.New(exitingHandler{panics: true})), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dlq := &fakelink.Sender{Outcome: fakelink.Reject}
@@ -474,11 +475,24 @@ func TestDeadLetterFailureReportThatExitsStillSettles(t *testing.T) {
 				done <- "returned"
 			}()
 			end := <-done
-			assert.NotEqual(t, "returned", end, "the report ended the goroutine")
+			if tc.returned {
+				assert.Equal(t, "returned", end)
+			} else {
+				assert.NotEqual(t, "returned", end, "the report ended the goroutine")
+			}
 			d, ok := r.Disposition(msg)
 			require.True(t, ok, "the delivery was settled although the report exited the goroutine")
 			assert.Equal(t, fakelink.Released, d)
 			assert.Equal(t, 1, r.Settled())
 		})
 	}
+}
+
+// TestDLQAddressSplitsAtTheFirstSeparator: Artemis's fully qualified name
+// is address::queue split at the first "::" (its CompositeAddress), so a
+// queue name holding "::" or starting with ':' keeps it.
+func TestDLQAddressSplitsAtTheFirstSeparator(t *testing.T) {
+	assert.Equal(t, "b::c.dlq", dlqAddress("a::b::c"))
+	assert.Equal(t, ":q.dlq", dlqAddress("addr:::q"))
+	assert.Equal(t, "", dlqAddress("addr::"))
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
 )
@@ -307,6 +308,16 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
+// unprintableError is an error whose own Error method panicked or exited
+// the goroutine, behind a fixed text naming its type; Unwrap returns it.
+type unprintableError struct {
+	err  error
+	text string
+}
+
+func (e *unprintableError) Error() string { return e.text }
+func (e *unprintableError) Unwrap() error { return e.err }
+
 // OutcomeError reports a transfer the broker settled with an outcome other
 // than accepted: rejected, released or modified. It matches ErrNotAccepted;
 // with a nil State (settled without an outcome) it matches
@@ -422,5 +433,9 @@ func truncate(s string) string {
 	if len(s) <= max {
 		return s
 	}
-	return s[:max] + "..."
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut-- // not inside a multi-byte sequence
+	}
+	return s[:cut] + "..."
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
@@ -196,4 +197,18 @@ func TestErrorTextsCarryOnePrefix(t *testing.T) {
 		assert.NotContains(t, text, "babelqueue:", name)
 		t.Logf("%s: %s", name, text)
 	}
+}
+
+// TestTruncateCutsAtARuneBoundary: a shortened text never ends inside a
+// multi-byte UTF-8 sequence (an error text, a log line, a dead-letter
+// annotation must be valid UTF-8).
+func TestTruncateCutsAtARuneBoundary(t *testing.T) {
+	for pad := 36; pad <= 40; pad++ {
+		s := strings.Repeat("a", pad) + "é€𝄞 and more text"
+		got := truncate(s)
+		assert.True(t, utf8.ValidString(got), "%q", got)
+		assert.True(t, strings.HasSuffix(got, "..."), "%q", got)
+		assert.True(t, strings.HasPrefix(s, strings.TrimSuffix(got, "...")), "%q", got)
+	}
+	assert.Equal(t, "short é", truncate("short é"))
 }

@@ -52,7 +52,10 @@ func (c *Consumer) handle(ctx context.Context, stop <-chan struct{}, r Receiver,
 	if d.urn == "" {
 		d.urn = env.URN
 	}
-	env.Attempts = c.memory.reconcile(env.Meta.ID, reconcileAttempts(env.Attempts, deliveryCount(msg)))
+	env.Attempts = reconcileAttempts(env.Attempts, deliveryCount(msg))
+	if c.memory != nil && c.memory.n.Load() > 0 {
+		env.Attempts = c.memory.reconcile(d.queue(), env.Meta.ID, env.Attempts)
+	}
 	d.attempts = env.Attempts
 	h := c.handlers[d.urn]
 	if h == nil {

@@ -14,8 +14,14 @@ import (
 // goroutine with runtime.Goexit (t.FailNow and require.* in tests do): the
 // delivery is settled as failed with ErrHandlerExited on the way out, then
 // the goroutine goes on exiting.
+//
+// The error a handler returns is read once (printable) before the
+// settlement: an Error method that panics is replaced by a fixed text, one
+// that exits the goroutine settles the failed attempt on the way out under
+// that text, so the delivery is settled once with the outcome it had.
 func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 	returned := false
+	var herr error
 	defer func() {
 		if returned {
 			return // a panic in the settlement itself is not the handler's
@@ -27,6 +33,11 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 			err = d.handlerFailed(&PanicError{Value: p, Stack: debug.Stack()})
 			return
 		}
+		if herr != nil {
+			// The handler returned; its error's Error method exited.
+			_ = d.handlerFailed(&unprintableError{err: herr, text: unprintableText(herr, "exited its goroutine")})
+			return
+		}
 		_ = d.handlerFailed(ErrHandlerExited)
 	}()
 	if d.c.observer != nil {
@@ -36,7 +47,10 @@ func (d *delivery) call(ctx context.Context, h HandlerFunc) (err error) {
 	if d.restored != nil {
 		env = d.restored
 	}
-	herr := h(ctx, env, d.msg)
+	herr = h(ctx, env, d.msg)
+	if herr != nil {
+		herr = printable(herr)
+	}
 	returned = true
 	if d.c.observer != nil {
 		d.handler = d.c.now().Sub(d.start)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
 )
@@ -126,4 +127,30 @@ func propertyString(v any) string {
 		return x.String()
 	}
 	return fmt.Sprint(v)
+}
+
+// checkHeaders refuses a header whose name or value is not valid UTF-8:
+// an AMQP string must be, and a peer such as Qpid JMS fails to decode the
+// whole message otherwise. The error names the header (quoted), never its
+// value.
+func checkHeaders(h map[string]string) error {
+	for k, v := range h {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%w: WithHeaders: the header name %q is not valid UTF-8", ErrInvalidConfig, k)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: WithHeaders: the value of header %q is not valid UTF-8", ErrInvalidConfig, k)
+		}
+	}
+	return nil
+}
+
+// validUTF8 is s with each invalid UTF-8 sequence replaced by U+FFFD: for
+// a copy the library writes of a received message (a dead-letter or retry
+// copy), which must not fail for what the source carried.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

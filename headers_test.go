@@ -2,13 +2,18 @@ package artemis
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestHeaderCarrier(t *testing.T) {
@@ -142,4 +147,57 @@ func TestHeaders(t *testing.T) {
 	if !reflect.DeepEqual(back, wantBack) {
 		t.Errorf("Headers of a projection = %v, want %v", back, wantBack)
 	}
+}
+
+// TestInvalidUTF8HeadersAreRefusedOnPublish: an AMQP string must be valid
+// UTF-8 (a peer such as Qpid JMS fails to decode the whole message
+// otherwise), so a header whose name or value is not is refused with
+// ErrInvalidConfig before anything is sent, the error naming the header.
+func TestInvalidUTF8HeadersAreRefusedOnPublish(t *testing.T) {
+	env, err := NewEnvelope(urnCreated, json.RawMessage(`{"order_id":1}`), EnvelopeTraceID(testTrace))
+	require.NoError(t, err)
+	for _, h := range []map[string]string{{"traceparent": "00-\xff"}, {"bad\xc3": "v"}} {
+		_, err := NewMessage(env, WithHeaders(h))
+		require.ErrorIs(t, err, ErrInvalidConfig, "%q", h)
+		assert.Contains(t, err.Error(), "not valid UTF-8")
+		assert.True(t, utf8.ValidString(err.Error()), "the error text is valid UTF-8 itself: %q", err.Error())
+	}
+	_, err = NewMessage(env, WithHeaders(map[string]string{"traceparent": "00-é"}))
+	require.NoError(t, err)
+}
+
+// TestDeadLetterCopyRepairsInvalidUTF8: a dead-letter copy must not fail
+// for the source's invalid UTF-8: its string properties and the
+// dead_letter block's error text are repaired (U+FFFD) on the copy.
+func TestDeadLetterCopyRepairsInvalidUTF8(t *testing.T) {
+	src := orderMessage(t, 0)
+	src.ApplicationProperties["traceparent"] = "00-\xff"
+	src.ApplicationProperties["bad\xc3"] = "v"
+	env, err := DecodeMessage(src)
+	require.NoError(t, err)
+	dl := newDeadLetter(ReasonFailed, errors.New("gateway said \xff\xfe"), "orders", 0, time.Now())
+	msg := deadLetterEnvelope(env, dl, src, "orders")
+	for k, v := range msg.ApplicationProperties {
+		assert.True(t, utf8.ValidString(k), "key %q", k)
+		if s, ok := v.(string); ok {
+			assert.True(t, utf8.ValidString(s), "%s: %q", k, s)
+		}
+	}
+	assert.Equal(t, "00-\uFFFD", msg.ApplicationProperties["traceparent"])
+	body, ok := msg.Value.(string)
+	require.True(t, ok)
+	assert.True(t, utf8.ValidString(body), "%q", body)
+	require.NotNil(t, dlqEnvelope(t, msg).DeadLetter.Error)
+	assert.True(t, utf8.ValidString(*dlqEnvelope(t, msg).DeadLetter.Error))
+}
+
+// TestForwardCopyRepairsInvalidUTF8: the forwarded copy of a poison or
+// gated message keeps the source's properties, repaired to valid UTF-8;
+// the source's map is left as it was.
+func TestForwardCopyRepairsInvalidUTF8(t *testing.T) {
+	src := rawMessage("not json")
+	src.ApplicationProperties = map[string]any{"traceparent": "00-\xff", "bad\xc3": "v", "n": int64(1)}
+	msg := forwardCopy(src, "orders")
+	assert.Equal(t, map[string]any{"traceparent": "00-\uFFFD", "bad\uFFFD": "v", "n": int64(1)}, msg.ApplicationProperties)
+	assert.Equal(t, "00-\xff", src.ApplicationProperties["traceparent"])
 }

@@ -150,5 +150,66 @@ func recoverHook(l *slog.Logger, msg string) {
 	if l == nil {
 		l = slog.Default()
 	}
-	l.LogAttrs(context.Background(), slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
+	logLine(context.Background(), l, slog.LevelError, msg, slog.String("panic", fmt.Sprint(p)))
+}
+
+// logLine writes one line to l. A logger's handler is user code: a panic
+// in it is recovered, and the line replaced by a short one on
+// slog.Default() (dropped when that is l, or panics too), so a broken
+// logger never ends the goroutine that reports a delivery, nor the process.
+func logLine(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	defer func() {
+		if p := recover(); p != nil {
+			loggerPanicked(l, msg, p)
+		}
+	}()
+	l.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// loggerPanicked is logLine's replacement line for msg, whose logger l
+// panicked with p.
+func loggerPanicked(l *slog.Logger, msg string, p any) {
+	fallback := slog.Default()
+	if fallback == l {
+		return
+	}
+	defer func() { _ = recover() }()
+	fallback.LogAttrs(context.Background(), slog.LevelError, "logger panicked",
+		slog.String("message", msg), slog.String("panic", fmt.Sprint(p)))
+}
+
+// errorText is err.Error(), or a fixed text naming err's type when that
+// panics: an error's Error method may be user code.
+func errorText(err error) string {
+	text, ok := tryErrorText(err)
+	if !ok {
+		return unprintableText(err, "panicked")
+	}
+	return text
+}
+
+// tryErrorText is err.Error(), ok false when that panicked.
+func tryErrorText(err error) (text string, ok bool) {
+	defer func() {
+		if recover() != nil {
+			text, ok = "", false
+		}
+	}()
+	return err.Error(), true
+}
+
+func unprintableText(err error, what string) string {
+	return fmt.Sprintf("%T (its Error method %s)", err, what)
+}
+
+// printable returns err when its Error method works, else err behind a
+// fixed text (its chain kept for errors.Is and errors.As), so the reports
+// and the records of a delivery never call the broken method again. A
+// method that exits the goroutine (runtime.Goexit) exits it here, where
+// the caller is ready for it (the handler's call).
+func printable(err error) error {
+	if _, ok := tryErrorText(err); ok {
+		return err
+	}
+	return &unprintableError{err: err, text: unprintableText(err, "panicked")}
 }

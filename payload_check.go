@@ -15,43 +15,29 @@ import (
 
 // checkPayload is the consume side's check, run before the handler. It
 // returns true when the delivery was settled here (invalid data, or a
-// panic in the validator, or a check cut short by the end of the consume)
-// with that settlement's result.
+// validator or protector that panicked or exited its goroutine, or a check
+// cut short by the end of the consume) with that settlement's result.
+// Only the user's code (verdict) runs under the recover: a panic in the
+// settlement is not the validator's.
 func (d *delivery) checkPayload() (settled bool, err error) {
 	d.begin()
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			settled, err = true, d.handlerFailed(&PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()})
+		if !returned {
+			// runtime.Goexit in the validator or the protector (t.FailNow
+			// in a test's): a failed attempt, as a panic is, settled on
+			// the way out; then the goroutine goes on exiting.
+			_ = d.handlerFailed(fmt.Errorf("payload validator exited its goroutine: %w", ErrHandlerExited))
 		}
 	}()
-	ctx := d.checkCtx()
-	data := d.env.Data
-	if p, ok := d.c.payload.(PayloadProtector); ok {
-		if len(data) == 0 {
-			data = emptyData
-		}
-		restored, uerr := p.UnprotectPayload(d.urn, data)
-		if uerr != nil {
-			return true, d.undecryptable(uerr)
-		}
-		if !bytes.Equal(restored, data) {
-			// Canonical, as every decoded Envelope.Data is (a protector may
-			// hand back another SDK's escapes, or encoding/json's); the
-			// error names no piece of the restored data.
-			canon, cerr := jsoncodec.CanonicalObject(restored)
-			if cerr != nil {
-				return true, d.undecryptable(fmt.Errorf("%w: the restored data is not a JSON object", ErrDecrypt))
-			}
-			restored = canon
-			// The handler reads the restored data; every record of the
-			// message (a dead-letter copy) keeps it as it travelled.
-			cp := *d.env
-			cp.Data = restored
-			d.restored, data = &cp, restored
-		}
-	}
-	cause := checkPayload(ctx, d.c.payload, d.urn, data)
-	if cause == nil {
+	undecryptable, cause, fault := d.verdict()
+	returned = true
+	switch {
+	case fault != nil:
+		return true, d.handlerFailed(fault)
+	case undecryptable != nil:
+		return true, d.undecryptable(undecryptable)
+	case cause == nil:
 		return false, nil
 	}
 	if _, invalid := cause.(*PayloadError); !invalid {
@@ -62,6 +48,46 @@ func (d *delivery) checkPayload() (settled bool, err error) {
 		return true, d.finish(KindGivenBack, nil, DispositionReleased, d.release)
 	}
 	return true, d.invalidPayload(cause)
+}
+
+// verdict runs the user's code on the delivery's data: the protector's
+// restore (undecryptable: why it failed), then the validator (cause: a
+// *PayloadError, ctx's error or nil). A panic there is fault, a failed
+// attempt. checkPayload reads a validator's error text here, under the
+// recover; a protector's is read by printable.
+func (d *delivery) verdict() (undecryptable, cause, fault error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fault = &PanicError{Value: fmt.Errorf("payload validator panicked: %v", p), Stack: debug.Stack()}
+		}
+	}()
+	ctx := d.checkCtx()
+	data := d.env.Data
+	if p, ok := d.c.payload.(PayloadProtector); ok {
+		if len(data) == 0 {
+			data = emptyData
+		}
+		restored, uerr := p.UnprotectPayload(d.urn, data)
+		if uerr != nil {
+			return printable(uerr), nil, nil
+		}
+		if !bytes.Equal(restored, data) {
+			// Canonical, as every decoded Envelope.Data is (a protector may
+			// hand back another SDK's escapes, or encoding/json's); the
+			// error names no piece of the restored data.
+			canon, cerr := jsoncodec.CanonicalObject(restored)
+			if cerr != nil {
+				return fmt.Errorf("%w: the restored data is not a JSON object", ErrDecrypt), nil, nil
+			}
+			restored = canon
+			// The handler reads the restored data; every record of the
+			// message (a dead-letter copy) keeps it as it travelled.
+			cp := *d.env
+			cp.Data = restored
+			d.restored, data = &cp, restored
+		}
+	}
+	return nil, checkPayload(ctx, d.c.payload, d.urn, data), nil
 }
 
 // checkCtx is the check's context: it ends when the consume does (d.stop:

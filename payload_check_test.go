@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,4 +319,75 @@ type brokenRestore struct{ fieldProtector }
 
 func (*brokenRestore) UnprotectPayload(string, json.RawMessage) (json.RawMessage, error) {
 	return json.RawMessage(`{"email":"top secret"`), nil
+}
+
+// exitingValidator exits the goroutine (runtime.Goexit, as t.FailNow in a
+// test's validator does).
+type exitingValidator struct{}
+
+func (exitingValidator) ValidatePayload(context.Context, string, json.RawMessage) error {
+	runtime.Goexit()
+	return nil
+}
+
+// TestConsumeValidatorThatExitsIsAFailedAttempt: a validator that exits its
+// goroutine is a failed attempt, as a panicking one is: the delivery is
+// settled once (retried below the limit, dead-lettered at it), then the
+// goroutine goes on exiting.
+func TestConsumeValidatorThatExitsIsAFailedAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		count  uint32
+		want   fakelink.Disposition
+		copies int
+	}{
+		{"below the limit", 0, fakelink.Failed, 0},
+		{"at the limit", DefaultMaxTries - 1, fakelink.Accepted, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder()
+			dlq := &fakelink.Sender{}
+			c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithOnError(rec.onError),
+				WithDeadLetterSender(dlq), WithPayloadValidator(exitingValidator{}))
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, tc.count))
+			assert.Equal(t, "exited", handleOnItsOwn(c, r, msg))
+			d, ok := r.Disposition(msg)
+			require.True(t, ok, "the delivery was not settled")
+			assert.Equal(t, tc.want, d)
+			assert.Equal(t, 1, r.Settled())
+			assert.Len(t, dlq.Kept(), tc.copies)
+			reports := rec.all()
+			require.Len(t, reports, 1)
+			assert.ErrorIs(t, reports[0].err, ErrHandlerExited)
+		})
+	}
+}
+
+// TestConsumeValidatorPanicRecoverNeverCoversTheSettlement: the recover of
+// a validator's panic covers the validator only: a panic in the settlement
+// of an invalid payload (here the dead-letter sender's) is not taken for
+// the validator's and settled a second time.
+func TestConsumeValidatorPanicRecoverNeverCoversTheSettlement(t *testing.T) {
+	c := mustConsumer(t, Handlers{urnCreated: neverCalled(t)}, WithQueue("orders"),
+		WithDeadLetterSender(panickingSender{}), WithPayloadValidator(&orderIDValidator{}))
+	r := fakelink.NewReceiver(t, "orders")
+	env, err := NewEnvelope(urnCreated, json.RawMessage(`{"order_id":0}`), EnvelopeTraceID(testTrace))
+	require.NoError(t, err)
+	msg, err := NewMessage(env)
+	require.NoError(t, err)
+	r.Track(msg)
+	assert.Equal(t, "panicked", handleOnItsOwn(c, r, msg), "a panic of the library's own path is not hidden")
+	assert.LessOrEqual(t, r.Settled(), 1)
+	if r.Settled() == 0 {
+		// The fake fails a test whose delivery was never settled.
+		require.NoError(t, r.ReleaseMessage(context.Background(), msg))
+	}
+}
+
+// panickingSender panics on every send.
+type panickingSender struct{}
+
+func (panickingSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	panic("sender bug")
 }

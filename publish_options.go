@@ -137,7 +137,7 @@ func (c *publishConfig) checkOptions() error {
 	if c.prioritySet && (c.priority < 0 || c.priority > 9) {
 		return fmt.Errorf("%w: WithPriority(%d): the priority must be between 0 and 9", ErrInvalidConfig, c.priority)
 	}
-	return nil
+	return checkHeaders(c.headers)
 }
 
 // ttlHeader is the header ttl of cfg's time to live, rounded up to a

@@ -127,8 +127,8 @@ func (d *delivery) settled(kind DeliveryKind, cause error, disp Disposition, rep
 		}
 		return settleErr
 	}
+	d.remember(disp) // first: an observer may exit the goroutine
 	d.observe(kind, cause, disp)
-	d.remember(disp)
 	if reported == nil {
 		d.logSettled(disp)
 		return nil
@@ -162,7 +162,7 @@ func (d *delivery) logSettled(disp Disposition) {
 	if l == nil {
 		return
 	}
-	l.LogAttrs(d.ctx, slog.LevelDebug, "settled", deliveryAttrs(d.queue(), d.urn, d.env, d.attempts, disp)...)
+	logLine(d.ctx, l, slog.LevelDebug, "settled", deliveryAttrs(d.queue(), d.urn, d.env, d.attempts, disp)...)
 }
 
 func (d *delivery) log(level slog.Level, err *DeliveryError) {
@@ -205,9 +205,9 @@ func (c *Consumer) logError(ctx context.Context, level slog.Level, err *Delivery
 	}
 	attrs := deliveryAttrs(queue, err.URN, env, err.Attempts, err.Disposition)
 	if err.Err != nil {
-		attrs = append(attrs, slog.String("error", err.Err.Error()))
+		attrs = append(attrs, slog.String("error", errorText(err.Err)))
 	}
-	l.LogAttrs(ctx, level, logMessage(err.Kind, err.Disposition), attrs...)
+	logLine(ctx, l, level, logMessage(err.Kind, err.Disposition), attrs...)
 }
 
 // logMessage is the fixed message of a reported error.
@@ -305,7 +305,7 @@ func (d *delivery) rememberFailure(kind DeliveryKind, disp Disposition) {
 		// Only an immediate retry (also the one after a retry copy that
 		// was not confirmed): a scheduled copy carries its count in its
 		// body, durably, which the memory never lowers.
-		m.failed(d.env.Meta.ID, d.attempts+1)
+		m.failed(d.queue(), d.env.Meta.ID, d.attempts+1)
 	}
 }
 
@@ -316,7 +316,7 @@ func (d *delivery) remember(disp Disposition) {
 	if m == nil || d.env == nil || d.env.Meta.ID == "" {
 		return
 	}
-	if disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped {
-		m.forget(d.env.Meta.ID)
+	if (disp == DispositionAccepted || disp == DispositionDeadLettered || disp == DispositionDropped) && m.n.Load() > 0 {
+		m.forget(d.queue(), d.env.Meta.ID)
 	}
 }

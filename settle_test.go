@@ -392,3 +392,142 @@ func (h exitingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h exitingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h exitingHandler) WithGroup(string) slog.Handler      { return h }
+
+// brokenError is a handler's error whose Error method panics or, with
+// exits, exits the goroutine (runtime.Goexit).
+type brokenError struct{ exits bool }
+
+func (e *brokenError) Error() string {
+	if e.exits {
+		runtime.Goexit()
+	}
+	panic("Error method bug")
+}
+
+// handleOnItsOwn runs Handle on a goroutine of its own and says how that
+// goroutine ended: "returned", "exited" (runtime.Goexit) or "panicked".
+func handleOnItsOwn(c *Consumer, r Receiver, msg *amqp.Message) string {
+	done := make(chan string, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if p := recover(); p != nil {
+				done <- "panicked"
+			} else if !returned {
+				done <- "exited"
+			}
+		}()
+		_ = c.Handle(context.Background(), r, msg)
+		returned = true
+		done <- "returned"
+	}()
+	return <-done
+}
+
+// TestHandlerErrorWhoseErrorMethodBreaksIsSettledOnce: a handler's error
+// whose Error method panics or exits the goroutine is read on the way to
+// the settlement (the dead-letter block, the log line): the delivery is
+// settled once, as the same failed attempt with a working Error would be,
+// and a panic does not leave Handle.
+func TestHandlerErrorWhoseErrorMethodBreaksIsSettledOnce(t *testing.T) {
+	for _, exits := range []bool{false, true} {
+		wantEnd := "returned"
+		if exits {
+			wantEnd = "exited" // the goroutine goes on exiting, as for a handler's Goexit
+		}
+		for _, tc := range []struct {
+			name   string
+			opts   []ConsumerOption
+			want   fakelink.Disposition
+			copies int
+		}{
+			{"retried", nil, fakelink.Failed, 0},
+			{"dead-lettered", []ConsumerOption{WithMaxTries(1)}, fakelink.Accepted, 1},
+			{"dropped", []ConsumerOption{WithMaxTries(1), WithDeadLetterSender(nil)}, fakelink.Accepted, 0},
+		} {
+			t.Run(fmt.Sprintf("%s/exits=%t", tc.name, exits), func(t *testing.T) {
+				var logs lockedBuffer
+				dlq := &fakelink.Sender{}
+				opts := append([]ConsumerOption{WithQueue("orders"), WithDeadLetterSender(dlq), WithLogger(jsonLogger(&logs))}, tc.opts...)
+				c := mustConsumer(t, Handlers{urnCreated: failing(&brokenError{exits: exits})}, opts...)
+				r := fakelink.NewReceiver(t, "orders")
+				msg := r.Track(orderMessage(t, 0))
+				assert.Equal(t, wantEnd, handleOnItsOwn(c, r, msg))
+				d, ok := r.Disposition(msg)
+				require.True(t, ok, "the delivery was not settled")
+				assert.Equal(t, tc.want, d)
+				assert.Equal(t, 1, r.Settled())
+				require.Len(t, dlq.Kept(), tc.copies)
+				if tc.copies == 1 {
+					env := dlqEnvelope(t, dlq.Kept()[0])
+					require.NotNil(t, env.DeadLetter.Error)
+					assert.Contains(t, *env.DeadLetter.Error, "*artemis.brokenError")
+					assert.Equal(t, "*artemis.brokenError", *env.DeadLetter.Exception)
+				}
+				lines := logs.lines(t)
+				require.NotEmpty(t, lines, "the failed attempt was not logged")
+				assert.Contains(t, lines[0]["error"], "*artemis.brokenError")
+			})
+		}
+	}
+}
+
+// TestLoggerOrObserverThatBreaksNeverChangesTheSettlement: a logger (the
+// WithLogger one, or slog.Default()) or an observer that panics or exits
+// the goroutine while a delivery is reported: the delivery is settled once
+// with the outcome it had, and a panic does not leave Handle.
+func TestLoggerOrObserverThatBreaksNeverChangesTheSettlement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []ConsumerOption
+		dflt    bool // the breaking logger is slog.Default()
+		handler HandlerFunc
+		want    fakelink.Disposition
+		end     string
+	}{
+		{"logger panics on settled", []ConsumerOption{WithLogger(slog.New(exitingHandler{panics: true}))}, false, succeeding, fakelink.Accepted, "returned"},
+		{"logger exits on settled", []ConsumerOption{WithLogger(slog.New(exitingHandler{}))}, false, succeeding, fakelink.Accepted, "exited"},
+		{"logger panics on a failure", []ConsumerOption{WithLogger(slog.New(exitingHandler{panics: true}))}, false, failing(errors.New("boom")), fakelink.Failed, "returned"},
+		{"logger exits on a failure", []ConsumerOption{WithLogger(slog.New(exitingHandler{}))}, false, failing(errors.New("boom")), fakelink.Failed, "exited"},
+		{"default logger panics on a failure", nil, true, failing(errors.New("boom")), fakelink.Failed, "returned"},
+		{"default logger panics on dead-lettering", []ConsumerOption{WithMaxTries(1)}, true, failing(errors.New("boom")), fakelink.Accepted, "returned"},
+		{"observer panics, logger panics", []ConsumerOption{WithObserver(panicking{}), WithLogger(slog.New(exitingHandler{panics: true}))}, false, succeeding, fakelink.Accepted, "returned"},
+		{"observer panics, default logger panics", []ConsumerOption{WithObserver(panicking{})}, true, succeeding, fakelink.Accepted, "returned"},
+		{"observer exits", []ConsumerOption{WithObserver(exitingObserver{})}, false, succeeding, fakelink.Accepted, "exited"},
+		{"observer exits on a failure", []ConsumerOption{WithObserver(exitingObserver{})}, false, failing(errors.New("boom")), fakelink.Failed, "exited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fallback *lockedBuffer
+			if tc.dflt {
+				prev := slog.Default()
+				slog.SetDefault(slog.New(exitingHandler{panics: true}))
+				t.Cleanup(func() { slog.SetDefault(prev) })
+			} else {
+				fallback = captureDefaultLog(t)
+			}
+			dlq := &fakelink.Sender{}
+			opts := append([]ConsumerOption{WithQueue("orders"), WithDeadLetterSender(dlq)}, tc.opts...)
+			c := mustConsumer(t, Handlers{urnCreated: tc.handler}, opts...)
+			r := fakelink.NewReceiver(t, "orders")
+			msg := r.Track(orderMessage(t, 0))
+			assert.Equal(t, tc.end, handleOnItsOwn(c, r, msg))
+			d, ok := r.Disposition(msg)
+			require.True(t, ok, "the delivery was not settled")
+			assert.Equal(t, tc.want, d)
+			assert.Equal(t, 1, r.Settled())
+			if fallback != nil && strings.HasPrefix(tc.name, "logger panics") {
+				// The line the logger lost, replaced on slog.Default().
+				lines := fallback.lines(t)
+				require.NotEmpty(t, lines)
+				assert.Equal(t, "logger panicked", lines[0]["msg"])
+				assert.Equal(t, "log handler bug", lines[0]["panic"])
+			}
+		})
+	}
+}
+
+// exitingObserver exits the goroutine on every event.
+type exitingObserver struct{}
+
+func (exitingObserver) Settled(SettleEvent)    { runtime.Goexit() }
+func (exitingObserver) Published(PublishEvent) { runtime.Goexit() }

@@ -435,5 +435,9 @@ func truncate(s string) string {
 	if len(s) <= max {
 		return s
 	}
-	return s[:max] + "..."
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut-- // not inside a multi-byte sequence
+	}
+	return s[:cut] + "..."
 }

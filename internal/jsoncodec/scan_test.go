@@ -222,3 +222,15 @@ func BenchmarkSkipPlain(b *testing.B) {
 		}
 	}
 }
+
+// TestTruncateCutsAtARuneBoundary: an error's shortened text never ends
+// inside a multi-byte UTF-8 sequence.
+func TestTruncateCutsAtARuneBoundary(t *testing.T) {
+	for pad := 36; pad <= 40; pad++ {
+		s := strings.Repeat("a", pad) + "é€𝄞 and more text"
+		got := truncate(s)
+		if !utf8.ValidString(got) || !strings.HasSuffix(got, "...") || !strings.HasPrefix(s, strings.TrimSuffix(got, "...")) {
+			t.Errorf("truncate(%q) = %q", s, got)
+		}
+	}
+}

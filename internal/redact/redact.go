@@ -173,9 +173,11 @@ func (s *Secrets) AddURL(raw string) {
 	}
 }
 
-// ownWords are words of the library's own messages. A secret found inside
-// one of them is a coincidence (the development password "babel" is inside
-// "babelqueue"), not a leak, and is left alone so messages stay readable.
+// ownWords are words of the library's own messages. A shorter secret found
+// inside one of them is a coincidence (the development password "babel" is
+// inside "babelqueue"), not a leak, and is left alone so messages stay
+// readable. A secret that is the whole word (or holds it) is masked
+// everywhere: its occurrences cannot be told from the word's.
 var ownWords = []string{"babelqueue"}
 
 // String returns text with every occurrence of a secret replaced by Mask.
@@ -229,7 +231,7 @@ func (s *Secrets) mask(text string) []bool {
 			i = start + 1
 			inside := false
 			for _, o := range own {
-				inside = inside || start >= o[0] && end <= o[1]
+				inside = inside || start >= o[0] && end <= o[1] && end-start < o[1]-o[0]
 			}
 			if inside {
 				continue

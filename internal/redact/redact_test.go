@@ -83,3 +83,23 @@ func TestOwnWordsStay(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestAPasswordThatIsAnOwnWordIsMasked: the library's own word is left
+// alone only around a shorter secret found inside it (a coincidence); a
+// password that is the word itself, or holds it, is masked wherever it
+// shows, the word's other occurrences included, since they cannot be told
+// apart.
+func TestAPasswordThatIsAnOwnWordIsMasked(t *testing.T) {
+	for _, tc := range []struct{ url, text, want string }{
+		{"amqp://user:babelqueue@h", "dial amqp://user:babelqueue@h: refused", "dial amqp://user:xxxxx@h: refused"},
+		{"amqp://user:babelqueue@h", "babelqueue: login failed", "xxxxx: login failed"},
+		{"amqp://user:xbabelqueue@h", "login xbabelqueue failed", "login xxxxx failed"},
+		{"amqp://user:queue@h", "babelqueue: login queue failed", "babelqueue: login xxxxx failed"},
+	} {
+		var s Secrets
+		s.AddURL(tc.url)
+		if got := s.String(tc.text); got != tc.want {
+			t.Errorf("%s in %q: got %q, want %q", tc.url, tc.text, got, tc.want)
+		}
+	}
+}
