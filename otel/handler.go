@@ -10,7 +10,6 @@ import (
 	"github.com/Azure/go-amqp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -44,14 +43,21 @@ func (t *Telemetry) Handler(h artemis.HandlerFunc) artemis.HandlerFunc {
 	}
 	return func(ctx context.Context, env *artemis.Envelope, msg *amqp.Message) (err error) {
 		ctx, span := t.startProcess(ctx, env, msg)
+		returned := false
 		defer func() {
+			if returned {
+				endProcess(span, err)
+				return
+			}
 			if p := recover(); p != nil {
 				endProcess(span, fmt.Errorf("handler panicked: %v", p))
 				panic(p)
 			}
-			endProcess(span, err)
+			endProcess(span, artemis.ErrHandlerExited) // runtime.Goexit: the goroutine goes on exiting
 		}()
-		return h(ctx, env, msg)
+		err = h(ctx, env, msg)
+		returned = true
+		return err
 	}
 }
 
@@ -92,14 +98,14 @@ func (t *Telemetry) startProcess(ctx context.Context, env *artemis.Envelope, msg
 	if env != nil {
 		queue = env.Meta.Queue
 		attrs = append(attrs,
-			semconv.MessagingMessageID(env.Meta.ID),
-			semconv.MessagingMessageConversationID(env.TraceID),
-			attribute.String("babelqueue.urn", env.URN),
+			semconv.MessagingMessageID(bounded(env.Meta.ID)),
+			semconv.MessagingMessageConversationID(bounded(env.TraceID)),
+			attribute.String("babelqueue.urn", bounded(env.URN)),
 			attribute.Int("babelqueue.attempts", env.Attempts),
 		)
 	}
 	if queue != "" {
-		attrs = append(attrs, semconv.MessagingDestinationName(queue))
+		attrs = append(attrs, semconv.MessagingDestinationName(bounded(queue)))
 	}
 	if msg != nil {
 		attrs = append(attrs, semconv.MessagingMessageBodySize(bodySize(msg)))
@@ -129,8 +135,7 @@ func bodySize(msg *amqp.Message) int {
 func endProcess(span trace.Span, err error) {
 	if err != nil {
 		span.SetAttributes(semconv.ErrorTypeKey.String(artemis.KindHandlerFailed.String()))
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		recordError(span, err)
 	}
 	span.End()
 }

@@ -6,6 +6,9 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -41,7 +44,7 @@ func (t *Telemetry) Publisher(p EnvelopePublisher, queue string) *Publisher {
 		semconv.MessagingSystemActiveMQ,
 		semconv.MessagingOperationName("send"),
 		semconv.MessagingOperationTypeSend,
-		semconv.MessagingDestinationName(queue),
+		semconv.MessagingDestinationName(bounded(queue)),
 	}, t.server...)
 	return &Publisher{p: p, t: t, queue: queue, attrs: attrs}
 }
@@ -55,9 +58,24 @@ func (t *Telemetry) Publisher(p EnvelopePublisher, queue string) *Publisher {
 func (p *Publisher) Publish(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (string, error) {
 	ctx, span := p.start(ctx)
 	env, send := p.envelope(span.SpanContext(), m)
+	returned := false
+	defer p.endIfAborted(span, env, &returned)
 	id, err := p.p.Publish(ctx, send, p.inject(ctx, opts)...)
+	returned = true
 	p.end(span, env, err)
 	return id, err
+}
+
+// errPublishAborted is what the span of a publish that panicked or exited
+// its goroutine (runtime.Goexit) records.
+var errPublishAborted = errors.New("babelqueue/otel: the publish panicked or exited its goroutine")
+
+// endIfAborted, deferred, ends span with errPublishAborted when the
+// publish did not return.
+func (p *Publisher) endIfAborted(span trace.Span, env *artemis.Envelope, returned *bool) {
+	if !*returned {
+		p.end(span, env, errPublishAborted)
+	}
 }
 
 // PublishWithReceipt starts the publish of m, as
@@ -68,7 +86,10 @@ func (p *Publisher) Publish(ctx context.Context, m artemis.Outgoing, opts ...art
 func (p *Publisher) PublishWithReceipt(ctx context.Context, m artemis.Outgoing, opts ...artemis.PublishOption) (*artemis.Receipt, error) {
 	ctx, span := p.start(ctx)
 	env, send := p.envelope(span.SpanContext(), m)
+	returned := false
+	defer p.endIfAborted(span, env, &returned)
 	r, err := p.p.PublishWithReceipt(ctx, send, p.inject(ctx, opts)...)
+	returned = true
 	if err != nil {
 		p.end(span, env, err)
 		return nil, err
@@ -130,17 +151,48 @@ func (p *Publisher) inject(ctx context.Context, opts []artemis.PublishOption) []
 func (p *Publisher) end(span trace.Span, env *artemis.Envelope, err error) {
 	if env != nil {
 		span.SetAttributes(
-			semconv.MessagingMessageID(env.Meta.ID),
-			semconv.MessagingMessageConversationID(env.TraceID),
-			attribute.String("babelqueue.urn", env.URN),
+			semconv.MessagingMessageID(bounded(env.Meta.ID)),
+			semconv.MessagingMessageConversationID(bounded(env.TraceID)),
+			attribute.String("babelqueue.urn", bounded(env.URN)),
 		)
 	}
 	if err != nil {
 		span.SetAttributes(semconv.ErrorTypeKey.String(publishErrorType(err)))
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		recordError(span, err)
 	}
 	span.End()
+}
+
+// maxAttr bounds, in bytes, a span attribute, event attribute or status
+// description copied from a message or an error: a crafted URN, queue or
+// error text of megabytes must not make a span as big.
+const maxAttr = 256
+
+// bounded is s cut to maxAttr bytes at a rune boundary, invalid UTF-8
+// replaced.
+func bounded(s string) string {
+	if len(s) > maxAttr {
+		cut := maxAttr
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	if !utf8.ValidString(s) {
+		s = bounded(strings.ToValidUTF8(s, "\uFFFD"))
+	}
+	return s
+}
+
+// recordError records err on span as RecordError does, its type and text
+// bounded, and sets the error status.
+func recordError(span trace.Span, err error) {
+	msg := bounded(err.Error())
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionType(bounded(fmt.Sprintf("%T", err))),
+		semconv.ExceptionMessage(msg),
+	))
+	span.SetStatus(codes.Error, msg)
 }
 
 // publishErrorType is error.type of a failed publish: the names of
@@ -161,5 +213,5 @@ func spanName(op, queue string) string {
 	if queue == "" {
 		return op
 	}
-	return op + " " + queue
+	return op + " " + bounded(queue)
 }

@@ -36,6 +36,16 @@ func need(t testing.TB) (pgURL, amqpURL string) {
 	return pgURL, amqpURL
 }
 
+// needDB is the database's URL, for a test that needs no broker.
+func needDB(t testing.TB) string {
+	t.Helper()
+	pgURL := os.Getenv("BQ_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skip("BQ_POSTGRES_URL not set: run eval \"$(scripts/postgres start)\"")
+	}
+	return pgURL
+}
+
 func token() string {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
@@ -51,7 +61,7 @@ type testDB struct {
 
 // newDB makes a fresh schema, migrated, and a pool whose search_path is it.
 func newDB(t testing.TB) *testDB {
-	pgURL, _ := need(t)
+	pgURL := needDB(t)
 	schema := "bqt_" + token()
 	return openDB(t, pgURL, schema, true)
 }

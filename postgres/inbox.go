@@ -122,11 +122,11 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 	if err != nil {
 		return fmt.Errorf("babelqueue/postgres: inbox: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
+	// Rolled back on every way out but a commit: an error, a duplicate, and
+	// a handler that panics or exits its goroutine (runtime.Goexit), which
+	// would otherwise leave the transaction open, holding its connection
+	// and the record's row lock. After a commit it is a no-op.
+	defer in.rollback(ctx, tx)
 	if env.Meta.ID != "" {
 		sql := insertInbox
 		if artemis.IsReplay(ctx) {
@@ -138,9 +138,6 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 		}
 		if tag.RowsAffected() == 0 {
 			// Committed before: the effect happened. Accept.
-			if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-				in.log.Debug("babelqueue inbox: rollback of a duplicate's transaction failed", "error", err)
-			}
 			if in.o.OnDuplicate != nil {
 				in.o.OnDuplicate(env)
 			}
@@ -157,6 +154,20 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 		in.afterCommit(env)
 	}
 	return nil
+}
+
+// rollbackTimeout bounds the ROLLBACK of an inbox transaction. It runs
+// under a context of its own: the delivery's ctx may be cancelled already,
+// and pgx sends nothing on a cancelled one.
+const rollbackTimeout = 5 * time.Second
+
+// rollback rolls tx back, unless it committed or rolled back already.
+func (in *Inbox) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if err := tx.Rollback(rctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		in.log.Debug("babelqueue inbox: rollback failed", "error", err)
+	}
 }
 
 // Purge deletes the records older than Retention, PurgeBatch at a time,

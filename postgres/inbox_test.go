@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 )
 
 // 24 copies of one envelope (one meta.id), delivered to 24 workers at
@@ -190,4 +193,68 @@ ON CONFLICT (message_id) DO UPDATE SET runs = ledger.runs + 1`, env.Meta.ID); er
 	assert.Equal(t, 1, mails.get(), "the external effect bypassed on the replay")
 	assert.Equal(t, 2, db.count(t, "SELECT runs FROM ledger WHERE message_id = $1", env.Meta.ID))
 	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM babelqueue_inbox WHERE message_id = $1", env.Meta.ID))
+}
+
+// A handler that panics or exits its goroutine (runtime.Goexit, as
+// t.FailNow does) inside the inbox's transaction: the transaction is rolled
+// back (its connection back in the pool, the record's row lock gone, the
+// effect undone), and the delivery is settled once, as a failed attempt.
+// So is a handler that fails after its ctx was cancelled.
+func TestInboxRollsBackWhenTheHandlerPanicsOrExits(t *testing.T) {
+	db := newDB(t)
+	_, err := db.pool.Exec(context.Background(), chargesTable)
+	require.NoError(t, err)
+	inbox, err := NewInbox(db.pool, "billing", nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		end  func(cancel context.CancelFunc)
+	}{
+		{"panic", func(context.CancelFunc) { panic("handler bug") }},
+		{"goexit", func(context.CancelFunc) { runtime.Goexit() }},
+		{"cancelled", func(cancel context.CancelFunc) { cancel() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, msg *amqp.Message) error {
+				if err := chargeOnce(ctx, tx, env, msg); err != nil {
+					return err
+				}
+				tc.end(cancel)
+				return ctx.Err()
+			})}, artemis.WithoutDeadLetter(), artemis.WithLogger(slog.New(slog.DiscardHandler)))
+			require.NoError(t, err)
+			env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue("orders"))
+			require.NoError(t, err)
+			msg, err := artemis.NewMessage(env)
+			require.NoError(t, err)
+			fr := fakelink.NewReceiver(t, "orders")
+			fr.Track(msg)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = cons.Handle(ctx, fr, msg)
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Handle did not return")
+			}
+			d, ok := fr.Disposition(msg)
+			require.True(t, ok, "the delivery is settled")
+			assert.Equal(t, fakelink.Failed, d)
+			assert.Zero(t, db.pool.Stat().AcquiredConns(), "the transaction's connection is back in the pool")
+			assert.Zero(t, db.count(t, "SELECT count(*) FROM charges WHERE message_id = $1", env.Meta.ID), "the effect is rolled back")
+			// No row lock left on the record: another transaction takes it at once.
+			tx, err := db.pool.Begin(context.Background())
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			_, err = tx.Exec(context.Background(), "SET LOCAL lock_timeout = '2s'")
+			require.NoError(t, err)
+			tag, err := tx.Exec(context.Background(), insertInbox, "billing", env.Meta.ID)
+			require.NoError(t, err, "the record's row is not locked")
+			assert.EqualValues(t, 1, tag.RowsAffected(), "the record was rolled back")
+		})
+	}
 }

@@ -123,9 +123,21 @@ const insertOutbox = `INSERT INTO babelqueue_outbox (message_id, queue, urn, gro
 VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6,
         CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END)`
 
-func write(ctx context.Context, tx pgx.Tx, queue string, env *artemis.Envelope, cfg *writeConfig) error {
+// checkQueue refuses a blank queue name, and a fully qualified one
+// (address::queue, Artemis splitting at the first "::") with a blank part.
+func checkQueue(queue string) error {
 	if strings.TrimSpace(queue) == "" {
 		return fmt.Errorf("%w: the queue name is blank", ErrInvalid)
+	}
+	if addr, q, ok := strings.Cut(queue, "::"); ok && (strings.TrimSpace(addr) == "" || strings.TrimSpace(q) == "") {
+		return fmt.Errorf("%w: the queue name %q is address::queue with a blank part", ErrInvalid, queue)
+	}
+	return nil
+}
+
+func write(ctx context.Context, tx pgx.Tx, queue string, env *artemis.Envelope, cfg *writeConfig) error {
+	if err := checkQueue(queue); err != nil {
+		return err
 	}
 	if env == nil {
 		return fmt.Errorf("%w: no envelope", ErrInvalid)

@@ -425,3 +425,23 @@ func (o *countingObserver) failed() int {
 	defer o.mu.Unlock()
 	return o.other
 }
+
+// A fully qualified queue name with a blank part (address:: or ::queue) is
+// refused before anything is written.
+func TestWriteRefusesAQueueNameWithABlankPart(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	for _, queue := range []string{"orders::", "::orders", "::", " :: orders", "orders:: "} {
+		tx, err := db.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = Write(ctx, tx, queue, urnOrder, nil)
+		assert.ErrorIs(t, err, ErrInvalid, queue)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	tx, err := db.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = Write(ctx, tx, "orders::billing", urnOrder, nil)
+	require.NoError(t, err, "address::queue is a queue name")
+	require.NoError(t, tx.Commit(ctx))
+	assert.Zero(t, db.count(t, "SELECT count(*) FROM babelqueue_outbox WHERE queue <> 'orders::billing'"))
+}

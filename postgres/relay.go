@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -296,7 +298,10 @@ type row struct {
 // or waits out a back-off (held), so held rows never fill a batch and hold
 // back other groups. The probe uses the babelqueue_outbox_held index,
 // whose predicate the subquery repeats.
-const claimRows = `SELECT o.seq, o.message_id, o.queue, COALESCE(o.group_id, ''), o.headers, o.body, o.deliver_at, o.attempts
+// A deliver_at of 'infinity' or '-infinity' is no time Go holds: it is read
+// as NULL, with whether it was 'infinity' (the row's error) beside it.
+const claimRows = `SELECT o.seq, o.message_id, o.queue, COALESCE(o.group_id, ''), o.headers, o.body,
+  CASE WHEN isfinite(o.deliver_at) THEN o.deliver_at END, o.deliver_at = 'infinity'::timestamptz IS TRUE, o.attempts
 FROM babelqueue_outbox o
 WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.next_attempt_at <= now()
   AND (o.group_id IS NULL OR NOT EXISTS (
@@ -437,9 +442,13 @@ func claim(ctx context.Context, tx pgx.Tx, limit int, cutGroups []string, cutSeq
 	for q.Next() {
 		rw := new(row)
 		var headers []byte
-		if err := q.Scan(&rw.seq, &rw.id, &rw.queue, &rw.group, &headers, &rw.body, &rw.deliverAt, &rw.attempts); err != nil {
+		var never bool
+		if err := q.Scan(&rw.seq, &rw.id, &rw.queue, &rw.group, &headers, &rw.body, &rw.deliverAt, &never, &rw.attempts); err != nil {
 			q.Close()
 			return nil, err
+		}
+		if never {
+			rw.err = fmt.Errorf("%w: deliver_at is 'infinity'", ErrInvalid)
 		}
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &rw.headers); err != nil {
@@ -636,11 +645,13 @@ func (r *Relay) publisher(ctx context.Context, queue string) (*artemis.ClientPub
 
 const markPublished = `UPDATE babelqueue_outbox SET published_at = clock_timestamp(), last_error = NULL WHERE seq = ANY($1)`
 
+// markRefused counts a refusal without overflowing attempts (an integer):
+// at its maximum it stays there, and the row is parked.
 const markRefused = `UPDATE babelqueue_outbox o SET
-    attempts = o.attempts + 1,
+    attempts = LEAST(o.attempts, 2147483646) + 1,
     last_error = f.error,
     next_attempt_at = now() + f.backoff_us * interval '1 microsecond',
-    parked_at = CASE WHEN o.attempts + 1 >= $4 THEN now() END
+    parked_at = CASE WHEN o.attempts >= LEAST($4::bigint, 2147483647) - 1 THEN now() END
 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(seq, error, backoff_us)
 WHERE o.seq = f.seq
 RETURNING o.seq, o.parked_at IS NOT NULL`
@@ -656,7 +667,7 @@ func (r *Relay) mark(ctx context.Context, tx pgx.Tx, sent []*row) (parked map[in
 			continue
 		}
 		bad = append(bad, rw.seq)
-		errs = append(errs, rw.err.Error())
+		errs = append(errs, errorText(rw.err))
 		backoff = append(backoff, r.o.Backoff(rw.attempts+1).Microseconds())
 	}
 	if len(ok) > 0 {
@@ -684,6 +695,25 @@ func (r *Relay) mark(ctx context.Context, tx pgx.Tx, sent []*row) (parked map[in
 		}
 	}
 	return parked, q.Err()
+}
+
+// maxErrorText bounds the error text stored in last_error.
+const maxErrorText = 4096
+
+// errorText is err's text as a text column takes it: valid UTF-8 without
+// NUL (PostgreSQL refuses either, and the whole mark with it), at most
+// maxErrorText bytes, cut at a rune boundary.
+func errorText(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // Purge deletes published rows older than Retention, 1,000 at a time,

@@ -101,7 +101,7 @@ func loadManifest(fsys fs.FS, name, shown string, add func(schemaDoc) error) err
 			return fmt.Errorf("%s: status %q is not %s, %s or %s", where, e.Status, StatusActive, StatusDeprecated, StatusRetired)
 		}
 		p := path.Clean(path.Join(base, filepath.ToSlash(e.Schema)))
-		if path.IsAbs(e.Schema) || filepath.IsAbs(e.Schema) || !fs.ValidPath(p) {
+		if path.IsAbs(e.Schema) || filepath.IsAbs(e.Schema) || !fs.ValidPath(p) || !inside(base, p) {
 			return fmt.Errorf("%s: schema %s is not a path inside the manifest's folder", where, e.Schema)
 		}
 		doc, err := fs.ReadFile(fsys, p)
@@ -114,6 +114,13 @@ func loadManifest(fsys fs.FS, name, shown string, add func(schemaDoc) error) err
 		}
 	}
 	return nil
+}
+
+// inside reports whether the cleaned path p is in the folder dir ("." the
+// root): a schema path with ".." may stay inside the fs.FS and still leave
+// the manifest's folder.
+func inside(dir, p string) bool {
+	return dir == "." || strings.HasPrefix(p, dir+"/")
 }
 
 // Entry returns what the registry.json said of urn; false when no

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/Azure/go-amqp"
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
@@ -199,5 +200,29 @@ func TestRegistryFileRefusesBadManifests(t *testing.T) {
 	}
 	if _, err := New(RegistryFile(filepath.Join(t.TempDir(), "registry.json"))); err == nil || !strings.Contains(err.Error(), "schema registry") {
 		t.Errorf("a missing manifest: %v", err)
+	}
+}
+
+// RegistryFS refuses a schema path that leaves the manifest's folder by
+// "..", even to a file the fs.FS holds.
+func TestRegistryFSRefusesAPathLeavingTheManifestsFolder(t *testing.T) {
+	schema := &fstest.MapFile{Data: []byte(`{"type": "object"}`)}
+	for _, p := range []string{"../outside.json", "../reg2/x.json", "a/../../outside.json"} {
+		fsys := fstest.MapFS{
+			"reg/registry.json": {Data: []byte(`{"schemas": [{"urn": "urn:babel:orders:created", "schema": "` + p + `"}]}`)},
+			"outside.json":      schema,
+			"reg2/x.json":       schema,
+		}
+		_, err := New(RegistryFS(fsys, "reg/registry.json"))
+		if err == nil || !strings.Contains(err.Error(), "not a path inside the manifest's folder") {
+			t.Errorf("%s: New = %v, want the path refused", p, err)
+		}
+	}
+	fsys := fstest.MapFS{
+		"reg/registry.json": {Data: []byte(`{"schemas": [{"urn": "urn:babel:orders:created", "schema": "a/../s.json"}]}`)},
+		"reg/s.json":        schema,
+	}
+	if _, err := New(RegistryFS(fsys, "reg/registry.json")); err != nil {
+		t.Errorf("a path inside the folder: %v", err)
 	}
 }

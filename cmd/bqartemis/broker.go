@@ -78,9 +78,20 @@ func brokerTarget(r *record) string {
 	return r.OrigAddress + "::" + r.OrigQueue
 }
 
+// The annotations by which Artemis routes a message over the routing of the
+// link it comes on: a JMS producer's destination type and Artemis's
+// routing type. A copy that kept a JMS topic publisher's would be routed as
+// multicast to the anycast queue it goes back to, dropped there, and
+// accepted: a lost message.
+const (
+	annJMSDest     = "x-opt-jms-dest"
+	annRoutingType = "x-opt-routing-type"
+)
+
 // brokerCopy is a message the broker moved, as it goes back: the body,
 // properties, application properties and annotations as they were,
-// less the broker's notes (x-opt-ORIG-*, x-opt-ACTUAL-EXPIRY), with no
+// less the broker's notes (x-opt-ORIG-*, x-opt-ACTUAL-EXPIRY) and the
+// routing annotations (annJMSDest, annRoutingType), with no
 // expiry (its time-to-live was used up: a copy that kept it would expire
 // again at once), a delivery count of 0, and a duplicate id of its own
 // (brokerRedriveID) in place of any it had (Artemis would drop a copy that
@@ -99,7 +110,7 @@ func brokerCopy(src *amqp.Message, r *record, from string, bypass bool) *amqp.Me
 	if len(src.Annotations) > 0 {
 		out.Annotations = amqp.Annotations{}
 		for k, v := range src.Annotations {
-			if s, ok := k.(string); ok && (strings.HasPrefix(s, "x-opt-ORIG-") || s == annActualExpiry) {
+			if s, ok := k.(string); ok && (strings.HasPrefix(s, "x-opt-ORIG-") || s == annActualExpiry || s == annJMSDest || s == annRoutingType) {
 				continue
 			}
 			out.Annotations[k] = v

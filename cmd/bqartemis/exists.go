@@ -26,7 +26,7 @@ type queues struct {
 func newQueues(s *session) *queues { return &queues{s: s} }
 
 // exists reports whether the broker has queue (for a fully qualified
-// address::queue name, the part after "::").
+// address::queue name, the part after the first "::", where Artemis splits it).
 func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
 	if q.names == nil {
 		m, err := newManager(ctx, q.s)
@@ -41,7 +41,7 @@ func (q *queues) exists(ctx context.Context, queue string) (bool, error) {
 		q.names = names
 	}
 	name := queue
-	if i := strings.LastIndex(queue, "::"); i >= 0 {
+	if i := strings.Index(queue, "::"); i >= 0 {
 		name = queue[i+2:]
 	}
 	return q.names[name], nil

@@ -170,6 +170,10 @@ type personal struct {
 // in r's body. A record that is no envelope, or of a URN without marks,
 // is left as it is.
 func (p *personalFlags) apply(r *record) {
+	if r.env == nil && p.mask && p.marks != nil {
+		p.maskLoose(r)
+		return
+	}
 	if r.env == nil || p.marks == nil {
 		return
 	}
@@ -213,6 +217,79 @@ func (p *personalFlags) apply(r *record) {
 	if body, err := cp.Encode(); err == nil {
 		r.Body, r.Masked = body, true
 	}
+}
+
+// withheld is the body -mask shows in place of one whose personal data it
+// cannot find: not a JSON object, or of no URN it can tell.
+const withheld = `"(withheld by -mask: no envelope whose personal data can be found)"`
+
+// maskLoose is -mask on a record that is no valid envelope (a gated
+// forward, an envelope that fails validation, a poison record): its body
+// and its raw body are read as JSON objects, and the marks of the record's
+// URN and of the body's own job or urn are masked in its data; what cannot
+// be read so is withheld.
+func (p *personalFlags) maskLoose(r *record) {
+	if len(r.Body) > 0 {
+		r.Body, r.Masked = p.maskText(r.Body, r.URN), true
+	}
+	if r.Raw != nil {
+		raw := string(withheld)
+		if r.RawEncoding == "" {
+			raw = string(p.maskText([]byte(*r.Raw), r.URN))
+		}
+		r.Raw, r.RawEncoding, r.Masked = &raw, "", true
+	}
+}
+
+// maskText is body, a JSON object, with the marked values of its data
+// masked, or withheld.
+func (p *personalFlags) maskText(body []byte, urn string) json.RawMessage {
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&obj) != nil || obj == nil {
+		return json.RawMessage(withheld)
+	}
+	// A poison record holds the body it stood for in raw: a JSON string,
+	// base64 (raw_encoding), or the JSON itself.
+	switch raw := obj["raw"].(type) {
+	case nil:
+	case string:
+		if _, b64 := obj["raw_encoding"]; b64 {
+			obj["raw"] = json.RawMessage(withheld)
+		} else {
+			obj["raw"] = string(p.maskText([]byte(raw), urn))
+		}
+	default:
+		b, _ := json.Marshal(raw)
+		obj["raw"] = p.maskText(b, urn)
+	}
+	urns := []string{urn}
+	for _, k := range []string{"job", "urn"} {
+		if s, ok := obj[k].(string); ok {
+			urns = append(urns, s)
+		}
+	}
+	known := false
+	for _, u := range urns {
+		if u == "" {
+			continue
+		}
+		known = true
+		if m := p.marks[u]; m != nil {
+			if data, ok := obj["data"]; ok {
+				obj["data"] = visitMarked(data, m, "", func(_ string, v any) any { return maskValue(v) })
+			}
+		}
+	}
+	if !known && obj["raw"] == nil {
+		return json.RawMessage(withheld)
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return json.RawMessage(withheld)
+	}
+	return out
 }
 
 // visitMarked calls fn on each marked value present in v and puts its

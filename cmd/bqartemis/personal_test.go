@@ -141,3 +141,46 @@ func TestPersonalFlagsUsage(t *testing.T) {
 		t.Errorf("without schemas: %+v", r)
 	}
 }
+
+// -mask masks a record that is no valid envelope too: a gated forward, an
+// envelope that fails validation (its body), a poison record (its raw
+// body); a body whose URN cannot be told is withheld.
+func TestMaskCoversRecordsThatAreNoEnvelope(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "users"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users", "registered.json"), []byte(`{"properties":{"pan":{"x-gdpr-sensitive":true}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf := personalFlags{schemas: dir, mask: true}
+	if err := pf.load(); err != nil {
+		t.Fatal(err)
+	}
+	env, err := artemis.NewEnvelope("urn:babel:users:registered", json.RawMessage(`{"pan":"4111222233334444","n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := env.Encode()
+	invalid := strings.Replace(string(body), `"trace_id":"`+env.TraceID+`"`, `"trace_id":""`, 1)
+	poison, _ := json.Marshal(map[string]any{"raw": string(body), "dead_letter": map[string]any{"reason": "poison"}})
+	poisonJSON := `{"raw":` + string(body) + `,"dead_letter":{"reason":"poison"}}`
+	for name, msg := range map[string]*amqp.Message{
+		"gated":       {Value: string(body), ApplicationProperties: map[string]any{artemis.PropSchemaVersion: "9"}},
+		"invalid":     {Value: invalid},
+		"no urn":      {Value: `{"data":{"pan":"4111222233334444"}}`},
+		"no json":     {Value: `pan=4111222233334444`},
+		"poison":      {Value: string(poison)},
+		"poison json": {Value: poisonJSON},
+	} {
+		r := readRecord(msg)
+		if r.env != nil {
+			t.Fatalf("%s: a valid envelope", name)
+		}
+		pf.apply(r)
+		out, _ := json.Marshal(r)
+		if strings.Contains(string(out), "4111222233334444") {
+			t.Errorf("%s: -mask shows the card number: %s", name, out)
+		}
+	}
+}

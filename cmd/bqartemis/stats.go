@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/Azure/go-amqp"
 )
@@ -62,8 +63,8 @@ var statAttributes = []struct {
 
 // manager does request/reply on the management address.
 type manager struct {
-	snd   *amqp.Sender
-	rcv   *amqp.Receiver
+	snd   managerSender
+	rcv   managerReceiver
 	reply string
 	seq   int
 }
@@ -81,7 +82,28 @@ func newManager(ctx context.Context, s *session) (*manager, error) {
 	return &manager{snd: snd, rcv: rcv, reply: rcv.Address()}, nil
 }
 
+// managerSender and managerReceiver are what a manager uses of its
+// go-amqp links.
+type managerSender interface {
+	Send(ctx context.Context, msg *amqp.Message, opts *amqp.SendOptions) error
+	Close(ctx context.Context) error
+}
+
+type managerReceiver interface {
+	Receive(ctx context.Context, opts *amqp.ReceiveOptions) (*amqp.Message, error)
+	AcceptMessage(ctx context.Context, msg *amqp.Message) error
+	Close(ctx context.Context) error
+}
+
+// managerCloseTimeout bounds the detach of a manager's links: a broker
+// that never answers must not keep the command from exiting.
+var managerCloseTimeout = 5 * time.Second
+
+// close detaches the manager's links, within managerCloseTimeout of its
+// own (ctx is usually the command's, cancelled or not: its values only).
 func (m *manager) close(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), managerCloseTimeout)
+	defer cancel()
 	_ = m.snd.Close(ctx)
 	_ = m.rcv.Close(ctx)
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
 )
 
 // TestSubscriptionDLQs: each subscription's DLQ is <subscription>.dlq when
@@ -67,5 +71,37 @@ shipping     4         1          1           0          120    orders.events  m
 	}
 	if strings.Count(buf.String(), "\n") != len(rows) {
 		t.Errorf("want one JSON line per subscription:\n%s", buf.String())
+	}
+}
+
+// hangingLink is a management link whose detach is never answered.
+type hangingLink struct{}
+
+func (hangingLink) Send(context.Context, *amqp.Message, *amqp.SendOptions) error { return nil }
+func (hangingLink) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.Message, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (hangingLink) AcceptMessage(context.Context, *amqp.Message) error { return nil }
+func (hangingLink) Close(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// The management links' close is bounded: a broker that never answers the
+// detach does not keep the command from exiting.
+func TestManagerCloseIsBounded(t *testing.T) {
+	defer func(d time.Duration) { managerCloseTimeout = d }(managerCloseTimeout)
+	managerCloseTimeout = 50 * time.Millisecond
+	m := &manager{snd: hangingLink{}, rcv: hangingLink{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.close(context.Background())
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close did not return")
 	}
 }
