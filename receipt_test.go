@@ -545,12 +545,6 @@ func TestARefusedPublishIsReportedToOnOutcome(t *testing.T) {
 	}
 }
 
-// exitingObserver ends the goroutine that reports a publish to it.
-type exitingObserver struct{}
-
-func (exitingObserver) Settled(SettleEvent)    {}
-func (exitingObserver) Published(PublishEvent) { runtime.Goexit() }
-
 // A receipt whose Observer ends the resolving goroutine (runtime.Goexit)
 // is still resolved: Wait and Done do not hang on it.
 func TestReceiptResolvesThoughItsObserverExitsTheGoroutine(t *testing.T) {
