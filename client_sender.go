@@ -276,7 +276,7 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 	if lerr != nil {
 		// lerr's text, not its identity: an ErrConnect here would say that
 		// nothing was sent, and a cluster would send it to another member.
-		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %v)", err, lerr))
+		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %s)", err, lerr.Error()))
 	}
 	// Told only now that the resend is made, on the link it is made on.
 	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: retry.cn.url, Address: s.addr, Err: err})

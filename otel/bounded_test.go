@@ -99,13 +99,13 @@ func TestSpanAttributesFromAMessageAreBounded(t *testing.T) {
 			t.Errorf("status description of %d bytes", len(d))
 		}
 		for _, a := range s.Attributes() {
-			if v := a.Value.Emit(); len(v) > maxAttr || !utf8.ValidString(v) {
+			if v := a.Value.String(); len(v) > maxAttr || !utf8.ValidString(v) {
 				t.Errorf("attribute %s of %d bytes", a.Key, len(v))
 			}
 		}
 		for _, ev := range s.Events() {
 			for _, a := range ev.Attributes {
-				if v := a.Value.Emit(); len(v) > maxAttr || !utf8.ValidString(v) {
+				if v := a.Value.String(); len(v) > maxAttr || !utf8.ValidString(v) {
 					t.Errorf("event %s attribute %s of %d bytes", ev.Name, a.Key, len(v))
 				}
 			}
