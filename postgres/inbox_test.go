@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"runtime"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // 24 copies of one envelope (one meta.id), delivered to 24 workers at
@@ -257,4 +259,96 @@ func TestInboxRollsBackWhenTheHandlerPanicsOrExits(t *testing.T) {
 			assert.EqualValues(t, 1, tag.RowsAffected(), "the record was rolled back")
 		})
 	}
+}
+
+// A server that stops answering while the inbox rolls back (a stalled
+// network between the service and PostgreSQL) holds the delivery no longer
+// than the rollback's own bound: the handler's error comes back, the
+// delivery is settled once, the dead connection leaves the pool, and once
+// the network heals the server has rolled the transaction back, so the
+// message runs again from the start.
+func TestInboxRollbackOnAStalledServerIsBounded(t *testing.T) {
+	db := newDB(t)
+	_, err := db.pool.Exec(context.Background(), chargesTable)
+	require.NoError(t, err)
+	u, err := url.Parse(db.url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	stalled := openDB(t, u.String(), db.schema, false)
+
+	inbox, err := NewInbox(stalled.pool, "billing", nil)
+	require.NoError(t, err)
+	boom := errors.New("card declined")
+	calls := 0
+	cons, err := artemis.NewConsumer(artemis.Handlers{urnOrder: inbox.Handle(func(ctx context.Context, tx pgx.Tx, env *artemis.Envelope, msg *amqp.Message) error {
+		calls++
+		if err := chargeOnce(ctx, tx, env, msg); err != nil {
+			return err
+		}
+		if calls == 1 {
+			proxy.Stall() // the ROLLBACK that follows gets no answer
+			return boom
+		}
+		return nil
+	})}, artemis.WithoutDeadLetter(), artemis.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	env, err := artemis.NewEnvelope(urnOrder, nil, artemis.EnvelopeQueue("orders"))
+	require.NoError(t, err)
+
+	handle := func() (fakelink.Disposition, time.Duration) {
+		t.Helper()
+		msg, err := artemis.NewMessage(env)
+		require.NoError(t, err)
+		fr := fakelink.NewReceiver(t, "orders")
+		fr.Track(msg)
+		done := make(chan struct{})
+		start := time.Now()
+		go func() {
+			defer close(done)
+			_ = cons.Handle(context.Background(), fr, msg)
+		}()
+		select {
+		case <-done:
+		case <-time.After(rollbackTimeout + 25*time.Second):
+			t.Fatalf("Handle still running %v after a stalled rollback", time.Since(start).Round(time.Millisecond))
+		}
+		d, ok := fr.Disposition(msg)
+		require.True(t, ok, "the delivery is settled")
+		return d, time.Since(start)
+	}
+
+	d, took := handle()
+	assert.Equal(t, fakelink.Failed, d, "the handler's error fails the delivery")
+	assert.GreaterOrEqual(t, took, rollbackTimeout, "Handle waited for the rollback's answer up to its bound")
+	// pgx closes the timed-out connection in the background (it first tries
+	// a cancel request, bounded at 15 s) and the pool counts it until then.
+	waited := time.Now()
+	for stalled.pool.Stat().AcquiredConns() != 0 && time.Since(waited) < 30*time.Second {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Zero(t, stalled.pool.Stat().AcquiredConns(), "the stalled transaction's connection left the pool")
+	t.Logf("Handle returned after %v; the connection left the pool %v later", took.Round(time.Millisecond), time.Since(waited).Round(time.Millisecond))
+
+	proxy.Heal()
+	// The server rolls the transaction back, on the held ROLLBACK or on the
+	// closed connection: then the record's row is free and nothing was charged.
+	tx, err := db.pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(context.Background(), "SET LOCAL lock_timeout = '20s'")
+	require.NoError(t, err)
+	tag, err := tx.Exec(context.Background(), insertInbox, "billing", env.Meta.ID)
+	require.NoError(t, err, "the record's row is not left locked")
+	assert.EqualValues(t, 1, tag.RowsAffected(), "the record was rolled back")
+	require.NoError(t, tx.Rollback(context.Background()))
+	assert.Zero(t, db.count(t, "SELECT count(*) FROM charges WHERE message_id = $1", env.Meta.ID), "the effect was rolled back")
+
+	// Redelivered, the message runs again, once, through a fresh connection.
+	d, _ = handle()
+	assert.Equal(t, fakelink.Accepted, d)
+	assert.Equal(t, 2, calls)
+	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM charges WHERE message_id = $1", env.Meta.ID))
 }
