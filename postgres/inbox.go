@@ -156,16 +156,28 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 	return nil
 }
 
-// rollbackTimeout bounds the ROLLBACK of an inbox transaction. It runs
-// under a context of its own: the delivery's ctx may be cancelled already,
-// and pgx sends nothing on a cancelled one.
+// rollbackTimeout bounds the ROLLBACK of a transaction this package began
+// (the inbox's, the relay's round, Migrate's), and the close of the relay's
+// LISTEN connection. It runs under a context of its own: the caller's ctx
+// may be cancelled already, and pgx sends nothing on a cancelled one; but a
+// server that stops answering must not hold the caller past it.
 const rollbackTimeout = 5 * time.Second
 
-// rollback rolls tx back, unless it committed or rolled back already.
-func (in *Inbox) rollback(ctx context.Context, tx pgx.Tx) {
+// rollbackTx rolls tx back, unless it committed or rolled back already, and
+// waits for the server's answer at most rollbackTimeout. When that bound
+// expires pgx closes the connection, and the server rolls back on its own.
+func rollbackTx(ctx context.Context, tx pgx.Tx) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	if err := tx.Rollback(rctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	return nil
+}
+
+// rollback rolls tx back (rollbackTx) and logs a failure.
+func (in *Inbox) rollback(ctx context.Context, tx pgx.Tx) {
+	if err := rollbackTx(ctx, tx); err != nil {
 		in.log.Debug("babelqueue inbox: rollback failed", "error", err)
 	}
 }

@@ -32,7 +32,7 @@ func Migrate(ctx context.Context, db Beginner) error {
 	if err != nil {
 		return fmt.Errorf("babelqueue/postgres: migrate: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() { _ = rollbackTx(ctx, tx) }()
 	if _, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 		return fmt.Errorf("babelqueue/postgres: migrate: %w", err)
 	}

@@ -247,7 +247,11 @@ func (r *Relay) listenOnce(ctx context.Context, wakes []chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
 	var channel string
 	if err = conn.QueryRow(ctx, listenChannel).Scan(&channel); err != nil {
 		return fmt.Errorf("the outbox channel name: %w", err)
@@ -343,7 +347,7 @@ func (r *Relay) round(ctx context.Context) (ev RelayEvent) {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: %w", err)
 		return ev
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() { _ = rollbackTx(ctx, tx) }()
 	rows, chains, err := claimChains(ctx, tx, r.o.BatchSize)
 	if err != nil {
 		ev.Err = fmt.Errorf("babelqueue/postgres: relay: claim: %w", err)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // A row that is parked, or waits out a back-off, holds back only the later
@@ -193,4 +196,55 @@ FROM babelqueue_outbox`, free, long).Scan(&published, &pending))
 		}
 	}
 	assert.Equal(t, n, next, "the group's rows in the order written")
+}
+
+// A round whose ctx is cancelled after the broker took its rows, while the
+// database stops answering, returns at the rollback's bound: the relay
+// does not outlive its ctx by more than that. Nothing is lost: the rows
+// were not marked, so once the network heals the next round sends them
+// again (the broker's duplicate detection drops the copies).
+func TestRelayRoundCutWhileTheDatabaseStallsReturns(t *testing.T) {
+	db, amqpURL, queue := newBrokerDB(t)
+	ids := writeRows(t, db, queue, 3, "")
+	u, err := url.Parse(db.url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	stalled := openDB(t, u.String(), db.schema, false)
+
+	relay := NewRelay(stalled.pool, dial(t, amqpURL), nil)
+	t.Cleanup(func() { _ = relay.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var cut time.Time
+	relay.afterPublish = func([]string) {
+		proxy.Stall() // the round's ROLLBACK gets no answer
+		cut = time.Now()
+		cancel()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay.RelayOnce(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err, "the round's marks were cut")
+		t.Logf("the round returned %v after its ctx was cancelled", time.Since(cut).Round(time.Millisecond))
+	case <-time.After(rollbackTimeout + 25*time.Second):
+		t.Fatalf("the round still runs %v after its ctx was cancelled, on a stalled database", time.Since(cut).Round(time.Millisecond))
+	}
+	relay.afterPublish = nil
+
+	proxy.Heal()
+	assert.Equal(t, len(ids), db.count(t, "SELECT count(*) FROM babelqueue_outbox WHERE message_id = ANY($1) AND published_at IS NULL", ids),
+		"the rows of the cut round are not marked published")
+	ev, err := relay.RelayOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, len(ids), ev.Published, "the next round sends them again")
+	col := collect(t, dial(t, amqpURL), queue)
+	col.await(t, len(ids), 300*time.Millisecond)
+	col.requireEach(t, ids)
 }
