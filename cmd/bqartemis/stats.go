@@ -95,14 +95,15 @@ type managerReceiver interface {
 	Close(ctx context.Context) error
 }
 
-// managerCloseTimeout bounds the detach of a manager's links: a broker
-// that never answers must not keep the command from exiting.
-var managerCloseTimeout = 5 * time.Second
+// closeTimeout bounds the detach of a manager's links and the close of a
+// connection (session.Close): a broker that never answers must not keep
+// the command from exiting.
+var closeTimeout = 5 * time.Second
 
-// close detaches the manager's links, within managerCloseTimeout of its
+// close detaches the manager's links, within closeTimeout of its
 // own (ctx is usually the command's, cancelled or not: its values only).
 func (m *manager) close(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), managerCloseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	_ = m.snd.Close(ctx)
 	_ = m.rcv.Close(ctx)

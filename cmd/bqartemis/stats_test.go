@@ -91,8 +91,8 @@ func (hangingLink) Close(ctx context.Context) error {
 // The management links' close is bounded: a broker that never answers the
 // detach does not keep the command from exiting.
 func TestManagerCloseIsBounded(t *testing.T) {
-	defer func(d time.Duration) { managerCloseTimeout = d }(managerCloseTimeout)
-	managerCloseTimeout = 50 * time.Millisecond
+	defer func(d time.Duration) { closeTimeout = d }(closeTimeout)
+	closeTimeout = 50 * time.Millisecond
 	m := &manager{snd: hangingLink{}, rcv: hangingLink{}}
 	done := make(chan struct{})
 	go func() {
