@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -102,13 +102,15 @@ func CheckRegistryCompatibility(oldManifest, newManifest string) (Compatibility,
 		if dir == "" {
 			dir = "."
 		}
-		err := loadManifest(os.DirFS(dir), name, manifest, func(d schemaDoc) error {
-			if _, dup := texts[d.urn]; dup {
-				return fmt.Errorf("%s: two schemas for one URN", d.urn)
-			}
-			texts[d.urn] = d.raw
-			order = append(order, d.urn)
-			return nil
+		err := inFolder(dir, "schema registry "+manifest, func(fsys fs.FS) error {
+			return loadManifest(fsys, name, manifest, func(d schemaDoc) error {
+				if _, dup := texts[d.urn]; dup {
+					return fmt.Errorf("%s: two schemas for one URN", d.urn)
+				}
+				texts[d.urn] = d.raw
+				order = append(order, d.urn)
+				return nil
+			})
 		})
 		return texts, order, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -50,15 +49,17 @@ type Entry struct {
 // Each entry's URN is the one it names; its schema file is read relative
 // to the manifest's folder, and may $ref another schema of the registry
 // by its path relative to itself. An entry without a URN or a schema path,
-// a URN named twice, a schema path that leaves the manifest's folder, or a
-// status other than active, deprecated or retired makes New fail.
+// a URN named twice, a schema path that leaves the manifest's folder (by
+// "..", or by a symbolic link or a linked directory leading outside it;
+// the manifest itself is read the same way), or a status other than
+// active, deprecated or retired makes New fail.
 func RegistryFile(manifest string) Source {
 	return Source{load: func(add func(schemaDoc) error) error {
 		dir, name := filepath.Split(manifest)
 		if dir == "" {
 			dir = "."
 		}
-		return loadManifest(os.DirFS(dir), name, manifest, add)
+		return inFolder(dir, "schema registry "+manifest, func(fsys fs.FS) error { return loadManifest(fsys, name, manifest, add) })
 	}}
 }
 

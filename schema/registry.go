@@ -69,13 +69,16 @@ type schemaDoc struct {
 // skipped). A file's path below dir, without .json, with each / made a :,
 // after the URNPrefix, is its URN: dir/orders/created.json is the schema of
 // urn:babel:orders:created. A file may $ref another by its path relative to
-// itself ("../shared/money.json#/$defs/amount").
+// itself ("../shared/money.json#/$defs/amount"). Nothing outside dir is
+// read: a symbolic link (or a path through a linked directory) that leads
+// outside it is an error naming the path; one that stays inside is
+// followed.
 func Dir(dir string) Source {
 	return Source{load: func(add func(schemaDoc) error) error {
 		if _, err := os.Stat(dir); err != nil {
 			return fmt.Errorf("schema directory: %w", err)
 		}
-		return loadFS(os.DirFS(dir), ".", add)
+		return inFolder(dir, "schema directory", func(fsys fs.FS) error { return loadFS(fsys, ".", dir, add) })
 	}}
 }
 
@@ -84,7 +87,7 @@ func Dir(dir string) Source {
 // dir "." is the root of fsys.
 func FS(fsys fs.FS, dir string) Source {
 	return Source{load: func(add func(schemaDoc) error) error {
-		return loadFS(fsys, dir, add)
+		return loadFS(fsys, dir, dir, add)
 	}}
 }
 
@@ -95,7 +98,9 @@ func Bytes(urn string, schema []byte) Source {
 	}}
 }
 
-func loadFS(fsys fs.FS, dir string, add func(schemaDoc) error) error {
+// loadFS reads the schemas below dir in fsys; shown is the folder its
+// errors name.
+func loadFS(fsys fs.FS, dir, shown string, add func(schemaDoc) error) error {
 	found := 0
 	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -116,10 +121,10 @@ func loadFS(fsys fs.FS, dir string, add func(schemaDoc) error) error {
 		return add(schemaDoc{urn: URNPrefix + strings.ReplaceAll(strings.TrimSuffix(rel, ".json"), "/", ":"), where: rel, raw: doc})
 	})
 	if err != nil {
-		return fmt.Errorf("schema directory %s: %w", dir, err)
+		return fmt.Errorf("schema directory %s: %w", shown, err)
 	}
 	if found == 0 {
-		return fmt.Errorf("schema directory %s: no *.json file", dir)
+		return fmt.Errorf("schema directory %s: no *.json file", shown)
 	}
 	return nil
 }

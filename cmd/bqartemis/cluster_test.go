@@ -180,7 +180,7 @@ func dlqStats(t *testing.T, env map[string]string, dlq string, members []string)
 	args := append([]string{"stats", dlq, "-json"}, members...)
 	out, errOut, code := runCLI(t, env, "", args...)
 	if code != exitOK && (code != exitFailed || !strings.Contains(errOut, "no such queue")) {
-		t.Fatalf("bqartemis %v: exit %d\n%s%s", args, code, out, errOut)
+		t.Fatalf("bqartemis %v: exit %d; stdout %q; stderr %q", args, code, out, errOut)
 	}
 	return out
 }
@@ -232,7 +232,7 @@ func TestIntegrationClusterStatsOfATopicPerMember(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bqartemis %v: want member 1 to show %s.dlq with %d messages:\n%s", args, billing, events, out)
+			t.Fatalf("bqartemis %v: want member 1 to show %s.dlq with %d messages; stdout %q", args, billing, events, out)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -178,11 +178,31 @@ type session struct {
 	cancel context.CancelFunc // ends open's timeout; nil from dial
 }
 
-// Close closes the connection, then ends the timeout open set.
+// Close closes the connection, waiting for it at most closeTimeout, then
+// ends the timeout open set. go-amqp's Conn.Close takes no context: with a
+// broker that stops reading it waits out the close frame's write timeout
+// (30 s). Past the bound it returns without waiting: the command is
+// ending, and the process with it, which drops the connection.
 func (s *session) Close() {
-	_ = s.conn.Close()
+	closeWithin(s.conn.Close)
 	if s.cancel != nil {
 		s.cancel()
+	}
+}
+
+// closeWithin calls closeConn and waits for it at most closeTimeout; the
+// close goes on in the background if the bound expires.
+func closeWithin(closeConn func() error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = closeConn() // the connection is being dropped: its error changes nothing
+	}()
+	bound := time.NewTimer(closeTimeout)
+	defer bound.Stop()
+	select {
+	case <-done:
+	case <-bound.C:
 	}
 }
 
@@ -227,7 +247,7 @@ func (c *connFlags) dial(ctx context.Context) (*session, error) {
 			var sess *amqp.Session
 			sess, err = conn.NewSession(dctx, nil)
 			if err != nil {
-				_ = conn.Close()
+				closeWithin(conn.Close)
 				err = fmt.Errorf("begin a session: %w", err)
 			} else {
 				cancel()

@@ -36,12 +36,14 @@ func brokerEnv(t *testing.T) map[string]string {
 	return map[string]string{envURL: u.String(), envPassword: pass}
 }
 
-// cli runs the tool and fails the test unless it exits 0.
+// cli runs the tool and fails the test unless it exits 0, with its whole
+// stdout and stderr quoted on the failure's one line (CI keeps only the
+// lines that start with a test file's name and line).
 func cli(t *testing.T, env map[string]string, args ...string) string {
 	t.Helper()
 	out, errOut, code := runCLI(t, env, "", args...)
 	if code != exitOK {
-		t.Fatalf("bqartemis %v: exit %d\n%s%s", args, code, out, errOut)
+		t.Fatalf("bqartemis %v: exit %d; stdout %q; stderr %q", args, code, out, errOut)
 	}
 	return out
 }

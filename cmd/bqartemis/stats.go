@@ -95,14 +95,15 @@ type managerReceiver interface {
 	Close(ctx context.Context) error
 }
 
-// managerCloseTimeout bounds the detach of a manager's links: a broker
-// that never answers must not keep the command from exiting.
-var managerCloseTimeout = 5 * time.Second
+// closeTimeout bounds the detach of a manager's links and the close of a
+// connection (session.Close): a broker that never answers must not keep
+// the command from exiting.
+var closeTimeout = 5 * time.Second
 
-// close detaches the manager's links, within managerCloseTimeout of its
+// close detaches the manager's links, within closeTimeout of its
 // own (ctx is usually the command's, cancelled or not: its values only).
 func (m *manager) close(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), managerCloseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	_ = m.snd.Close(ctx)
 	_ = m.rcv.Close(ctx)
@@ -272,12 +273,23 @@ func (m *manager) queueStat(ctx context.Context, queue string) (queueStat, error
 }
 
 // addressQueues lists the queues bound to an address: a topic's
-// subscription queues.
+// subscription queues. When the address cannot be read, the broker's
+// address list tells a missing address from a failure; an address it
+// lists was created since the read (Artemis creates one as a client first
+// uses it), and is read once more.
 func (m *manager) addressQueues(ctx context.Context, address string) ([]string, error) {
-	res, err := m.call(ctx, []request{{resource: "address." + address, attribute: "QueueNames"}})
-	if err != nil {
-		if names, lerr := m.brokerNames(ctx, "AddressNames"); lerr == nil && !contains(names, address) {
+	read := func() ([]json.RawMessage, error) {
+		return m.call(ctx, []request{{resource: "address." + address, attribute: "QueueNames"}})
+	}
+	res, err := read()
+	for again := true; err != nil; again = false {
+		names, lerr := m.brokerNames(ctx, "AddressNames")
+		switch {
+		case lerr == nil && !contains(names, address):
 			return nil, missingAddress(address)
+		case lerr == nil && again:
+			res, err = read()
+			continue
 		}
 		return nil, fmt.Errorf("address %s: %w", address, err)
 	}
@@ -316,64 +328,84 @@ func setupStats(fs *flag.FlagSet, env *environment) func(context.Context, []stri
 			return err
 		}
 		defer m.close(context.WithoutCancel(ctx))
-		all := len(args) == 0 && *address == "" // every queue of the broker
-		names := args
-		switch {
-		case *address != "":
-			if names, err = m.addressQueues(ctx, *address); err != nil {
-				return err
+		rows, err := m.stats(ctx, *address, args)
+		if len(rows) > 0 || err == nil {
+			if perr := printStats(env.stdout, rows, *asJSON); perr != nil {
+				return perr
 			}
-			sort.Strings(names)
-		case all:
-			if names, err = m.queueNames(ctx); err != nil {
-				return err
-			}
-			sort.Strings(names)
 		}
-		var rows []queueStat
-		var errs []error
-		var dlqs map[string]string // a subscription's dead-letter queue, by subscription
-		var known map[string]bool  // the broker's queues: read with -address, else once a named queue fails
-		if *address != "" {
-			// Looked up in the broker's queue list, never by an attach
-			// (which would create a DLQ that has no dead letter yet).
-			if known, err = m.queueSet(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("cannot look for the subscriptions' dead-letter queues: %w", err))
-			}
-			dlqs = subscriptionDLQs(names, known)
+		return err
+	}
+}
+
+// stats reads the rows of stats: the queues named, else those bound to
+// address (a topic's subscriptions, each with its DLQ), else every queue
+// of the broker. The rows read are returned with the errors of the
+// others.
+func (m *manager) stats(ctx context.Context, address string, names []string) ([]queueStat, error) {
+	all := len(names) == 0 && address == "" // every queue of the broker
+	var err error
+	switch {
+	case address != "":
+		if names, err = m.addressQueues(ctx, address); err != nil {
+			return nil, err
 		}
-		for _, q := range names {
-			if all && (internalQueue(q) || q == m.reply) {
-				continue
-			}
-			st, err := m.queueStat(ctx, q)
-			if err != nil {
-				if !all && known == nil {
-					known, _ = m.queueSet(ctx) // nil when unread: the error as it is
-				}
-				if known != nil && !known[q] {
-					err = missingQueue(q)
+		sort.Strings(names)
+	case all:
+		if names, err = m.queueNames(ctx); err != nil {
+			return nil, err
+		}
+		sort.Strings(names)
+	}
+	var rows []queueStat
+	var errs []error
+	var dlqs map[string]string // a subscription's dead-letter queue, by subscription
+	var known map[string]bool  // the broker's queues: read with -address, else once a named queue fails
+	if address != "" {
+		// Looked up in the broker's queue list, never by an attach
+		// (which would create a DLQ that has no dead letter yet).
+		if known, err = m.queueSet(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cannot look for the subscriptions' dead-letter queues: %w", err))
+		}
+		dlqs = subscriptionDLQs(names, known)
+	}
+	listed := all || address != "" // names is the broker's list of a moment, not the user's
+	for _, q := range names {
+		if all && (internalQueue(q) || q == m.reply) {
+			continue
+		}
+		st, err := m.queueStat(ctx, q)
+		if err != nil {
+			if listed {
+				// Read after the failure: a queue deleted since it was
+				// listed is left out (a subscription removed, a
+				// non-durable one whose last consumer left), not an error.
+				if now, lerr := m.queueSet(ctx); lerr == nil && !now[q] {
+					continue
 				}
 				errs = append(errs, err)
 				continue
 			}
-			if all && st.temporary {
-				continue
+			if known == nil {
+				known, _ = m.queueSet(ctx) // nil when unread: the error as it is
 			}
-			if dlq, ok := dlqs[q]; ok {
-				if st.DLQ, err = m.dlqStat(ctx, q, dlq); err != nil {
-					errs = append(errs, err)
-				}
+			if known != nil && !known[q] {
+				err = missingQueue(q)
 			}
-			rows = append(rows, st)
+			errs = append(errs, err)
+			continue
 		}
-		if len(rows) > 0 || len(errs) == 0 {
-			if err := printStats(env.stdout, rows, *asJSON); err != nil {
-				return err
+		if all && st.temporary {
+			continue
+		}
+		if dlq, ok := dlqs[q]; ok {
+			if st.DLQ, err = m.dlqStat(ctx, q, dlq); err != nil {
+				errs = append(errs, err)
 			}
 		}
-		return errors.Join(errs...)
+		rows = append(rows, st)
 	}
+	return rows, errors.Join(errs...)
 }
 
 // dlqSuffix names a queue's dead-letter queue: <queue>.dlq, for a

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +95,8 @@ func (hangingLink) Close(ctx context.Context) error {
 // The management links' close is bounded: a broker that never answers the
 // detach does not keep the command from exiting.
 func TestManagerCloseIsBounded(t *testing.T) {
-	defer func(d time.Duration) { managerCloseTimeout = d }(managerCloseTimeout)
-	managerCloseTimeout = 50 * time.Millisecond
+	defer func(d time.Duration) { closeTimeout = d }(closeTimeout)
+	closeTimeout = 50 * time.Millisecond
 	m := &manager{snd: hangingLink{}, rcv: hangingLink{}}
 	done := make(chan struct{})
 	go func() {
@@ -103,5 +107,178 @@ func TestManagerCloseIsBounded(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("close did not return")
+	}
+}
+
+// fakeBroker answers management requests (fakeManagement) from its
+// addresses and queues; before, when set, runs before each answer and
+// may change them, as another client would between two requests.
+type fakeBroker struct {
+	addresses map[string][]string // an address, its queues
+	queues    map[string]bool
+	before    func(b *fakeBroker, resource, attribute string)
+	refused   string // a resource every request on fails
+}
+
+func (b *fakeBroker) answer(resource, attribute string) (any, bool) {
+	if b.before != nil {
+		b.before(b, resource, attribute)
+	}
+	notFound := "AMQ229xxx: cannot find resource with name " + resource
+	_, name, _ := strings.Cut(resource, ".")
+	switch {
+	case resource == b.refused:
+		return notFound, false
+	case resource == "broker" && attribute == "QueueNames":
+		return sortedKeys(b.queues), true
+	case resource == "broker" && attribute == "AddressNames":
+		return sortedKeys(b.addresses), true
+	case strings.HasPrefix(resource, "address."):
+		qs, ok := b.addresses[name]
+		if !ok {
+			return notFound, false
+		}
+		return qs, true
+	case strings.HasPrefix(resource, "queue.") && b.queues[name]:
+		switch attribute {
+		case "Temporary":
+			return false, true
+		case "Durable":
+			return true, true
+		case "RoutingType":
+			return "MULTICAST", true
+		case "Address":
+			for a, qs := range b.addresses {
+				if slices.Contains(qs, name) {
+					return a, true
+				}
+			}
+			return name, true
+		}
+		return 0, true
+	}
+	return notFound, false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// fakeManagement is a manager's links to a fakeBroker: each request is
+// answered at once, by correlation-id, as Artemis answers.
+type fakeManagement struct {
+	b       *fakeBroker
+	replies chan *amqp.Message
+}
+
+func (b *fakeBroker) manager() *manager {
+	f := &fakeManagement{b: b, replies: make(chan *amqp.Message, 64)}
+	return &manager{snd: f, rcv: f, reply: "reply"}
+}
+
+func (f *fakeManagement) Send(_ context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
+	resource, _ := msg.ApplicationProperties[propResource].(string)
+	attribute, _ := msg.ApplicationProperties[propAttribute].(string)
+	v, ok := f.b.answer(resource, attribute)
+	body, err := json.Marshal([]any{v})
+	if err != nil {
+		return err
+	}
+	f.replies <- &amqp.Message{
+		Properties:            &amqp.MessageProperties{CorrelationID: msg.Properties.MessageID},
+		ApplicationProperties: map[string]any{propSucceeded: ok},
+		Value:                 string(body),
+	}
+	return nil
+}
+
+func (f *fakeManagement) Receive(ctx context.Context, _ *amqp.ReceiveOptions) (*amqp.Message, error) {
+	select {
+	case m := <-f.replies:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (f *fakeManagement) AcceptMessage(context.Context, *amqp.Message) error { return nil }
+func (f *fakeManagement) Close(context.Context) error                        { return nil }
+
+// statsQueues names the rows' queues.
+func statsQueues(rows []queueStat) string {
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.Queue)
+	}
+	return strings.Join(names, " ")
+}
+
+// An address created on the broker between stats -address's read of it
+// (refused: no such resource yet) and its look in the address list is
+// read again, not reported as a failure: on a cluster, a member exited 1
+// when it happened there.
+func TestStatsAddressCreatedWhileItIsRead(t *testing.T) {
+	b := &fakeBroker{addresses: map[string][]string{}, queues: map[string]bool{}}
+	b.before = func(b *fakeBroker, resource, attribute string) {
+		if resource == "broker" && attribute == "AddressNames" {
+			b.addresses["orders.events"] = []string{"billing"}
+			b.queues["billing"] = true
+		}
+	}
+	rows, err := b.manager().stats(context.Background(), "orders.events", nil)
+	if err != nil || statsQueues(rows) != "billing" {
+		t.Errorf("stats -address: rows %q, %v; want billing and no error", statsQueues(rows), err)
+	}
+
+	// Still refused after it is listed: a failure, not a missing address.
+	b = &fakeBroker{addresses: map[string][]string{"orders.events": nil}, queues: map[string]bool{}, refused: "address.orders.events"}
+	_, err = b.manager().stats(context.Background(), "orders.events", nil)
+	if err == nil || onlyMissing(err) {
+		t.Errorf("an address listed but never readable: %v, want a failure", err)
+	}
+	// Not on the broker: missing.
+	b = &fakeBroker{addresses: map[string][]string{}, queues: map[string]bool{}}
+	if _, err = b.manager().stats(context.Background(), "orders.events", nil); !errors.Is(err, errAddressMissing) {
+		t.Errorf("no such address: %v, want errAddressMissing", err)
+	}
+}
+
+// A queue listed (bound to the address with -address, or in the broker's
+// list without arguments) and deleted before stats reads it is left out:
+// the listing is a moment's, and the queue is gone, which is neither a
+// failure nor a missing address (with -cluster, it made the member with
+// the topic count as one without it, and the command exit 1). A queue
+// named on the command line and missing is still an error naming it.
+func TestStatsLeavesOutAQueueDeletedWhileRead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		address string
+		at      string // the request before which shipping is deleted
+	}{
+		{"-address, before the queue list", "orders.events", "broker QueueNames"},
+		{"-address, before its read", "orders.events", "queue.shipping MessageCount"},
+		{"every queue, before its read", "", "queue.shipping MessageCount"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &fakeBroker{
+				addresses: map[string][]string{"orders.events": {"billing", "shipping"}},
+				queues:    map[string]bool{"billing": true, "shipping": true},
+			}
+			b.before = func(b *fakeBroker, resource, attribute string) {
+				if resource+" "+attribute == tc.at {
+					delete(b.queues, "shipping")
+					b.addresses["orders.events"] = []string{"billing"}
+				}
+			}
+			rows, err := b.manager().stats(context.Background(), tc.address, nil)
+			if err != nil || statsQueues(rows) != "billing" {
+				t.Errorf("rows %q, %v; want billing and no error", statsQueues(rows), err)
+			}
+		})
+	}
+	b := &fakeBroker{addresses: map[string][]string{}, queues: map[string]bool{"billing": true}}
+	rows, err := b.manager().stats(context.Background(), "", []string{"billing", "nope"})
+	if !errors.Is(err, errQueueMissing) || !strings.Contains(err.Error(), "nope") || statsQueues(rows) != "billing" {
+		t.Errorf("a named queue missing: rows %q, %v; want billing and nope missing", statsQueues(rows), err)
 	}
 }
