@@ -44,6 +44,7 @@ type clientTransfer struct {
 	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
 	deadline time.Time     // when the outcome counts as timed out
 	lost     error         // the write itself was cut off: resolved as a loss
+	cut      bool          // its loss handling was ended by a callback: resolved as unknown
 }
 
 // linkOutcomes are the receipts of the transfers written on one link,

@@ -97,6 +97,11 @@ var (
 	ErrClosed = errors.New("artemis: client closed")
 )
 
+// errLossHandlingCut is why a receipt resolved as unknown when a callback
+// (OnEvent, the Logger's handler) ended the goroutine that handled its lost
+// outcome (client_receipt.go).
+var errLossHandlingCut = errors.New("the handling of the lost outcome was ended by a callback that exited its goroutine")
+
 // Disposition is what the consumer did with a delivery.
 type Disposition int
 
