@@ -76,9 +76,18 @@ func (p *Publisher) copyConfig(cfg *publishConfig) *publishConfig {
 var noOptions publishConfig
 
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
+	// ended: the publish has a result (refused, or sent with an outcome).
+	// A payload validator that ends the caller's goroutine (runtime.Goexit,
+	// or a panic) before then leaves nothing to report: nothing was sent,
+	// and the Observer must not hear an accepted publish.
+	ended := false
 	if cfg.observer != nil {
 		start := cfg.clock()
-		defer func() { cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err) }()
+		defer func() {
+			if ended {
+				cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
+			}
+		}()
 	}
 	msg, pm, err := p.message(ctx, env, cfg)
 	if err == nil {
@@ -90,6 +99,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 			pm.recycle() // a failed send's message may still be held by its link
 		}
 	}
+	ended = true
 	if err != nil && !isRefusal(err) {
 		err = publishError(p.queue, env.URN, err)
 	}
