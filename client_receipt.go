@@ -53,6 +53,7 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 	}
 	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
+		s.cutOff(sl, err)
 		if !mayBeStored(err) || !linkLost(err) {
 			// Refused before it was written, or (defensively: the write is
 			// not cut by ctx, see handoffContext) the caller's context

@@ -103,6 +103,13 @@ func receiptHarness(t *testing.T) *harness {
 // receiptHarnessWith is receiptHarness with options and URLs.
 func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness {
 	t.Helper()
+	return harnessOver(t, o, func(c *fakeConn) amqpConn { return receiptConn{c} }, urls...)
+}
+
+// harnessOver is newHarness with options and URLs whose connections are
+// the fake broker's, as over makes them (o's OnEvent hears the events too).
+func harnessOver(t *testing.T, o ClientOptions, over func(*fakeConn) amqpConn, urls ...string) *harness {
+	t.Helper()
 	h := newHarness(t, urls, nil, nil)
 	if user := o.OnEvent; user != nil {
 		o.OnEvent = func(ev ConnectionEvent) { h.ev.on(ev); user(ev) }
@@ -114,7 +121,7 @@ func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness 
 		if err != nil {
 			return nil, err
 		}
-		return receiptConn{cn.(*fakeConn)}, nil
+		return over(cn.(*fakeConn)), nil
 	})
 	require.NoError(t, err)
 	bc.random = func() float64 { return 0.5 }

@@ -3,13 +3,16 @@ package artemis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/go-amqp"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestOutcomeError(t *testing.T) {
@@ -192,7 +195,7 @@ func TestHandoffContextKeepsTheCallersDoneOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel()
 	<-ctx.Done()
-	h := handoffContext{ctx}
+	h := &handoffContext{Context: ctx}
 	assert.Equal(t, ctx.Done(), h.Done(), "the credit wait still ends with the caller's context")
 	assert.NoError(t, h.Err())
 	_, ok := h.Deadline()
@@ -263,4 +266,78 @@ func TestPublisherReusesMessagesOnlyWhereItIsSafe(t *testing.T) {
 	assert.True(t, pub.reusesMessages(blank), "a blank header is not sent")
 	cs.cur.Store(nil)
 	assert.False(t, pub.reusesMessages(plain), "no link yet")
+}
+
+// cutLink is a go-amqp-like link (SendWithReceipt) over which a message
+// goes in several frames, and whose every transfer is cut by its context
+// after frames of them were written: it reads the context before each
+// written frame as go-amqp's connection writer does (conn.go,
+// getWriteTimeout: Err, then Deadline), then waits for the next frame's
+// hand-over, which only the context ends, and answers as go-amqp's
+// Sender.send does then.
+type cutLink struct {
+	frames int // written before the cut: 0 is a transfer cut before its first
+	closed atomic.Bool
+}
+
+func (l *cutLink) SendWithReceipt(ctx context.Context, _ *amqp.Message, _ *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error) {
+	if l.closed.Load() {
+		return amqp.SendReceipt{}, &amqp.LinkError{} // detached: go-amqp fails the send at once
+	}
+	for range l.frames {
+		if err := ctx.Err(); err != nil {
+			return amqp.SendReceipt{}, err // go-amqp drops a frame whose context ended
+		}
+		_, _ = ctx.Deadline()
+	}
+	<-ctx.Done()
+	return amqp.SendReceipt{}, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link x"}
+}
+
+func (l *cutLink) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	return errors.New("cutLink: Send is not used")
+}
+
+func (l *cutLink) Close(context.Context) error {
+	l.closed.Store(true)
+	return nil
+}
+
+// A transfer whose context ends between two of its frames leaves an
+// incomplete delivery on the link, on which go-amqp would write the next
+// transfer: the link is detached. The publish is reported as never sent,
+// as one cut before its first frame is (the broker never stores an
+// incomplete delivery), and that one keeps its link.
+func TestTransferCutBetweenItsFramesDetachesTheLink(t *testing.T) {
+	publishes := map[string]func(*Publisher, context.Context) error{
+		"Publish": func(p *Publisher, ctx context.Context) error {
+			_, err := p.Publish(ctx, Job(urnCreated, nil))
+			return err
+		},
+		"PublishWithReceipt": func(p *Publisher, ctx context.Context) error {
+			_, err := p.PublishWithReceipt(ctx, Job(urnCreated, nil))
+			return err
+		},
+	}
+	for name, publish := range publishes {
+		for _, frames := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("%s/%d frames written", name, frames), func(t *testing.T) {
+				l := &cutLink{frames: frames}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				defer cancel()
+				err := publish(NewPublisher(l, "orders"), ctx)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				var ae *amqp.Error
+				require.ErrorAs(t, err, &ae)
+				assert.Equal(t, amqp.ErrCondTransferLimitExceeded, ae.Condition)
+				assert.NotErrorIs(t, err, ErrOutcomeUnknown, "an incomplete delivery is never stored")
+				if frames == 0 {
+					assert.Never(t, l.closed.Load, 50*time.Millisecond, 5*time.Millisecond, "nothing written: the link stays")
+					return
+				}
+				assert.Eventually(t, l.closed.Load, 5*time.Second, time.Millisecond, "the link with the incomplete delivery is detached")
+				assert.Contains(t, err.Error(), "cut between its frames")
+			})
+		}
+	}
 }

@@ -23,7 +23,10 @@ type Publisher struct {
 //
 // Attach s to the queue's address with the "queue" capability, so Artemis
 // makes an anycast queue; otherwise messages sent before a receiver attaches
-// may be lost on a multicast address.
+// may be lost on a multicast address. A publish whose ctx ends between two
+// frames of a message larger than one leaves s unable to carry another
+// transfer: s is closed (Close), and a later publish fails until you attach
+// a new Sender (a ClientPublisher attaches one itself).
 func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 	base := &noOptions
 	if len(opts) > 0 {
