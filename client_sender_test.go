@@ -579,20 +579,7 @@ func (c *cutConn) NewSender(ctx context.Context, target string, opts *amqp.Sende
 // the next publish goes out on a new one, on the same connection. The cut
 // publish is reported as never sent, not as an unknown outcome.
 func TestClientPublisherGivesUpALinkCutBetweenFrames(t *testing.T) {
-	publishes := map[string]func(*ClientPublisher, context.Context) error{
-		"Publish": func(p *ClientPublisher, ctx context.Context) error {
-			_, err := p.Publish(ctx, Job(urnCreated, nil))
-			return err
-		},
-		"PublishWithReceipt": func(p *ClientPublisher, ctx context.Context) error {
-			r, err := p.PublishWithReceipt(ctx, Job(urnCreated, nil))
-			if err != nil {
-				return err
-			}
-			return r.Wait(ctx)
-		},
-	}
-	for name, publish := range publishes {
+	for name, publish := range publishWays {
 		t.Run(name, func(t *testing.T) {
 			cut := &cutLink{frames: 2}
 			h := harnessOver(t, ClientOptions{}, func(c *fakeConn) amqpConn { return &cutConn{fakeConn: c, cut: cut} }, "amqp://live:5672")
@@ -601,14 +588,14 @@ func TestClientPublisherGivesUpALinkCutBetweenFrames(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 			defer cancel()
-			err = publish(pub, ctx)
+			err = publish(ctx, pub.Publisher)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "an incomplete delivery is never stored")
 			assert.Eventually(t, cut.closed.Load, 5*time.Second, time.Millisecond, "the link is detached")
 
 			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			require.NoError(t, publish(pub, ctx), "the next publish, on a new link")
+			require.NoError(t, publish(ctx, pub.Publisher), "the next publish, on a new link")
 			senders := h.fb.conn(0).sendersTo("orders")
 			require.Len(t, senders, 1)
 			assert.Len(t, senders[0].Sent(), 1)

@@ -306,29 +306,35 @@ func (l *cutLink) Close(context.Context) error {
 	return nil
 }
 
+// publishWays are the two ways to publish, each returning the publish's
+// error: Publish, and PublishWithReceipt followed by the receipt's Wait.
+var publishWays = map[string]func(ctx context.Context, p *Publisher, opts ...PublishOption) error{
+	"Publish": func(ctx context.Context, p *Publisher, opts ...PublishOption) error {
+		_, err := p.Publish(ctx, Job(urnCreated, orderData), opts...)
+		return err
+	},
+	"PublishWithReceipt": func(ctx context.Context, p *Publisher, opts ...PublishOption) error {
+		r, err := p.PublishWithReceipt(ctx, Job(urnCreated, orderData), opts...)
+		if err != nil {
+			return err
+		}
+		return r.Wait(ctx)
+	},
+}
+
 // A transfer whose context ends between two of its frames leaves an
 // incomplete delivery on the link, on which go-amqp would write the next
 // transfer: the link is detached. The publish is reported as never sent,
 // as one cut before its first frame is (the broker never stores an
 // incomplete delivery), and that one keeps its link.
 func TestTransferCutBetweenItsFramesDetachesTheLink(t *testing.T) {
-	publishes := map[string]func(*Publisher, context.Context) error{
-		"Publish": func(p *Publisher, ctx context.Context) error {
-			_, err := p.Publish(ctx, Job(urnCreated, nil))
-			return err
-		},
-		"PublishWithReceipt": func(p *Publisher, ctx context.Context) error {
-			_, err := p.PublishWithReceipt(ctx, Job(urnCreated, nil))
-			return err
-		},
-	}
-	for name, publish := range publishes {
+	for name, publish := range publishWays {
 		for _, frames := range []int{0, 1, 3} {
 			t.Run(fmt.Sprintf("%s/%d frames written", name, frames), func(t *testing.T) {
 				l := &cutLink{frames: frames}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 				defer cancel()
-				err := publish(NewPublisher(l, "orders"), ctx)
+				err := publish(ctx, NewPublisher(l, "orders"))
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				var ae *amqp.Error
 				require.ErrorAs(t, err, &ae)

@@ -659,20 +659,7 @@ func (v *exitsOnce) ValidatePayload(context.Context, string, json.RawMessage) er
 // it heard before was an accepted one that never was), and the next
 // publish on the same ClientPublisher goes out as usual.
 func TestPublishWhoseValidatorExitsLeavesNothingHalfDone(t *testing.T) {
-	publishes := map[string]func(*ClientPublisher, PublishOption) error{
-		"Publish": func(p *ClientPublisher, v PublishOption) error {
-			_, err := p.Publish(context.Background(), Job(urnCreated, orderData), v)
-			return err
-		},
-		"PublishWithReceipt": func(p *ClientPublisher, v PublishOption) error {
-			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData), v)
-			if err != nil {
-				return err
-			}
-			return r.Wait(context.Background())
-		},
-	}
-	for name, publish := range publishes {
+	for name, publish := range publishWays {
 		t.Run(name, func(t *testing.T) {
 			obs := &observed{}
 			h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
@@ -685,7 +672,7 @@ func TestPublishWhoseValidatorExitsLeavesNothingHalfDone(t *testing.T) {
 			go func() {
 				ok := false
 				defer func() { returned <- ok }()
-				_ = publish(p, v)
+				_ = publish(context.Background(), p.Publisher, v)
 				ok = true
 			}()
 			select {
@@ -700,7 +687,7 @@ func TestPublishWhoseValidatorExitsLeavesNothingHalfDone(t *testing.T) {
 			assert.Empty(t, obs.publishes(), "no publish to report")
 
 			done := make(chan error, 1)
-			go func() { done <- publish(p, v) }()
+			go func() { done <- publish(context.Background(), p.Publisher, v) }()
 			select {
 			case err := <-done:
 				require.NoError(t, err)
