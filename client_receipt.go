@@ -53,11 +53,11 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 	}
 	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
-		s.cutOff(sl, err)
+		s.cutOff(sl, err) // cut between its frames: never stored, but the link goes
 		if !mayBeStored(err) || !linkLost(err) {
-			// Refused before it was written, or (defensively: the write is
-			// not cut by ctx, see handoffContext) the caller's context
-			// ended: never the link's fault.
+			// Refused, or cut by ctx, before its last frame was written,
+			// or (defensively: a frame's write is not cut by ctx, see
+			// handoffContext) the caller's context ended: never stored.
 			if mayBeStored(err) {
 				return false, s.unknown(err)
 			}
