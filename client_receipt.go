@@ -53,10 +53,11 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 	}
 	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
+		s.cutOff(sl, err) // cut between its frames: never stored, but the link goes
 		if !mayBeStored(err) || !linkLost(err) {
-			// Refused before it was written, or (defensively: the write is
-			// not cut by ctx, see handoffContext) the caller's context
-			// ended: never the link's fault.
+			// Refused, or cut by ctx, before its last frame was written,
+			// or (defensively: a frame's write is not cut by ctx, see
+			// handoffContext) the caller's context ended: never stored.
 			if mayBeStored(err) {
 				return false, s.unknown(err)
 			}
@@ -87,11 +88,21 @@ func (sl *senderLink) queue(ct clientTransfer) {
 // pending (the twin of resolver.run, with the Client's loss rules).
 func (sl *senderLink) resolve() {
 	var batch []clientTransfer
-	next := 0 // batch[next:] are still pending
+	next := 0         // batch[next:] are still pending
+	awaiting := false // batch[next]'s outcome is being awaited (and its loss handled)
 	clean := false
 	defer func() {
 		if !clean {
-			sl.outcomes.requeue(batch[next:])
+			rest := batch[next:]
+			if awaiting {
+				// A callback of the loss handling (OnEvent, the Logger's
+				// handler) ended the goroutine (runtime.Goexit) while
+				// this receipt's loss was handled: a loss, perhaps
+				// already resent. Handling it again would meet the
+				// same callback, without end; it resolves as unknown.
+				rest[0] = clientTransfer{r: rest[0].r, cut: true}
+			}
+			sl.outcomes.requeue(rest)
 			go sl.resolve()
 		}
 	}()
@@ -104,7 +115,9 @@ func (sl *senderLink) resolve() {
 		next = 0
 		for i := range batch {
 			ct := batch[i]
+			awaiting = true
 			state, err := sl.awaitOutcome(&ct)
+			awaiting = false
 			batch[i] = clientTransfer{}
 			next = i + 1
 			ct.r.resolve(state, err)
@@ -119,6 +132,9 @@ func (sl *senderLink) resolve() {
 // applies the loss rules of start.
 func (sl *senderLink) awaitOutcome(ct *clientTransfer) (amqp.DeliveryState, error) {
 	s := sl.sender
+	if ct.cut {
+		return nil, s.unknown(errLossHandlingCut)
+	}
 	if ct.lost != nil {
 		return s.receiptLoss(sl, ct.retry, ct.lost)
 	}

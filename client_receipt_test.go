@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,14 +103,25 @@ func receiptHarness(t *testing.T) *harness {
 // receiptHarnessWith is receiptHarness with options and URLs.
 func receiptHarnessWith(t *testing.T, o ClientOptions, urls ...string) *harness {
 	t.Helper()
+	return harnessOver(t, o, func(c *fakeConn) amqpConn { return receiptConn{c} }, urls...)
+}
+
+// harnessOver is newHarness with options and URLs whose connections are
+// the fake broker's, as over makes them (o's OnEvent hears the events too).
+func harnessOver(t *testing.T, o ClientOptions, over func(*fakeConn) amqpConn, urls ...string) *harness {
+	t.Helper()
 	h := newHarness(t, urls, nil, nil)
-	o.OnEvent = h.ev.on
+	if user := o.OnEvent; user != nil {
+		o.OnEvent = func(ev ConnectionEvent) { h.ev.on(ev); user(ev) }
+	} else {
+		o.OnEvent = h.ev.on
+	}
 	bc, err := newClient(urls, &o, func(ctx context.Context, b *broker) (amqpConn, error) {
 		cn, err := h.fb.dial(ctx, b)
 		if err != nil {
 			return nil, err
 		}
-		return receiptConn{cn.(*fakeConn)}, nil
+		return over(cn.(*fakeConn)), nil
 	})
 	require.NoError(t, err)
 	bc.random = func() float64 { return 0.5 }
@@ -513,4 +525,51 @@ func TestClusterReceiptsOfAHealthyMemberDoNotWaitForALostOne(t *testing.T) {
 		assert.ErrorIs(t, r.Wait(wctx), ErrOutcomeUnknown)
 	}
 	t.Logf("the lost member's 20 receipts resolved as unknown after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// An OnEvent callback that ends the goroutine (runtime.Goexit) while a
+// receipt's lost outcome is handled (here at EventPublishRetried, on the
+// resolver's goroutine, before the resend) does not start that handling
+// again: the receipt resolves once, as unknown, nothing is resent, and the
+// link's resolver goes on resolving the receipts behind it.
+func TestClientPublisherReceiptSurvivesAnOnEventThatExits(t *testing.T) {
+	var exits atomic.Int32
+	h := receiptHarnessWith(t, ClientOptions{OnEvent: func(ev ConnectionEvent) {
+		if ev.Kind == EventPublishRetried {
+			exits.Add(1)
+			runtime.Goexit()
+		}
+	}}, "amqp://live:5672")
+	h.fb.setup = func(c *fakeConn) {
+		c.outcome = func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+			return &amqp.StateAccepted{}, nil
+		}
+	}
+	pub, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
+	require.NoError(t, err)
+	rs := publishReceipts(t, pub, 2)
+	h.fb.conn(0).kill(&amqp.ConnError{})
+
+	for i, r := range rs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.Wait(ctx)
+		cancel()
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "receipt %d never resolved", i)
+		assert.ErrorIs(t, err, ErrOutcomeUnknown, "receipt %d", i)
+	}
+	assert.Equal(t, int32(2), exits.Load(), "each receipt's loss handled once")
+	for i := 1; i < h.fb.connCount(); i++ {
+		for _, s := range h.fb.conn(i).sendersTo("orders") {
+			assert.Empty(t, s.Sent(), "nothing resent: the handling ended before the resend")
+		}
+	}
+
+	// The Client goes on publishing, with receipts resolved.
+	r, err := pub.PublishWithReceipt(context.Background(), Job(urnCreated, nil))
+	require.NoError(t, err)
+	book := receiptOutcomes(h.fb.conn(h.fb.connCount() - 1))
+	book.channel(r.ID()) <- outcomeOf{state: &amqp.StateAccepted{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, r.Wait(ctx))
 }

@@ -6,6 +6,7 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ type clientTransfer struct {
 	retry    *amqp.Message // kept for a resend after a loss: set only when it carries a duplicate id
 	deadline time.Time     // when the outcome counts as timed out
 	lost     error         // the write itself was cut off: resolved as a loss
+	cut      bool          // its loss handling was ended by a callback: resolved as unknown
 }
 
 // linkOutcomes are the receipts of the transfers written on one link,
@@ -297,7 +299,9 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 	switch {
 	case neverSent(err):
 		// Still waiting for link credit: nothing was written, and nothing
-		// was learnt about the connection.
+		// was learnt about the connection. Or cut between its frames: the
+		// link is being detached.
+		s.cutOff(sl, err)
 	case err != nil && isContextError(err) && ctx.Err() != nil:
 		// A context too short for any broker to answer in says nothing
 		// about the connection.
@@ -308,6 +312,16 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 		sl.cn.timeouts.Store(0)
 	}
 	return state, err
+}
+
+// cutOff gives up sl when err is a transfer cut between its frames
+// (errTransferCut): its incomplete delivery would hold up every later
+// transfer on it, and the link is being detached. The next caller
+// attaches a new one, rather than failing on the detached link.
+func (s *clientSender) cutOff(sl *senderLink, err error) {
+	if errors.Is(err, errTransferCut) {
+		s.failed(sl, err)
+	}
 }
 
 // send is SendOutcome for a Publisher (sendPath), with a credit wait cut by

@@ -554,3 +554,52 @@ func TestPublisherCloseDetachesABrokenLink(t *testing.T) {
 	assert.True(t, senders[0].Closed(), "the broken link is detached")
 	assert.False(t, h.fb.conn(0).dead(), "the Client's connection stays open")
 }
+
+// cutConn is a fakeConn whose first sender is a cutLink (outcome_test.go),
+// whose every transfer is cut by its context between two frames.
+type cutConn struct {
+	*fakeConn
+	cut  *cutLink
+	used atomic.Bool
+}
+
+func (c *cutConn) NewSession(context.Context, *amqp.SessionOptions) (amqpSession, error) {
+	return c, nil
+}
+
+func (c *cutConn) NewSender(ctx context.Context, target string, opts *amqp.SenderOptions) (linkSender, error) {
+	if c.used.CompareAndSwap(false, true) {
+		return c.cut, nil
+	}
+	return c.fakeConn.NewSender(ctx, target, opts)
+}
+
+// A ClientPublisher's transfer cut by its context between two frames left
+// an incomplete delivery on its link: the link is given up (detached) and
+// the next publish goes out on a new one, on the same connection. The cut
+// publish is reported as never sent, not as an unknown outcome.
+func TestClientPublisherGivesUpALinkCutBetweenFrames(t *testing.T) {
+	for name, publish := range publishWays {
+		t.Run(name, func(t *testing.T) {
+			cut := &cutLink{frames: 2}
+			h := harnessOver(t, ClientOptions{}, func(c *fakeConn) amqpConn { return &cutConn{fakeConn: c, cut: cut} }, "amqp://live:5672")
+			pub, err := h.c.Publisher(context.Background(), "orders")
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			err = publish(ctx, pub.Publisher)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "an incomplete delivery is never stored")
+			assert.Eventually(t, cut.closed.Load, 5*time.Second, time.Millisecond, "the link is detached")
+
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, publish(ctx, pub.Publisher), "the next publish, on a new link")
+			senders := h.fb.conn(0).sendersTo("orders")
+			require.Len(t, senders, 1)
+			assert.Len(t, senders[0].Sent(), 1)
+			assert.Equal(t, 1, h.fb.connCount(), "the connection is kept")
+		})
+	}
+}

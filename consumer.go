@@ -281,7 +281,11 @@ func (w observerOption) applyPublish(c *publishConfig) { c.observer = w.o }
 // naming each violation, and the broker never sees it. It applies to Publish, PublishWithReceipt and
 // NewMessage. The check runs under the publish's context (NewMessage's
 // under none), and a publish whose context ends during it fails with the
-// context's error. A nil v checks nothing. Default: none.
+// context's error. It runs on the caller's goroutine, as code the caller
+// runs: a panic in v goes up to the caller, and a v that ends the goroutine
+// (runtime.Goexit, as t.FailNow does) ends the caller's, before anything is
+// sent, the Observer told or a receipt made. A nil v checks nothing.
+// Default: none.
 func WithPayloadValidator(v PayloadValidator) SharedOption {
 	return payloadOption{v}
 }

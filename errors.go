@@ -97,6 +97,14 @@ var (
 	ErrClosed = errors.New("artemis: client closed")
 )
 
+// errTransferCut: a transfer's context ended between two of its frames
+// (outcome.go, cutBetweenFrames); its link is detached.
+var errTransferCut = errors.New("the transfer was cut between its frames: its link is detached, and the broker discards the incomplete message")
+
+// errLossHandlingCut: a callback ended the goroutine that handled a
+// receipt's lost outcome (client_receipt.go, resolve).
+var errLossHandlingCut = errors.New("the handling of the lost outcome was ended by a callback that exited its goroutine")
+
 // Disposition is what the consumer did with a delivery.
 type Disposition int
 

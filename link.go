@@ -34,6 +34,13 @@ type receiptSender interface {
 	SendWithReceipt(ctx context.Context, msg *amqp.Message, opts *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error)
 }
 
+// detachable is a receiptSender the library can detach (*amqp.Sender is):
+// one left with an incomplete delivery (outcome.go, cutBetweenFrames).
+type detachable interface {
+	receiptSender
+	Close(ctx context.Context) error
+}
+
 // Receiver is the receiving side of an AMQP link. *amqp.Receiver satisfies
 // it. Attach it with the "queue" capability and without auto-settlement:
 // the consumer owns every disposition.

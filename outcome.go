@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -84,8 +85,12 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 		}
 		return pendingTransfer{state: state}, nil
 	case receiptSender:
-		receipt, err := s.SendWithReceipt(handoffContext{ctx}, msg, nil)
+		h := &handoffContext{Context: ctx}
+		receipt, err := s.SendWithReceipt(h, msg, nil)
 		if err != nil {
+			if h.wrote.Load() && neverSent(err) {
+				err = cutBetweenFrames(s, err)
+			}
 			return pendingTransfer{}, creditTimeout(ctx, err)
 		}
 		return pendingTransfer{receipt: receipt, hasReceipt: true}, nil
@@ -109,12 +114,60 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 // caller's context bounds only the wait for the outcome (receipt.Wait).
 //
 // A message larger than the peer's maximum frame size is written in
-// several frames; go-amqp waits on Done between them, so a caller's context
-// that ends in the middle of such a write still leaves it unfinished.
-type handoffContext struct{ context.Context }
+// several frames; go-amqp waits on Done before handing over each of them,
+// so a caller's context that ends in the middle of such a write still
+// leaves it unfinished (see cutBetweenFrames). wrote tells that it did
+// start: go-amqp's connection writer reads Err, then Deadline, of a
+// frame's context just before it writes the frame (conn.go,
+// getWriteTimeout), and nothing else of go-amqp calls either.
+type handoffContext struct {
+	context.Context
+	wrote atomic.Bool // a frame of the transfer was written
+}
 
-func (handoffContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (handoffContext) Err() error                  { return nil }
+func (h *handoffContext) Deadline() (time.Time, bool) {
+	h.wrote.Store(true)
+	return time.Time{}, false
+}
+
+func (*handoffContext) Err() error { return nil }
+
+// cutBetweenFrames is the error of a transfer that go-amqp reports as never
+// handed over (err, neverSent: amqp:link:transfer-limit-exceeded) while
+// frames of it were written: its context ended between two frames of a
+// message larger than one. go-amqp v1.7.0 (sender.go, Sender.send) returns
+// the very error of a transfer cut before its first frame, and leaves the
+// delivery open on the link: its frames went out with more=true, and no
+// final one. The next transfer on that link would be a new delivery-id
+// while that one is incomplete: a broker takes the link's deliveries in
+// order (Artemis waits on the incomplete one, and every later transfer of
+// the link with it), so the link is detached, in the background, bounded by
+// cutDetachTimeout: nothing more can be written on it.
+//
+// The message was not stored, so the publish is reported as never sent
+// (err still is neverSent, and not ErrOutcomeUnknown): the final frame
+// (more=false) was never handed over, as go-amqp waits on ctx only before a
+// frame's hand-over, and a delivery is a message only once its last frame
+// came. AMQP 1.0 (2.6.14, and transfer's "aborted" field in 2.7.5) has a
+// sender end such a delivery with aborted=true, which the receiver
+// discards, settled, without ever having a message; go-amqp has no way to
+// send it, and a detach (closed) ends the link with the delivery still
+// incomplete: the broker discards it the same way (Artemis drops the
+// incomplete delivery of a closed link), and never stores it.
+func cutBetweenFrames(s receiptSender, err error) error {
+	if c, ok := s.(detachable); ok {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cutDetachTimeout)
+			defer cancel()
+			_ = c.Close(ctx)
+		}()
+	}
+	return fmt.Errorf("%w; %w", err, errTransferCut)
+}
+
+// cutDetachTimeout bounds the detach of a link left with an incomplete
+// delivery (cutBetweenFrames).
+const cutDetachTimeout = 5 * time.Second
 
 // creditTimeout is err, and ctx's error with it when err is go-amqp's
 // answer to a transfer whose ctx ended while it waited for link credit

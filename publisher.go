@@ -23,7 +23,10 @@ type Publisher struct {
 //
 // Attach s to the queue's address with the "queue" capability, so Artemis
 // makes an anycast queue; otherwise messages sent before a receiver attaches
-// may be lost on a multicast address.
+// may be lost on a multicast address. A publish whose ctx ends between two
+// frames of a message larger than one leaves s unable to carry another
+// transfer: s is closed (Close), and a later publish fails until you attach
+// a new Sender (a ClientPublisher attaches one itself).
 func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 	base := &noOptions
 	if len(opts) > 0 {
@@ -76,9 +79,18 @@ func (p *Publisher) copyConfig(cfg *publishConfig) *publishConfig {
 var noOptions publishConfig
 
 func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
+	// ended: the publish has a result (refused, or sent with an outcome).
+	// A payload validator that ends the caller's goroutine (runtime.Goexit,
+	// or a panic) before then leaves nothing to report: nothing was sent,
+	// and the Observer must not hear an accepted publish.
+	ended := false
 	if cfg.observer != nil {
 		start := cfg.clock()
-		defer func() { cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err) }()
+		defer func() {
+			if ended {
+				cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
+			}
+		}()
 	}
 	msg, pm, err := p.message(ctx, env, cfg)
 	if err == nil {
@@ -90,6 +102,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 			pm.recycle() // a failed send's message may still be held by its link
 		}
 	}
+	ended = true
 	if err != nil && !isRefusal(err) {
 		err = publishError(p.queue, env.URN, err)
 	}

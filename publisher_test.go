@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -634,6 +636,67 @@ func TestPublishEndedWhileWaitingForCreditMatchesItsContext(t *testing.T) {
 			defer cancel()
 			_, err = p.PublishWithReceipt(ctx, Job(urnCreated, nil))
 			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+// exitsOnce is a PayloadValidator whose first check exits the goroutine
+// (runtime.Goexit, as t.FailNow in a test's validator does); the others
+// pass.
+type exitsOnce struct{ calls atomic.Int32 }
+
+func (v *exitsOnce) ValidatePayload(context.Context, string, json.RawMessage) error {
+	if v.calls.Add(1) == 1 {
+		runtime.Goexit()
+	}
+	return nil
+}
+
+// A publish-side validator runs on the caller's goroutine, so one that
+// exits it (runtime.Goexit) ends the caller, as any code the caller runs
+// would: Publish and PublishWithReceipt never return. Nothing is left
+// half-done: nothing is sent, the Observer hears of no publish (the one
+// it heard before was an accepted one that never was), and the next
+// publish on the same ClientPublisher goes out as usual.
+func TestPublishWhoseValidatorExitsLeavesNothingHalfDone(t *testing.T) {
+	for name, publish := range publishWays {
+		t.Run(name, func(t *testing.T) {
+			obs := &observed{}
+			h := newHarness(t, []string{"amqp://live:5672"}, nil, nil)
+			require.NoError(t, h.dial())
+			p, err := h.c.Publisher(context.Background(), "orders", WithObserver(obs))
+			require.NoError(t, err)
+			v := WithPayloadValidator(&exitsOnce{})
+
+			returned := make(chan bool, 1)
+			go func() {
+				ok := false
+				defer func() { returned <- ok }()
+				_ = publish(context.Background(), p.Publisher, v)
+				ok = true
+			}()
+			select {
+			case ok := <-returned:
+				require.False(t, ok, "the validator's Goexit ended the caller's goroutine")
+			case <-time.After(5 * time.Second):
+				t.Fatal("the publish whose validator exited neither returned nor ended")
+			}
+			senders := h.fb.conn(0).sendersTo("orders")
+			require.Len(t, senders, 1)
+			assert.Empty(t, senders[0].Sent(), "nothing sent")
+			assert.Empty(t, obs.publishes(), "no publish to report")
+
+			done := make(chan error, 1)
+			go func() { done <- publish(context.Background(), p.Publisher, v) }()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the next publish on the same publisher hung")
+			}
+			assert.Len(t, senders[0].Sent(), 1)
+			require.Len(t, obs.publishes(), 1)
+			assert.Equal(t, PublishAccepted, obs.publishes()[0].Outcome)
 		})
 	}
 }
