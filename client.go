@@ -157,8 +157,9 @@ func clientOver(be backend) *Client { return &Client{be: be} }
 // SendWithReceipt), and the same rules hold for each receipt: a receipt
 // outstanding when the link or connection drops resolves to an error
 // matching ErrOutcomeUnknown, or, with WithDuplicateDetection, its message
-// is sent once more on a re-dialed link and the receipt resolves with that
-// outcome. Those resends run one by one on the resolving goroutine of the
+// is sent once more on a re-dialed link and the receipt resolves as accepted
+// when the broker accepts that copy, else still to ErrOutcomeUnknown (the
+// first copy may be stored, whatever became of the second). Those resends run one by one on the resolving goroutine of the
 // link the receipts were written on, each bounded by twice the Client's
 // DialTimeout; each link's receipts resolve on their own, so on a cluster
 // a member that stops settling (or is lost) never delays the outcomes of

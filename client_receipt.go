@@ -22,8 +22,9 @@ import (
 //     written (while writing, or while the outcome was awaited): without a
 //     duplicate id the receipt resolves to an error matching
 //     ErrOutcomeUnknown; with one (WithDuplicateDetection) the message is
-//     sent once more on a re-dialed link, and the receipt resolves with
-//     that transfer's outcome (ErrOutcomeUnknown if it fails the same way).
+//     sent once more on a re-dialed link, and the receipt resolves as
+//     accepted when that copy is accepted, else (never written, refused,
+//     or lost too) to ErrOutcomeUnknown: the first copy may be stored.
 //     The retry is bounded by retryTimeout, as the receipt has no context
 //     of its own by then, and, like Publish's, re-dials at most once and
 //     never waits out an outage;

@@ -282,12 +282,21 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 	}
 	// Told only now that the resend is made, on the link it is made on.
 	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: retry.cn.url, Address: s.addr, Err: err})
-	state, err := s.transfer(ctx, retry, msg)
-	if err == nil || !mayBeStored(err) {
-		return state, s.c.red.error(err)
+	state, rerr := s.transfer(ctx, retry, msg)
+	if rerr == nil {
+		if rerr = outcomeError(state); rerr == nil {
+			return state, nil
+		}
 	}
-	s.failed(retry, err)
-	return nil, s.unknown(err)
+	if mayBeStored(rerr) {
+		s.failed(retry, rerr)
+		return nil, s.unknown(rerr)
+	}
+	// Never written (no credit on the new link until ctx ended) or refused:
+	// the first copy may be stored all the same. The resend's error is
+	// kept as text: its identity (not sent, not accepted) would say
+	// otherwise.
+	return nil, s.unknown(fmt.Errorf("%w (the resend: %s)", err, rerr.Error()))
 }
 
 // transfer sends msg on sl and keeps its connection's count of outcome

@@ -182,6 +182,41 @@ func TestPublisherRetryThatCannotReconnectIsAnUnknownOutcome(t *testing.T) {
 	assert.NotContains(t, h.ev.kinds(), EventPublishRetried, "no resend was made")
 }
 
+// Whatever becomes of the resend after a lost outcome, the first copy may
+// be stored: a resend that is never written (no credit on the new link
+// until ctx ends) or that the broker refuses leaves the outcome unknown,
+// never "not sent" or "not stored".
+func TestPublisherResendThatFailsLeavesTheOutcomeUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resend func(context.Context, *amqp.Message) (amqp.DeliveryState, error)
+	}{
+		{"never written", func(ctx context.Context, _ *amqp.Message) (amqp.DeliveryState, error) {
+			<-ctx.Done()
+			return nil, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link"}
+		}},
+		{"rejected", func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+			return &amqp.StateRejected{Error: &amqp.Error{Condition: "amqp:internal-error", Description: "no room"}}, nil
+		}},
+		{"released", func(context.Context, *amqp.Message) (amqp.DeliveryState, error) {
+			return &amqp.StateReleased{}, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, p := newPublisherHarness(t, dropConnDuringSend(tc.resend), WithDuplicateDetection())
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := p.Publish(ctx, Job(urnCreated, orderData))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrOutcomeUnknown, "the first copy may be stored")
+			assert.NotErrorIs(t, err, ErrNotAccepted, "not a publish the broker did not store")
+			assert.False(t, neverSent(err), "not a publish that was never sent: %v", err)
+			assert.Contains(t, err.Error(), "the resend", "what became of the resend")
+			h.ev.wait(t, EventPublishRetried)
+		})
+	}
+}
+
 func TestPublisherNeverRetriesWhenTheContextEnds(t *testing.T) {
 	started := make(chan struct{})
 	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
