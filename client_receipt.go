@@ -5,6 +5,7 @@ package artemis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,8 +42,8 @@ func (s *clientSender) start(ctx context.Context, msg *amqp.Message, r *Receipt)
 
 // startWait is start, waiting for a connection only when wait is set.
 func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Receipt, wait bool) (kept bool, err error) {
-	sl, err := s.link(ctx, wait)
-	if err != nil {
+	sl, pt, err := s.writeOn(ctx, msg, wait)
+	if sl == nil {
 		return false, err // nothing was sent
 	}
 	// The message is needed after the write only for a resend, which only
@@ -52,7 +53,6 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 	if hasDuplicateID(msg) {
 		keep = msg
 	}
-	pt, err := startTransfer(ctx, sl.link, msg)
 	if err != nil {
 		s.cutOff(sl, err) // cut between its frames: never stored, but the link goes
 		if !mayBeStored(err) || !linkLost(err) {
@@ -76,6 +76,22 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 	// however long the resolver took to reach this one.
 	sl.queue(clientTransfer{r: r, pt: pt, retry: keep, deadline: time.Now().Add(s.retryTimeout())})
 	return keep != nil, nil
+}
+
+// writeOn writes msg on the current link (senderLink.write), on a new one
+// when it finds that link cut. A nil link: no link, nothing written.
+func (s *clientSender) writeOn(ctx context.Context, msg *amqp.Message, wait bool) (*senderLink, pendingTransfer, error) {
+	for try := 1; ; try++ {
+		sl, err := s.link(ctx, wait)
+		if err != nil {
+			return nil, pendingTransfer{}, err
+		}
+		pt, err := sl.write(ctx, msg)
+		if errors.Is(err, errLinkCut) && try < cutTries {
+			continue // nothing was written: on a new link
+		}
+		return sl, pt, err
+	}
 }
 
 // queue hands ct to sl's resolver, starting it when none runs.

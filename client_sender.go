@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,41 @@ type senderLink struct {
 	goAMQP   bool // link is go-amqp's (not a test's fake), known at the attach
 	broken   atomic.Bool
 	outcomes linkOutcomes // the receipts of the transfers written on it (client_receipt.go)
+
+	writeMu sync.Mutex // held through each write on link: see write
+	cut     bool       // a transfer on link was cut between its frames (writeMu)
 }
+
+// errLinkCut: a write found its link left with a transfer cut between its
+// frames (senderLink.write); nothing of it was written.
+var errLinkCut = errors.New("the link was given up: a transfer before this one was cut between its frames")
+
+// write starts msg's transfer on sl's link. Writes on one link take turns
+// here, as they do anyway inside go-amqp (Sender.send holds the link's lock
+// for a whole transfer, and its writes). A transfer cut between its frames
+// (errTransferCut) leaves its incomplete delivery on the link until the
+// detach goes out: the writes waiting behind it must not follow it onto
+// the link. It marks the link cut and broken before the next write's turn,
+// which then writes nothing and returns errLinkCut: its caller writes on a
+// new link (writeOn).
+func (sl *senderLink) write(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
+	sl.writeMu.Lock()
+	defer sl.writeMu.Unlock()
+	if sl.cut {
+		return pendingTransfer{}, errLinkCut
+	}
+	pt, err := startTransfer(ctx, sl.link, msg)
+	if errors.Is(err, errTransferCut) {
+		sl.cut = true
+		sl.broken.Store(true)
+	}
+	return pt, err
+}
+
+// cutTries bounds the new links a write takes after finding its link cut
+// (errLinkCut): each one means another caller's transfer was cut between
+// its frames on the link before.
+const cutTries = 3
 
 // clientTransfer is a receipt's transfer written on a Client's link, with
 // what the loss rules need of it.
@@ -247,15 +282,20 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 // sendOutcome is SendOutcome, waiting for a connection only when wait is
 // set.
 func (s *clientSender) sendOutcome(ctx context.Context, msg *amqp.Message, wait bool) (amqp.DeliveryState, error) {
-	sl, err := s.link(ctx, wait)
-	if err != nil {
-		return nil, err // nothing was sent
+	for try := 1; ; try++ {
+		sl, err := s.link(ctx, wait)
+		if err != nil {
+			return nil, err // nothing was sent
+		}
+		state, err := s.transfer(ctx, sl, msg)
+		if errors.Is(err, errLinkCut) && try < cutTries {
+			continue // nothing was written: on a new link
+		}
+		if err == nil || !mayBeStored(err) {
+			return state, s.c.red.error(err)
+		}
+		return s.afterLoss(ctx, sl, msg, err)
 	}
-	state, err := s.transfer(ctx, sl, msg)
-	if err == nil || !mayBeStored(err) {
-		return state, s.c.red.error(err)
-	}
-	return s.afterLoss(ctx, sl, msg, err)
 }
 
 // afterLoss handles a transfer on sl that failed after it may have been
@@ -304,7 +344,7 @@ func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.
 // resets it.
 func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.Message) (amqp.DeliveryState, error) {
 	start := time.Now()
-	state, err := transfer(ctx, sl.link, msg)
+	state, err := sl.transfer(ctx, msg)
 	switch {
 	case neverSent(err):
 		// Still waiting for link credit: nothing was written, and nothing
@@ -321,6 +361,18 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 		sl.cn.timeouts.Store(0)
 	}
 	return state, err
+}
+
+// transfer is transfer (outcome.go) on sl's link, its write made by write.
+func (sl *senderLink) transfer(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
+	if _, ok := sl.link.(outcomeSender); ok {
+		return transfer(ctx, sl.link, msg) // a test's link: it writes and answers in one call
+	}
+	p, err := sl.write(ctx, msg)
+	if err != nil {
+		return nil, err
+	}
+	return p.wait(ctx)
 }
 
 // cutOff gives up sl when err is a transfer cut between its frames

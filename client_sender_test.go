@@ -594,7 +594,7 @@ func TestPublisherCloseDetachesABrokenLink(t *testing.T) {
 // whose every transfer is cut by its context between two frames.
 type cutConn struct {
 	*fakeConn
-	cut  *cutLink
+	cut  linkSender // the first sender it attaches
 	used atomic.Bool
 }
 
@@ -635,6 +635,74 @@ func TestClientPublisherGivesUpALinkCutBetweenFrames(t *testing.T) {
 			require.Len(t, senders, 1)
 			assert.Len(t, senders[0].Sent(), 1)
 			assert.Equal(t, 1, h.fb.connCount(), "the connection is kept")
+		})
+	}
+}
+
+// serialLink is a go-amqp link as its concurrent senders meet it: one
+// transfer at a time (go-amqp's Sender.send holds the link's lock for the
+// whole transfer). Its first transfer writes a frame, then is cut by its
+// context before the next; a transfer after that would go out behind the
+// incomplete delivery, which it counts. Its detach takes effect late, as
+// go-amqp's does (through the link's own goroutine).
+type serialLink struct {
+	mu     sync.Mutex
+	calls  int
+	behind atomic.Int32
+	closed atomic.Bool
+	wrote  chan struct{} // closed once the first transfer wrote a frame
+}
+
+func (l *serialLink) SendWithReceipt(ctx context.Context, _ *amqp.Message, _ *amqp.SendWithReceiptOptions) (amqp.SendReceipt, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls++; l.calls > 1 {
+		if !l.closed.Load() {
+			l.behind.Add(1)
+		}
+		return amqp.SendReceipt{}, &amqp.LinkError{}
+	}
+	_, _ = ctx.Deadline() // the connection's writer, writing the first frame
+	close(l.wrote)
+	<-ctx.Done()
+	return amqp.SendReceipt{}, &amqp.Error{Condition: amqp.ErrCondTransferLimitExceeded, Description: "credit limit exceeded for sending link x"}
+}
+
+func (l *serialLink) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	return errors.New("serialLink: Send is not used")
+}
+
+func (l *serialLink) Close(context.Context) error {
+	time.AfterFunc(2*time.Second, func() { l.closed.Store(true) })
+	return nil
+}
+
+// A publish waiting for the link while another's transfer on it is cut
+// between its frames never follows that transfer onto the link (where it
+// would be written behind the incomplete delivery): it goes out on a new
+// link, and succeeds; the other caller's context does not fail it.
+func TestClientPublisherNeverWritesBehindATransferCutBetweenFrames(t *testing.T) {
+	for name, publish := range publishWays {
+		t.Run(name, func(t *testing.T) {
+			link := &serialLink{wrote: make(chan struct{})}
+			h := harnessOver(t, ClientOptions{}, func(c *fakeConn) amqpConn { return &cutConn{fakeConn: c, cut: link} }, "amqp://live:5672")
+			pub, err := h.c.Publisher(context.Background(), "orders")
+			require.NoError(t, err)
+
+			short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			cut := make(chan error, 1)
+			go func() { cut <- publish(short, pub.Publisher) }()
+			<-link.wrote
+			ctx, cancelLong := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancelLong()
+			require.NoError(t, publish(ctx, pub.Publisher), "the waiting publish, on a new link")
+			require.ErrorIs(t, <-cut, context.DeadlineExceeded)
+
+			assert.Zero(t, link.behind.Load(), "transfers written behind the incomplete delivery")
+			senders := h.fb.conn(0).sendersTo("orders")
+			require.Len(t, senders, 1)
+			assert.Len(t, senders[0].Sent(), 1)
 		})
 	}
 }
