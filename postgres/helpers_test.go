@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
+	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // The tests run on a real PostgreSQL (BQ_POSTGRES_URL: scripts/postgres
@@ -354,4 +355,17 @@ func hostPort(t testing.TB, amqpURL string) string {
 func line(t testing.TB, format string, args ...any) {
 	t.Helper()
 	t.Logf("postgres scenario: %s", fmt.Sprintf(format, args...))
+}
+
+// behindProxy is db's schema through a fault proxy of its own in front of
+// the server (stalled and healed by the test), and that proxy.
+func behindProxy(t testing.TB, db *testDB) (*testDB, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(db.url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	return openDB(t, u.String(), db.schema, false), proxy
 }

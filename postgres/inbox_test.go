@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/url"
 	"runtime"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
-	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // 24 copies of one envelope (one meta.id), delivered to 24 workers at
@@ -271,13 +269,7 @@ func TestInboxRollbackOnAStalledServerIsBounded(t *testing.T) {
 	db := newDB(t)
 	_, err := db.pool.Exec(context.Background(), chargesTable)
 	require.NoError(t, err)
-	u, err := url.Parse(db.url)
-	require.NoError(t, err)
-	proxy, err := faultproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	stalled := openDB(t, u.String(), db.schema, false)
+	stalled, proxy := behindProxy(t, db)
 
 	inbox, err := NewInbox(stalled.pool, "billing", nil)
 	require.NoError(t, err)

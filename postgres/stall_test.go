@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/babelqueue/babelqueue-go-artemis/internal/faultproxy"
 )
 
 // A row that is parked, or waits out a back-off, holds back only the later
@@ -206,13 +203,7 @@ FROM babelqueue_outbox`, free, long).Scan(&published, &pending))
 func TestRelayRoundCutWhileTheDatabaseStallsReturns(t *testing.T) {
 	db, amqpURL, queue := newBrokerDB(t)
 	ids := writeRows(t, db, queue, 3, "")
-	u, err := url.Parse(db.url)
-	require.NoError(t, err)
-	proxy, err := faultproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	stalled := openDB(t, u.String(), db.schema, false)
+	stalled, proxy := behindProxy(t, db)
 
 	relay := NewRelay(stalled.pool, dial(t, amqpURL), nil)
 	t.Cleanup(func() { _ = relay.Close(context.Background()) })
