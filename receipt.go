@@ -93,8 +93,8 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	case r.onOutcome != nil:
 		callOnOutcome(r.onOutcome, r.id, err)
 	case err != nil && !r.waited.Load():
-		slog.Default().Warn("publish not confirmed, receipt not waited on",
-			"queue", r.queue, "urn", r.urn, "message_id", r.id, "error", err)
+		logLine(context.Background(), slog.Default(), slog.LevelWarn, "publish not confirmed, receipt not waited on",
+			slog.String("queue", r.queue), slog.String("urn", r.urn), slog.String("message_id", r.id), slog.Any("error", err))
 	}
 }
 

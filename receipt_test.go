@@ -558,3 +558,30 @@ func TestReceiptResolvesThoughItsObserverExitsTheGoroutine(t *testing.T) {
 	}
 	assert.NoError(t, r.Wait(context.Background()))
 }
+
+// A failed receipt nobody waits on is logged to slog.Default() by the
+// resolver's goroutine: a default logger whose handler panics does not end
+// it (nor the process), and the receipt still resolves.
+func TestUnwaitedReceiptSurvivesAPanickingDefaultLogger(t *testing.T) {
+	prev := slog.Default()
+	slog.SetDefault(slog.New(exitingHandler{panics: true}))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", done: make(chan struct{})}
+	ended := make(chan string, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ended <- fmt.Sprint("panicked: ", p)
+			}
+		}()
+		r.resolve(&amqp.StateRejected{}, nil)
+		ended <- "returned"
+	}()
+	select {
+	case how := <-ended:
+		assert.Equal(t, "returned", how)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resolver never ended")
+	}
+	assert.ErrorIs(t, r.Wait(context.Background()), ErrNotAccepted)
+}
