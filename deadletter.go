@@ -106,6 +106,23 @@ func isAnonymous(err error) bool {
 	return false
 }
 
+// checkDLQName refuses a queue name whose dead-letter queue (dlqAddress)
+// Artemis cannot reach: a queue part holding "::" (for "a::b::c" the DLQ
+// "b::c.dlq" is read again as queue c.dlq on address b), or a blank one
+// ("a::" names no queue).
+func checkDLQName(queue string) error {
+	_, q, ok := strings.Cut(queue, "::")
+	switch {
+	case !ok:
+		return nil
+	case q == "":
+		return fmt.Errorf("%w: the queue name %q has no queue after \"::\" to name its dead-letter queue after", ErrInvalidConfig, queue)
+	case strings.Contains(q, "::"):
+		return fmt.Errorf("%w: the queue name %q holds \"::\" after its address: Artemis would read its dead-letter queue %q as another address::queue (or use WithoutDeadLetter)", ErrInvalidConfig, queue, dlqAddress(queue))
+	}
+	return nil
+}
+
 // dlqAddress is where dead-letter copies of a queue's messages go. For a
 // fully qualified name (address::queue, a subscription queue on a topic) it
 // is the queue's own <queue>.dlq, an anycast queue of that subscription
