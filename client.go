@@ -272,6 +272,16 @@ func (c *Client) consumeOn(ctx context.Context, queue string, src source, cons *
 		return err
 	}
 	src.selector = sel
+	if cons.dlq == nil && !o.noDeadLetter {
+		// The queue name the Client's dead-letter sender is named after.
+		name := queue
+		if cons.queue != "" && !src.topic {
+			name = cons.queue
+		}
+		if err := checkDLQName(name); err != nil {
+			return err
+		}
+	}
 	credit := o.credit
 	if credit == 0 {
 		credit = defaultCredit(cons.concurrency)

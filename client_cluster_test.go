@@ -546,3 +546,50 @@ func publishDroppingItsMember(t *testing.T, opts *ClientOptions, env *Envelope, 
 	_, err = p.Publish(context.Background(), env)
 	return h, err
 }
+
+// route moves a publish on to the next member only when nothing was sent:
+// an error that says both "could not connect" (ErrConnect) and "the outcome
+// is unknown" (ErrOutcomeUnknown: the copy may be stored) stays with its
+// member, keyed with ClusterFailover or unkeyed, so a copy is never written
+// twice without duplicate detection.
+func TestClusterRouteNeverMovesAnUnknownOutcomeThatAlsoSaysConnect(t *testing.T) {
+	group := "g"
+	for _, tc := range []struct {
+		name string
+		msg  *amqp.Message
+	}{
+		{"unkeyed", &amqp.Message{}},
+		{"keyed, with ClusterFailover", &amqp.Message{Properties: &amqp.MessageProperties{GroupID: &group}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newClusterHarness(t, 3, &ClientOptions{ClusterFailover: true}, nil)
+			s := &clusterSender{c: h.cl, addr: "orders"}
+			for _, m := range h.cl.members {
+				s.members = append(s.members, m.newSender("orders"))
+			}
+			unknownAndConnect := fmt.Errorf("%w (%w)", ErrOutcomeUnknown, ErrConnect)
+			var tried []*clientSender
+			_, err := route(context.Background(), s, tc.msg, func(m *clientSender, _ bool) (bool, error) {
+				tried = append(tried, m)
+				if len(tried) == 1 {
+					return false, unknownAndConnect
+				}
+				return false, nil
+			})
+			assert.ErrorIs(t, err, ErrOutcomeUnknown)
+			assert.Len(t, tried, 1, "not re-sent to another member")
+
+			// The same error without ErrOutcomeUnknown moves on.
+			tried = nil
+			_, err = route(context.Background(), s, tc.msg, func(m *clientSender, _ bool) (bool, error) {
+				tried = append(tried, m)
+				if len(tried) == 1 {
+					return false, fmt.Errorf("dial: %w", ErrConnect)
+				}
+				return false, nil
+			})
+			assert.NoError(t, err)
+			assert.Len(t, tried, 2, "a member that could not be connected to is skipped")
+		})
+	}
+}

@@ -412,10 +412,17 @@ func TestConsumeRejectsInvalidArguments(t *testing.T) {
 		"invalid consumer": {"orders", newConsumer(Handlers{urnCreated: nil}, nil)},
 		"blank queue":      {" ", ok},
 		"negative credit":  {"orders", newConsumer(Handlers{urnCreated: newHandled().handler(nil)}, []ConsumerOption{WithCredit(-1)})},
+		// Its dead-letter queue, "b::c.dlq", Artemis reads as queue
+		// c.dlq on address b; "a::" has no queue to name one after.
+		"a queue part holding \"::\"":           {"a::b::c", ok},
+		"a blank queue part":                    {"a::", ok},
+		"WithQueue's queue part holding \"::\"": {"orders", newConsumer(Handlers{urnCreated: newHandled().handler(nil)}, []ConsumerOption{WithQueue("a::b::c")})},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := h.c.Consume(context.Background(), tc.queue, tc.cons)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // a Consume that runs ends
+			defer cancel()
+			err := h.c.Consume(ctx, tc.queue, tc.cons)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}

@@ -39,7 +39,7 @@ func (c *brokerClient) report(ev ConnectionEvent) {
 			if l == nil {
 				l = slog.Default()
 			}
-			l.LogAttrs(context.Background(), slog.LevelError, "connection event callback panicked",
+			logLine(context.Background(), l, slog.LevelError, "connection event callback panicked",
 				slog.String("event", ev.Kind.String()), slog.String("panic", c.red.string(fmt.Sprint(p))))
 		}
 	}()
@@ -80,5 +80,5 @@ func (c *brokerClient) log(ev ConnectionEvent) {
 	if ev.Err != nil {
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
-	l.LogAttrs(ctx, level, ev.Kind.message(), attrs...)
+	logLine(ctx, l, level, ev.Kind.message(), attrs...)
 }

@@ -2,6 +2,7 @@ package artemis
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -110,4 +111,51 @@ func TestClientEventCallbackPanicGoesToSlogDefault(t *testing.T) {
 	assert.Equal(t, "connection event callback panicked", lines[0]["msg"])
 	assert.Equal(t, slog.LevelError.String(), lines[0]["level"])
 	assert.NotContains(t, lines[0]["panic"], secret)
+}
+
+// A Client's logger whose handler panics (a broken sink; slog.Default()
+// when there is no Logger) never ends the goroutine that reports an event:
+// the connection watcher reports a loss in the background, where a panic
+// would end the process. The line is replaced on slog.Default(), and the
+// Client goes on.
+func TestClientLoggerThatPanicsNeverEndsTheClientsGoroutines(t *testing.T) {
+	for _, h := range []exitingHandler{{panics: true}, {panics: true, enabledPanics: true}} {
+		t.Run(fmt.Sprintf("Enabled panics %v", h.enabledPanics), func(t *testing.T) {
+			clientLoggerPanics(t, h)
+		})
+	}
+}
+
+func clientLoggerPanics(t *testing.T, h exitingHandler) {
+	fallback := captureDefaultLog(t)
+	fb := newFakeBroker(t)
+	c, err := newClient([]string{"amqp://babel:" + secret + "@live:5672"}, &ClientOptions{
+		Logger:  slog.New(h),
+		OnEvent: func(ConnectionEvent) { panic("callback bug") },
+	}, fb.dial)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.close() })
+	_, err = c.connection(context.Background())
+	require.NoError(t, err, "the connected line panicked in the dialling goroutine")
+	fb.conn(0).kill(&amqp.ConnError{})
+	lost := func() bool {
+		for _, l := range fallback.lines(t) {
+			if l["message"] == "connection lost" {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, lost, 5*time.Second, time.Millisecond, "the watcher's line replaced on slog.Default")
+	_, err = c.connection(context.Background())
+	require.NoError(t, err, "re-dialled after the loss")
+
+	var msgs []string
+	for _, l := range fallback.lines(t) {
+		assert.Equal(t, "logger panicked", l["msg"])
+		assert.Equal(t, "log handler bug", l["panic"])
+		msgs = append(msgs, l["message"].(string))
+	}
+	assert.Contains(t, msgs, "connection lost")
+	assert.Contains(t, msgs, "connection event callback panicked", "the callback's panic line, on the same logger")
 }

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
 )
@@ -103,6 +106,23 @@ func isAnonymous(err error) bool {
 	return false
 }
 
+// checkDLQName refuses a queue name whose dead-letter queue (dlqAddress)
+// Artemis cannot reach: a queue part holding "::" (for "a::b::c" the DLQ
+// "b::c.dlq" is read again as queue c.dlq on address b), or a blank one
+// ("a::" names no queue).
+func checkDLQName(queue string) error {
+	_, q, ok := strings.Cut(queue, "::")
+	switch {
+	case !ok:
+		return nil
+	case q == "":
+		return fmt.Errorf("%w: the queue name %q has no queue after \"::\" to name its dead-letter queue after", ErrInvalidConfig, queue)
+	case strings.Contains(q, "::"):
+		return fmt.Errorf("%w: the queue name %q holds \"::\" after its address: Artemis would read its dead-letter queue %q as another address::queue (or use WithoutDeadLetter)", ErrInvalidConfig, queue, dlqAddress(queue))
+	}
+	return nil
+}
+
 // dlqAddress is where dead-letter copies of a queue's messages go. For a
 // fully qualified name (address::queue, a subscription queue on a topic) it
 // is the queue's own <queue>.dlq, an anycast queue of that subscription
@@ -160,14 +180,15 @@ func withoutDuplicateID(props map[string]any) map[string]any {
 	return cp
 }
 
-// validProperties returns props with its invalid UTF-8 names and string
-// values repaired (validUTF8), copying the map only when one is (the
-// source's map is never modified).
+// validProperties returns props with its invalid UTF-8 names (validNames)
+// and string values (validUTF8) repaired, copying the map only when one is
+// (the source's map is never modified).
 func validProperties(props map[string]any) map[string]any {
-	bad := false
-	for k, v := range props {
+	names := validNames(props)
+	bad := names != nil
+	for _, v := range props {
 		s, ok := v.(string)
-		bad = bad || validUTF8(k) != k || ok && validUTF8(s) != s
+		bad = bad || ok && validUTF8(s) != s
 	}
 	if !bad {
 		return props
@@ -177,16 +198,17 @@ func validProperties(props map[string]any) map[string]any {
 		if s, ok := v.(string); ok {
 			v = validUTF8(s)
 		}
-		cp[validUTF8(k)] = v
+		cp[renamed(names, k)] = v
 	}
 	return cp
 }
 
 // stringProperties keeps the string application properties that are not
-// contract properties: the out-of-band headers to carry forward, repaired
-// to valid UTF-8 (validUTF8).
+// contract properties: the out-of-band headers to carry forward, names
+// repaired as validProperties does and values to valid UTF-8 (validUTF8).
 func stringProperties(msg *amqp.Message) map[string]string {
 	var h map[string]string
+	names := validNames(msg.ApplicationProperties)
 	for k, v := range msg.ApplicationProperties {
 		s, ok := v.(string)
 		if !ok || len(k) >= 3 && k[:3] == "bq_" || k == PropDuplicateID {
@@ -195,9 +217,55 @@ func stringProperties(msg *amqp.Message) map[string]string {
 		if h == nil {
 			h = make(map[string]string)
 		}
-		h[validUTF8(k)] = validUTF8(s)
+		h[renamed(names, k)] = validUTF8(s)
 	}
 	return h
+}
+
+// validNames maps each invalid UTF-8 name of props to a valid one no other
+// name of props has, or is nil when every name is valid. Repairing alone
+// (validUTF8) would merge names ("h\xff", "h\xfe" and a valid "h\uFFFD"
+// are all "h\uFFFD"), and which value a copy kept would depend on the map's
+// order. So a valid name keeps its name, and the invalid ones, taken in the
+// byte order of their names, are repaired and, when that name is taken,
+// suffixed "~2", "~3", ... (the first free): the same properties always
+// give the same names, and no property is lost.
+func validNames[V any](props map[string]V) map[string]string {
+	var bad []string
+	for k := range props {
+		if !utf8.ValidString(k) {
+			bad = append(bad, k)
+		}
+	}
+	if bad == nil {
+		return nil
+	}
+	slices.Sort(bad)
+	names := make(map[string]string, len(bad))
+	taken := make(map[string]bool, len(bad))
+	free := func(n string) bool {
+		_, held := props[n] // a valid name: invalid ones are never looked up
+		return !held && !taken[n]
+	}
+	for _, k := range bad {
+		base := validUTF8(k)
+		n := base
+		for i := 2; !free(n); i++ {
+			n = base + "~" + strconv.Itoa(i)
+		}
+		taken[n] = true
+		names[k] = n
+	}
+	return names
+}
+
+// renamed is k's name in a copy: its repaired name in names (validNames),
+// else k.
+func renamed(names map[string]string, k string) string {
+	if n, ok := names[k]; ok {
+		return n
+	}
+	return k
 }
 
 func setTo(msg *amqp.Message, addr string) {

@@ -496,3 +496,34 @@ func TestDLQAddressSplitsAtTheFirstSeparator(t *testing.T) {
 	assert.Equal(t, ":q.dlq", dlqAddress("addr:::q"))
 	assert.Equal(t, "", dlqAddress("addr::"))
 }
+
+// Property names repaired to valid UTF-8 stay distinct: a valid name keeps
+// its value, and each invalid name that repairs to a taken one gets a
+// suffix, in the byte order of the originals, so no header of the source is
+// lost and the copy is the same on every run (whatever the map's order).
+func TestRepairedPropertyNamesStayDistinct(t *testing.T) {
+	src := &amqp.Message{ApplicationProperties: map[string]any{
+		"h\uFFFD":   "valid",
+		"h\xff":     "ff",
+		"h\xfe":     "fe",
+		"h\uFFFD~2": "taken suffix",
+		"g\xff":     "alone",
+	}}
+	want := map[string]string{
+		"h\uFFFD":   "valid",
+		"h\uFFFD~2": "taken suffix",
+		"h\uFFFD~3": "fe", // "h\xfe" sorts before "h\xff"
+		"h\uFFFD~4": "ff",
+		"g\uFFFD":   "alone",
+	}
+	for range 50 {
+		require.Equal(t, want, stringProperties(src))
+		got := map[string]string{}
+		for k, v := range forwardCopy(src, "orders").ApplicationProperties {
+			got[k] = v.(string)
+		}
+		require.Equal(t, want, got)
+	}
+	assert.Len(t, src.ApplicationProperties, 5, "the source is not modified")
+	assert.Equal(t, "ff", src.ApplicationProperties["h\xff"])
+}

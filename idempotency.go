@@ -207,7 +207,8 @@ func (i *idempotency) run(ctx context.Context, c Claim, h HandlerFunc, env *Enve
 		if i.onComplete != nil {
 			i.onComplete(ctx, c.ID, cerr)
 		} else {
-			slog.Default().ErrorContext(ctx, "idempotency store failed to record a processed message", "message_id", c.ID, "error", cerr)
+			logLine(ctx, slog.Default(), slog.LevelError, "idempotency store failed to record a processed message",
+				slog.String("message_id", c.ID), slog.Any("error", cerr))
 		}
 	}
 	return nil

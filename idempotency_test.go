@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -464,6 +465,16 @@ func TestIdempotentStoreErrors(t *testing.T) {
 		// The claim is kept until its lease ends: a duplicate meanwhile waits.
 		assert.Equal(t, ClaimBusy, claimOf(t, fs.MemoryStore, "id-A", time.Minute, false).Status)
 		assert.Equal(t, 1, calls)
+	})
+	t.Run("complete, reported to a default logger that panics", func(t *testing.T) {
+		prev := slog.Default()
+		slog.SetDefault(slog.New(exitingHandler{panics: true}))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		fs := &failingStore{MemoryStore: NewMemoryStore(), completeErr: errStore}
+		c, rec, dlq := hostileConsumer(t, Idempotent(fs, succeeding), WithLogger(slog.New(slog.DiscardHandler)))
+		got := handleOne(t, c, rec, dlq, idMessage(t, "id-A"))
+		assert.Equal(t, fakelink.Accepted, got.disp, "handled: the panic of the line is not the handler's")
+		assert.NoError(t, got.ret)
 	})
 	t.Run("release", func(t *testing.T) {
 		fs := &failingStore{MemoryStore: NewMemoryStore(), releaseErr: errStore}

@@ -76,7 +76,7 @@ func (c *Consumer) listen(ctx context.Context, r Receiver, link context.Context)
 	}
 	if c.scheduleSet && c.schedule != nil && c.retrySender == nil {
 		if l := c.logTo(ctx, slog.LevelWarn); l != nil {
-			l.LogAttrs(ctx, slog.LevelWarn, "retry schedule without a retry sender: every retry is immediate",
+			logLine(ctx, l, slog.LevelWarn, "retry schedule without a retry sender: every retry is immediate",
 				slog.String("queue", c.queueName(r)))
 		}
 	}

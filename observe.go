@@ -166,6 +166,18 @@ func logLine(ctx context.Context, l *slog.Logger, level slog.Level, msg string, 
 	l.LogAttrs(ctx, level, msg, attrs...)
 }
 
+// enabled is l.Enabled(ctx, level), true when that panics (user code
+// too): the line then goes to logLine, which recovers the panic again and
+// replaces the line.
+func enabled(ctx context.Context, l *slog.Logger, level slog.Level) (on bool) {
+	defer func() {
+		if recover() != nil {
+			on = true
+		}
+	}()
+	return l.Enabled(ctx, level)
+}
+
 // loggerPanicked is logLine's replacement line for msg, whose logger l
 // panicked with p.
 func loggerPanicked(l *slog.Logger, msg string, p any) {

@@ -74,27 +74,27 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 		err = publishError(r.queue, r.urn, err)
 	}
 	r.err = err
+	// Deferred, so an Observer that ends the goroutine (runtime.Goexit,
+	// which no recover stops) still leaves the receipt resolved, then
+	// reported: done closed first, the report after.
+	defer r.report(err)
+	defer close(r.done)
 	if r.observed != nil {
 		// Before done: whoever saw the receipt resolve (Wait, Done) finds
-		// it observed too. An Observer that ends the goroutine
-		// (runtime.Goexit, which no recover stops) still leaves the
-		// receipt resolved.
-		observed := false
-		defer func() {
-			if !observed {
-				close(r.done)
-			}
-		}()
+		// it observed too.
 		r.observed.observePublish(r.queue, r.urn, r.id, r.start, err)
-		observed = true
 	}
-	close(r.done)
+}
+
+// report tells the WithOnOutcome callback of the outcome, else logs a
+// failure nobody waited for.
+func (r *Receipt) report(err error) {
 	switch {
 	case r.onOutcome != nil:
 		callOnOutcome(r.onOutcome, r.id, err)
 	case err != nil && !r.waited.Load():
-		slog.Default().Warn("publish not confirmed, receipt not waited on",
-			"queue", r.queue, "urn", r.urn, "message_id", r.id, "error", err)
+		logLine(context.Background(), slog.Default(), slog.LevelWarn, "publish not confirmed, receipt not waited on",
+			slog.String("queue", r.queue), slog.String("urn", r.urn), slog.String("message_id", r.id), slog.Any("error", err))
 	}
 }
 

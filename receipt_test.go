@@ -558,3 +558,58 @@ func TestReceiptResolvesThoughItsObserverExitsTheGoroutine(t *testing.T) {
 	}
 	assert.NoError(t, r.Wait(context.Background()))
 }
+
+// A failed receipt nobody waits on is logged to slog.Default() by the
+// resolver's goroutine: a default logger whose handler panics does not end
+// it (nor the process), and the receipt still resolves.
+func TestUnwaitedReceiptSurvivesAPanickingDefaultLogger(t *testing.T) {
+	prev := slog.Default()
+	slog.SetDefault(slog.New(exitingHandler{panics: true}))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", done: make(chan struct{})}
+	ended := make(chan string, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ended <- fmt.Sprint("panicked: ", p)
+			}
+		}()
+		r.resolve(&amqp.StateRejected{}, nil)
+		ended <- "returned"
+	}()
+	select {
+	case how := <-ended:
+		assert.Equal(t, "returned", how)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resolver never ended")
+	}
+	assert.ErrorIs(t, r.Wait(context.Background()), ErrNotAccepted)
+}
+
+// An Observer that ends the resolver's goroutine does not take the
+// receipt's report with it: the WithOnOutcome callback still hears the
+// outcome, and without one a failure nobody waits on is still logged.
+func TestReceiptIsReportedThoughItsObserverExitsTheGoroutine(t *testing.T) {
+	cfg := &publishConfig{observer: exitingObserver{}}
+	heard := make(chan error, 1)
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{}),
+		onOutcome: func(_ string, err error) { heard <- err }}
+	go r.resolve(&amqp.StateRejected{}, nil)
+	select {
+	case err := <-heard:
+		assert.ErrorIs(t, err, ErrNotAccepted)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outcome callback never ran")
+	}
+
+	logs := captureDefaultLog(t)
+	r = &Receipt{id: "id-2", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{})}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		r.resolve(&amqp.StateRejected{}, nil)
+	}()
+	<-ended
+	assert.Contains(t, logs.String(), "receipt not waited on")
+	assert.Contains(t, logs.String(), "id-2")
+}

@@ -339,3 +339,13 @@ func TestARetryCopyWhoseAcceptFailsIsReportedUnsettled(t *testing.T) {
 	require.ErrorAs(t, reps[0].err, &de)
 	assert.Equal(t, DispositionPending, de.Disposition)
 }
+
+// The warning Listen writes before receiving goes through a logger whose
+// handler may panic: Listen still runs (here: returns with its ended ctx).
+func TestListenSurvivesAPanickingLoggerOnItsScheduleWarning(t *testing.T) {
+	c := mustConsumer(t, Handlers{urnCreated: succeeding}, WithRetryBackoff(DefaultRetryBackoff()),
+		WithLogger(slog.New(exitingHandler{panics: true})))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.NotPanics(t, func() { _ = c.Listen(ctx, fakelink.NewReceiver(t, "orders")) })
+}

@@ -189,7 +189,7 @@ func chooseLogger(ctx context.Context, l *slog.Logger, hasCallback bool, level s
 		}
 		l = slog.Default()
 	}
-	if !l.Enabled(ctx, level) {
+	if !enabled(ctx, l, level) {
 		return nil
 	}
 	return l

@@ -379,10 +379,16 @@ func TestFailedAttemptAndFailedSettlementAreBothLogged(t *testing.T) {
 }
 
 // exitingHandler is a slog.Handler whose every line exits the goroutine
-// (as a t.FailNow in a test's log handler would), or panics.
-type exitingHandler struct{ panics bool }
+// (as a t.FailNow in a test's log handler would), or panics; with
+// enabledPanics, its Enabled method panics too.
+type exitingHandler struct{ panics, enabledPanics bool }
 
-func (exitingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h exitingHandler) Enabled(context.Context, slog.Level) bool {
+	if h.enabledPanics {
+		panic("log handler bug")
+	}
+	return true
+}
 func (h exitingHandler) Handle(context.Context, slog.Record) error {
 	if h.panics {
 		panic("log handler bug")

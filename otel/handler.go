@@ -133,9 +133,9 @@ func bodySize(msg *amqp.Message) int {
 
 // endProcess records err on the span, and ends it.
 func endProcess(span trace.Span, err error) {
+	defer span.End() // also when err's Error method exits the goroutine
 	if err != nil {
 		span.SetAttributes(semconv.ErrorTypeKey.String(artemis.KindHandlerFailed.String()))
 		recordError(span, err)
 	}
-	span.End()
 }

@@ -3,6 +3,8 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -212,5 +214,65 @@ func TestANilHandlerIsStillRefusedByNewConsumer(t *testing.T) {
 	}
 	if tel.Handler(nil) != nil {
 		t.Error("Handler(nil) is not nil")
+	}
+}
+
+// nilPtrErr is a handler's error type whose Error method dereferences its
+// receiver: a typed nil pointer of it panics when read.
+type nilPtrErr struct{ text string }
+
+func (e *nilPtrErr) Error() string { return e.text }
+
+// exitingErr is a handler's error whose Error method exits the goroutine.
+type exitingErr struct{}
+
+func (exitingErr) Error() string { runtime.Goexit(); return "" }
+
+// A handler's error whose Error method panics (a typed nil pointer) or
+// exits the goroutine still ends the process span, once; a panicking one
+// reaches the Consumer as the handler's error (not as a handler panic),
+// and the delivery is settled once either way.
+func TestHandlerErrorWhoseErrorMethodBreaksEndsTheSpan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"Error panics", (*nilPtrErr)(nil)},
+		{"Error exits the goroutine", exitingErr{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tel := newRecorded(t, Config{})
+			msg := published(context.Background(), t, tel)
+			cons, err := artemis.NewConsumer(tel.Handlers(artemis.Handlers{urnCreated: func(context.Context, *artemis.Envelope, *amqp.Message) error {
+				return tc.err
+			}}), artemis.WithDeadLetterSender(&fakelink.Sender{}), artemis.WithMaxTries(3),
+				artemis.WithOnError(func(context.Context, error, *artemis.Envelope, *amqp.Message) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := fakelink.NewReceiver(t, "orders")
+			done := make(chan error, 1)
+			go func() { // an Error method that exits ends this goroutine
+				var herr error = errors.New("Handle exited its goroutine")
+				defer func() { done <- herr }()
+				herr = cons.Handle(context.Background(), r, r.Track(msg))
+			}()
+			herr := <-done
+			if ended := tel.ended(trace.SpanKindConsumer); len(ended) != 1 {
+				t.Fatalf("%d consumer spans ended, want 1", len(ended))
+			}
+			if process := tel.one(t, trace.SpanKindConsumer); process.Status().Code != codes.Error {
+				t.Errorf("status %v, want an error", process.Status())
+			}
+			if d, _ := r.Disposition(msg); d != fakelink.Failed {
+				t.Errorf("disposition %v, want modified (a retry)", d)
+			}
+			if tc.name == "Error panics" {
+				var target *nilPtrErr
+				if !errors.As(herr, &target) || strings.Contains(fmt.Sprint(herr), "handler panicked") {
+					t.Errorf("Handle: %v, want the handler's *nilPtrErr, not a panic", herr)
+				}
+			}
+		})
 	}
 }

@@ -187,12 +187,25 @@ func bounded(s string) string {
 // recordError records err on span as RecordError does, its type and text
 // bounded, and sets the error status.
 func recordError(span trace.Span, err error) {
-	msg := bounded(err.Error())
+	span.SetStatus(codes.Error, "") // kept when err's Error method exits the goroutine
+	msg := bounded(errorText(err))
 	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
 		semconv.ExceptionType(bounded(fmt.Sprintf("%T", err))),
 		semconv.ExceptionMessage(msg),
 	))
 	span.SetStatus(codes.Error, msg)
+}
+
+// errorText is err.Error(), or a fixed text naming err's type when that
+// panics (a typed nil pointer's method, say): a handler's error is user
+// code, and its panic here would replace the error the library is given.
+func errorText(err error) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = fmt.Sprintf("%T (its Error method panicked)", err)
+		}
+	}()
+	return err.Error()
 }
 
 // publishErrorType is error.type of a failed publish: the names of

@@ -137,7 +137,10 @@ func (in *Inbox) handle(ctx context.Context, h InboxHandler, env *artemis.Envelo
 			return fmt.Errorf("babelqueue/postgres: inbox record %s: %w", env.Meta.ID, err)
 		}
 		if tag.RowsAffected() == 0 {
-			// Committed before: the effect happened. Accept.
+			// Committed before: the effect happened. Accept. The
+			// transaction ends first, so OnDuplicate (user code, which may
+			// use the pool itself) never runs holding its connection.
+			in.rollback(ctx, tx)
 			if in.o.OnDuplicate != nil {
 				in.o.OnDuplicate(env)
 			}

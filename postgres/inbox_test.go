@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -343,4 +344,36 @@ func TestInboxRollbackOnAStalledServerIsBounded(t *testing.T) {
 	assert.Equal(t, fakelink.Accepted, d)
 	assert.Equal(t, 2, calls)
 	assert.Equal(t, 1, db.count(t, "SELECT count(*) FROM charges WHERE message_id = $1", env.Meta.ID))
+}
+
+// A duplicate's transaction is rolled back, and its connection back in the
+// pool, before OnDuplicate runs: a callback that uses the pool itself (a
+// counter, an audit row) gets a connection even from a pool of one, rather
+// than waiting for the one its own delivery holds.
+func TestInboxOnDuplicateRunsWithTheConnectionReturned(t *testing.T) {
+	db := newDB(t)
+	cfg, err := pgxpool.ParseConfig(db.url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = db.schema
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var dupErr error
+	dups := 0
+	inbox, err := NewInbox(pool, "billing", &InboxOptions{OnDuplicate: func(*artemis.Envelope) {
+		dups++
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // bounds the wait of the bug
+		defer cancel()
+		_, dupErr = pool.Exec(ctx, "SELECT 1")
+	}})
+	require.NoError(t, err)
+	env, err := artemis.NewEnvelope(urnOrder, map[string]int{"amount": 7})
+	require.NoError(t, err)
+	h := inbox.Handle(func(context.Context, pgx.Tx, *artemis.Envelope, *amqp.Message) error { return nil })
+	require.NoError(t, h(context.Background(), env, nil), "the first delivery commits its record")
+	require.NoError(t, h(context.Background(), env, nil), "the duplicate is accepted")
+	assert.Equal(t, 1, dups)
+	assert.NoError(t, dupErr, "OnDuplicate got a connection of the pool of one")
 }

@@ -220,8 +220,12 @@ func (p *personalFlags) apply(r *record) {
 }
 
 // withheld is the body -mask shows in place of one whose personal data it
-// cannot find: not a JSON object, or of no URN it can tell.
-const withheld = `"(withheld by -mask: no envelope whose personal data can be found)"`
+// cannot find: not a JSON object, or of no URN it can tell; withheldText,
+// its text, is what a raw body (a string) holds in its place.
+const (
+	withheldText = "(withheld by -mask: no envelope whose personal data can be found)"
+	withheld     = `"` + withheldText + `"`
+)
 
 // maskLoose is -mask on a record that is no valid envelope (a gated
 // forward, an envelope that fails validation, a poison record): its body
@@ -230,12 +234,15 @@ const withheld = `"(withheld by -mask: no envelope whose personal data can be fo
 // be read so is withheld.
 func (p *personalFlags) maskLoose(r *record) {
 	if len(r.Body) > 0 {
-		r.Body, r.Masked = p.maskText(r.Body, r.URN), true
+		// A JSON object masked, or withheld: no longer base64 either way.
+		r.Body, r.BodyEncoding, r.Masked = p.maskText(r.Body, r.URN), "", true
 	}
 	if r.Raw != nil {
-		raw := string(withheld)
+		raw := withheldText
 		if r.RawEncoding == "" {
-			raw = string(p.maskText([]byte(*r.Raw), r.URN))
+			if masked := p.maskText([]byte(*r.Raw), r.URN); string(masked) != withheld {
+				raw = string(masked)
+			}
 		}
 		r.Raw, r.RawEncoding, r.Masked = &raw, "", true
 	}

@@ -146,17 +146,7 @@ func TestPersonalFlagsUsage(t *testing.T) {
 // envelope that fails validation (its body), a poison record (its raw
 // body); a body whose URN cannot be told is withheld.
 func TestMaskCoversRecordsThatAreNoEnvelope(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "users"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users", "registered.json"), []byte(`{"properties":{"pan":{"x-gdpr-sensitive":true}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pf := personalFlags{schemas: dir, mask: true}
-	if err := pf.load(); err != nil {
-		t.Fatal(err)
-	}
+	pf := maskingFlags(t)
 	env, err := artemis.NewEnvelope("urn:babel:users:registered", json.RawMessage(`{"pan":"4111222233334444","n":1}`))
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +171,55 @@ func TestMaskCoversRecordsThatAreNoEnvelope(t *testing.T) {
 		out, _ := json.Marshal(r)
 		if strings.Contains(string(out), "4111222233334444") {
 			t.Errorf("%s: -mask shows the card number: %s", name, out)
+		}
+	}
+}
+
+// maskingFlags is -mask with a schema marking users:registered's pan.
+func maskingFlags(t *testing.T) personalFlags {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "users"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users", "registered.json"), []byte(`{"properties":{"pan":{"x-gdpr-sensitive":true}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf := personalFlags{schemas: dir, mask: true}
+	if err := pf.load(); err != nil {
+		t.Fatal(err)
+	}
+	return pf
+}
+
+// A body or raw body -mask withholds is the notice alone: a body that was
+// base64 (not UTF-8) no longer says body_encoding base64, and a raw body,
+// a string, holds the notice's text, not its JSON quotes (nor a
+// raw_encoding).
+func TestMaskWithheldBodyKeepsNoEncoding(t *testing.T) {
+	pf := maskingFlags(t)
+	const notice = "(withheld by -mask: no envelope whose personal data can be found)"
+
+	r := readRecord(&amqp.Message{Data: [][]byte{{0xff, 'p', 'a', 'n'}}})
+	if r.BodyEncoding != "base64" {
+		t.Fatalf("set-up: body_encoding %q, want base64", r.BodyEncoding)
+	}
+	pf.apply(r)
+	if string(r.Body) != `"`+notice+`"` || r.BodyEncoding != "" || !r.Masked {
+		t.Errorf("body %s, body_encoding %q, masked %v: want the notice, no encoding", r.Body, r.BodyEncoding, r.Masked)
+	}
+
+	for name, raw := range map[string]string{
+		"raw not JSON": `"raw":"pan=4111222233334444"`,
+		"raw base64":   `"raw":"cGFuPTQxMTE=","raw_encoding":"base64"`,
+	} {
+		r := readRecord(&amqp.Message{Value: `{` + raw + `,"dead_letter":{"reason":"poison"}}`})
+		if r.Raw == nil {
+			t.Fatalf("%s: set-up: no raw body", name)
+		}
+		pf.apply(r)
+		if *r.Raw != notice || r.RawEncoding != "" {
+			t.Errorf("%s: raw %q, raw_encoding %q: want the notice, no encoding", name, *r.Raw, r.RawEncoding)
 		}
 	}
 }
