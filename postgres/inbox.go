@@ -96,10 +96,7 @@ func NewInbox(pool *pgxpool.Pool, consumer string, opts *InboxOptions) (*Inbox, 
 	if in.o.PurgeBatch <= 0 {
 		in.o.PurgeBatch = 1000
 	}
-	in.log = in.o.Logger
-	if in.log == nil {
-		in.log = slog.Default()
-	}
+	in.log = guardLogger(in.o.Logger)
 	return in, nil
 }
 

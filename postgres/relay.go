@@ -142,10 +142,7 @@ func NewRelay(pool *pgxpool.Pool, client *artemis.Client, opts *RelayOptions) *R
 	if r.o.Retention == 0 {
 		r.o.Retention = 24 * time.Hour
 	}
-	r.log = r.o.Logger
-	if r.log == nil {
-		r.log = slog.Default()
-	}
+	r.log = guardLogger(r.o.Logger)
 	return r
 }
 
