@@ -253,7 +253,7 @@ func TestHandlerErrorWhoseErrorMethodBreaksEndsTheSpan(t *testing.T) {
 			r := fakelink.NewReceiver(t, "orders")
 			done := make(chan error, 1)
 			go func() { // an Error method that exits ends this goroutine
-				var herr error = errors.New("Handle exited its goroutine")
+				herr := errors.New("Handle exited its goroutine")
 				defer func() { done <- herr }()
 				herr = cons.Handle(context.Background(), r, r.Track(msg))
 			}()
