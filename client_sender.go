@@ -157,8 +157,7 @@ func (s *clientSender) link(ctx context.Context, wait bool) (*senderLink, error)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("attach sender to %s: %w", s.addr, ctx.Err())
 		}
-		sl, ev, err := s.attach(ctx, cn)
-		<-s.sem
+		sl, ev, err := s.attachHeld(ctx, cn)
 		if ev != nil {
 			s.c.emit(*ev)
 		}
@@ -167,6 +166,15 @@ func (s *clientSender) link(ctx context.Context, wait bool) (*senderLink, error)
 		}
 		return sl, err
 	}
+}
+
+// attachHeld is attach, s.sem released on return, and also when a
+// callback run during the attach (OnEvent, the Logger's handler, told of
+// a lost connection) ends the goroutine (runtime.Goexit): a slot kept then
+// would keep every later attach waiting.
+func (s *clientSender) attachHeld(ctx context.Context, cn *connection) (*senderLink, *ConnectionEvent, error) {
+	defer func() { <-s.sem }()
+	return s.attach(ctx, cn)
 }
 
 // attach attaches a link on cn unless another caller already did. s.sem is

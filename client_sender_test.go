@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -705,4 +706,40 @@ func TestClientPublisherNeverWritesBehindATransferCutBetweenFrames(t *testing.T)
 			assert.Len(t, senders[0].Sent(), 1)
 		})
 	}
+}
+
+// An OnEvent callback that ends its goroutine (runtime.Goexit) while a
+// publish attaches its link (here the attach fails at the connection
+// level, which reports EventDisconnected from within it) leaves the
+// sender able to attach again: the next publish goes out.
+func TestClientPublisherAttachesAgainAfterAnOnEventThatExits(t *testing.T) {
+	var armed atomic.Bool
+	h := harnessOver(t, ClientOptions{OnEvent: func(ev ConnectionEvent) {
+		if armed.Load() && ev.Kind == EventDisconnected {
+			runtime.Goexit()
+		}
+	}}, func(c *fakeConn) amqpConn { return c }, "amqp://live:5672")
+	pub, err := h.c.Publisher(context.Background(), "orders")
+	require.NoError(t, err)
+	s := senderOf(pub)
+	h.fb.conn(0).mu.Lock()
+	h.fb.conn(0).attachErr = func(string, bool) error { return &amqp.ConnError{} }
+	h.fb.conn(0).mu.Unlock()
+	s.cur.Load().broken.Store(true) // the link is lost: the next publish attaches
+	armed.Store(true)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _ = pub.Publish(ctx, Job(urnCreated, nil))
+	}()
+	<-done
+	armed.Store(false)
+	assert.Zero(t, len(s.sem), "the attach slot is free again")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = pub.Publish(ctx, Job(urnCreated, nil))
+	require.NoError(t, err, "the next publish, on a new connection")
 }
