@@ -117,7 +117,7 @@ func (sl *senderLink) resolve() {
 				// this receipt's loss was handled: a loss, perhaps
 				// already resent. Handling it again would meet the
 				// same callback, without end; it resolves as unknown.
-				rest[0] = clientTransfer{r: rest[0].r, cut: true}
+				rest[0] = clientTransfer{r: rest[0].r, pt: rest[0].pt, cut: true}
 			}
 			sl.outcomes.requeue(rest)
 			go sl.resolve()
@@ -134,6 +134,7 @@ func (sl *senderLink) resolve() {
 			ct := batch[i]
 			awaiting = true
 			state, err := sl.awaitOutcome(&ct)
+			sl.settled(&ct.pt)
 			awaiting = false
 			batch[i] = clientTransfer{}
 			next = i + 1
@@ -185,10 +186,4 @@ func (s *clientSender) receiptLoss(sl *senderLink, msg *amqp.Message, err error)
 	ctx, cancel := context.WithTimeout(context.Background(), s.retryTimeout())
 	defer cancel()
 	return s.afterLoss(ctx, sl, msg, err)
-}
-
-// retryTimeout bounds a receipt's retry: the re-dial or re-attach, and the
-// resent transfer's outcome.
-func (s *clientSender) retryTimeout() time.Duration {
-	return 2 * s.c.dialTimeout
 }

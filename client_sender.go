@@ -6,9 +6,7 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,40 +35,10 @@ type senderLink struct {
 	broken   atomic.Bool
 	outcomes linkOutcomes // the receipts of the transfers written on it (client_receipt.go)
 
-	writeMu sync.Mutex // held through each write on link: see write
-	cut     bool       // a transfer on link was cut between its frames (writeMu)
+	writeTurn chan struct{} // held (a token in it) through each write on link: see write
+	cut       atomic.Bool   // a transfer on link was cut between its frames
+	inflight  atomic.Int32  // transfers written on link whose outcome is still awaited
 }
-
-// errLinkCut: a write found its link left with a transfer cut between its
-// frames (senderLink.write); nothing of it was written.
-var errLinkCut = errors.New("the link was given up: a transfer before this one was cut between its frames")
-
-// write starts msg's transfer on sl's link. Writes on one link take turns
-// here, as they do anyway inside go-amqp (Sender.send holds the link's lock
-// for a whole transfer, and its writes). A transfer cut between its frames
-// (errTransferCut) leaves its incomplete delivery on the link until the
-// detach goes out: the writes waiting behind it must not follow it onto
-// the link. It marks the link cut and broken before the next write's turn,
-// which then writes nothing and returns errLinkCut: its caller writes on a
-// new link (writeOn).
-func (sl *senderLink) write(ctx context.Context, msg *amqp.Message) (pendingTransfer, error) {
-	sl.writeMu.Lock()
-	defer sl.writeMu.Unlock()
-	if sl.cut {
-		return pendingTransfer{}, errLinkCut
-	}
-	pt, err := startTransfer(ctx, sl.link, msg)
-	if errors.Is(err, errTransferCut) {
-		sl.cut = true
-		sl.broken.Store(true)
-	}
-	return pt, err
-}
-
-// cutTries bounds the new links a write takes after finding its link cut
-// (errLinkCut): each one means another caller's transfer was cut between
-// its frames on the link before.
-const cutTries = 3
 
 // clientTransfer is a receipt's transfer written on a Client's link, with
 // what the loss rules need of it.
@@ -197,7 +165,7 @@ func (s *clientSender) attach(ctx context.Context, cn *connection) (*senderLink,
 		return nil, nil, fmt.Errorf("attach sender to %s: %w", s.addr, s.c.red.error(err))
 	}
 	_, goAMQP := link.(*amqp.Sender)
-	sl := &senderLink{sender: s, cn: cn, link: link, goAMQP: goAMQP}
+	sl := &senderLink{sender: s, cn: cn, link: link, goAMQP: goAMQP, writeTurn: make(chan struct{}, 1)}
 	s.cur.Store(sl)
 	if s.closed.Load() && s.cur.CompareAndSwap(sl, nil) {
 		// Closed while attaching (close gave up waiting for s.sem): the
@@ -219,8 +187,8 @@ func (s *clientSender) retire(sl *senderLink) {
 	if !s.cur.CompareAndSwap(sl, nil) {
 		return
 	}
-	if sl.cn.dead() {
-		return // the connection took the link with it
+	if sl.cn.dead() || sl.cut.Load() {
+		return // the connection took the link with it; or closeWhenSettled detaches it
 	}
 	go func() { _ = s.closeLink(context.Background(), sl) }()
 }
@@ -275,142 +243,6 @@ func (s *clientSender) close(ctx context.Context) error {
 	})
 }
 
-// SendOutcome sends msg on the current link and returns the broker's
-// outcome, re-attaching first when the link is known to be gone. After an
-// ambiguous failure it retries once only when msg carries a duplicate id
-// (see Client.Publisher).
-//
-// Without a connection it waits for the Client's re-dial within ctx
-// (ClientOptions.FailFast: it does not). The retry after an unknown outcome
-// never waits: it re-dials at most once, as a fail-fast publish does.
-func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	return s.sendOutcome(ctx, msg, !s.c.failFast)
-}
-
-// sendOutcome is SendOutcome, waiting for a connection only when wait is
-// set.
-func (s *clientSender) sendOutcome(ctx context.Context, msg *amqp.Message, wait bool) (amqp.DeliveryState, error) {
-	for try := 1; ; try++ {
-		sl, err := s.link(ctx, wait)
-		if err != nil {
-			return nil, err // nothing was sent
-		}
-		state, err := s.transfer(ctx, sl, msg)
-		if errors.Is(err, errLinkCut) && try < cutTries {
-			continue // nothing was written: on a new link
-		}
-		if err == nil || !mayBeStored(err) {
-			return state, s.c.red.error(err)
-		}
-		return s.afterLoss(ctx, sl, msg, err)
-	}
-}
-
-// afterLoss handles a transfer on sl that failed after it may have been
-// written. When the caller's own context ended while the outcome was
-// awaited, that says nothing about the link, which other callers' transfers
-// still use: the outcome is unknown and the link stays (a broker that stops
-// settling is caught by ClientOptions.OutcomeTimeouts, counted in
-// transfer). Otherwise sl is given up, and the message is sent once more on
-// a new link when it carries a duplicate id and ctx still runs; else the
-// outcome is unknown.
-func (s *clientSender) afterLoss(ctx context.Context, sl *senderLink, msg *amqp.Message, err error) (amqp.DeliveryState, error) {
-	if isContextError(err) { // never linkLost: the caller's own context ended
-		return nil, s.unknown(err)
-	}
-	s.failed(sl, err)
-	if ctx.Err() != nil || msg == nil || !hasDuplicateID(msg) {
-		return nil, s.unknown(err)
-	}
-	retry, lerr := s.link(ctx, false)
-	if lerr != nil {
-		// lerr's text, not its identity: an ErrConnect here would say that
-		// nothing was sent, and a cluster would send it to another member.
-		return nil, s.unknown(fmt.Errorf("%w (re-attaching for the retry: %s)", err, lerr.Error()))
-	}
-	// Told only now that the resend is made, on the link it is made on.
-	s.c.emit(ConnectionEvent{Kind: EventPublishRetried, URL: retry.cn.url, Address: s.addr, Err: err})
-	state, rerr := s.transfer(ctx, retry, msg)
-	if rerr == nil {
-		if rerr = outcomeError(state); rerr == nil {
-			return state, nil
-		}
-	}
-	if mayBeStored(rerr) {
-		s.failed(retry, rerr)
-		return nil, s.unknown(rerr)
-	}
-	// Never written (no credit on the new link until ctx ended) or refused:
-	// the first copy may be stored all the same. The resend's error is
-	// kept as text: its identity (not sent, not accepted) would say
-	// otherwise.
-	return nil, s.unknown(fmt.Errorf("%w (the resend: %s)", err, rerr.Error()))
-}
-
-// transfer sends msg on sl and keeps its connection's count of outcome
-// timeouts (ClientOptions.OutcomeTimeouts): any answer from the broker
-// resets it.
-func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.Message) (amqp.DeliveryState, error) {
-	start := time.Now()
-	state, err := sl.transfer(ctx, msg)
-	switch {
-	case neverSent(err):
-		// Still waiting for link credit: nothing was written, and nothing
-		// was learnt about the connection. Or cut between its frames: the
-		// link is being detached.
-		s.cutOff(sl, err)
-	case err != nil && isContextError(err) && ctx.Err() != nil:
-		// A context too short for any broker to answer in says nothing
-		// about the connection.
-		if time.Since(start) >= s.c.minOutcomeWait {
-			s.c.outcomeTimedOut(sl.cn, err)
-		}
-	case err == nil || !linkLost(err):
-		sl.cn.timeouts.Store(0)
-	}
-	return state, err
-}
-
-// transfer is transfer (outcome.go) on sl's link, its write made by write.
-func (sl *senderLink) transfer(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	if _, ok := sl.link.(outcomeSender); ok {
-		return transfer(ctx, sl.link, msg) // a test's link: it writes and answers in one call
-	}
-	p, err := sl.write(ctx, msg)
-	if err != nil {
-		return nil, err
-	}
-	return p.wait(ctx)
-}
-
-// cutOff gives up sl when err is a transfer cut between its frames
-// (errTransferCut): its incomplete delivery would hold up every later
-// transfer on it, and the link is being detached. The next caller
-// attaches a new one, rather than failing on the detached link.
-func (s *clientSender) cutOff(sl *senderLink, err error) {
-	if errors.Is(err, errTransferCut) {
-		s.failed(sl, err)
-	}
-}
-
-// send is SendOutcome for a Publisher (sendPath), with a credit wait cut by
-// ctx reported as ctx's error too, as a bare link's (creditTimeout).
-func (s *clientSender) send(ctx context.Context, msg *amqp.Message) (amqp.DeliveryState, error) {
-	state, err := s.SendOutcome(ctx, msg)
-	return state, creditTimeout(ctx, err)
-}
-
-// Send is SendOutcome for the Sender interface: nil only for an accepted
-// outcome, an *OutcomeError for the others. opts are ignored: transfers
-// are always sent unsettled.
-func (s *clientSender) Send(ctx context.Context, msg *amqp.Message, _ *amqp.SendOptions) error {
-	state, err := s.SendOutcome(ctx, msg)
-	if err != nil {
-		return err
-	}
-	return outcomeError(state)
-}
-
 func (s *clientSender) unknown(err error) error {
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, s.c.red.error(err))
 }
@@ -428,6 +260,12 @@ func mayBeStored(err error) bool {
 func hasDuplicateID(msg *amqp.Message) bool {
 	id, ok := msg.ApplicationProperties[PropDuplicateID].(string)
 	return ok && id != ""
+}
+
+// retryTimeout bounds a receipt's retry: the re-dial or re-attach, and the
+// resent transfer's outcome.
+func (s *clientSender) retryTimeout() time.Duration {
+	return 2 * s.c.dialTimeout
 }
 
 var (

@@ -97,7 +97,7 @@ var flowPicture = [][]string{
 	{"client_consume.go"},
 	{"consume_options.go", "credit_window.go"},
 	{"selector.go"},
-	{"client_receipt.go", "client_sender.go"},
+	{"client_receipt.go", "client_transfer.go", "client_sender.go"},
 	{"client_dial.go"},
 	{"client_loss.go"},
 	{"client_report.go", "client_status.go"},

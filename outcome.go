@@ -34,6 +34,7 @@ func transfer(ctx context.Context, s Sender, msg *amqp.Message) (amqp.DeliverySt
 	}
 	p, err := startTransfer(ctx, s, msg)
 	if err != nil {
+		cutBetweenFrames(s, err)
 		return nil, err
 	}
 	return p.wait(ctx)
@@ -88,8 +89,8 @@ func startTransfer(ctx context.Context, s Sender, msg *amqp.Message) (pendingTra
 		h := &handoffContext{Context: ctx}
 		receipt, err := s.SendWithReceipt(h, msg, nil)
 		if err != nil {
-			if h.wrote.Load() && neverSent(err) {
-				err = cutBetweenFrames(s, err)
+			if h.wrote.Load() && neverSent(err) && writesFrames(s) {
+				err = fmt.Errorf("%w; %w", err, errTransferCut) // see cutBetweenFrames
 			}
 			return pendingTransfer{}, creditTimeout(ctx, err)
 		}
@@ -132,17 +133,21 @@ func (h *handoffContext) Deadline() (time.Time, bool) {
 
 func (*handoffContext) Err() error { return nil }
 
-// cutBetweenFrames is the error of a transfer that go-amqp reports as never
-// handed over (err, neverSent: amqp:link:transfer-limit-exceeded) while
-// frames of it were written: its context ended between two frames of a
-// message larger than one. go-amqp v1.7.0 (sender.go, Sender.send) returns
-// the very error of a transfer cut before its first frame, and leaves the
-// delivery open on the link: its frames went out with more=true, and no
-// final one. The next transfer on that link would be a new delivery-id
-// while that one is incomplete: a broker takes the link's deliveries in
-// order (Artemis waits on the incomplete one, and every later transfer of
-// the link with it), so the link is detached, in the background, bounded by
-// cutDetachTimeout: nothing more can be written on it.
+// cutBetweenFrames detaches s, in the background and bounded by
+// cutDetachTimeout, when err is a transfer cut between its frames
+// (errTransferCut): go-amqp (v1.7.0) reported it as never handed over
+// (neverSent: amqp:link:transfer-limit-exceeded) while frames of it were
+// written, as its context ended between two frames of a message larger
+// than one. go-amqp (sender.go, Sender.send) returns the very error of a
+// transfer cut before its first frame, and leaves the delivery open on the
+// link: its frames went out with more=true, and no final one. The next
+// transfer on that link would be a new delivery-id while that one is
+// incomplete: a broker takes the link's deliveries in order (Artemis waits
+// on the incomplete one, and every later transfer of the link with it), so
+// the link is detached: nothing more can be written on it. This is for a
+// Sender of the caller's own (a bare Publisher's, a dead-letter sender):
+// a Client's link is detached by senderLink.closeWhenSettled instead,
+// once the outcomes written before the cut came.
 //
 // The message was not stored, so the publish is reported as never sent
 // (err still is neverSent, and not ErrOutcomeUnknown): the final frame
@@ -154,7 +159,10 @@ func (*handoffContext) Err() error { return nil }
 // send it, and a detach (closed) ends the link with the delivery still
 // incomplete: the broker discards it the same way (Artemis drops the
 // incomplete delivery of a closed link), and never stores it.
-func cutBetweenFrames(s receiptSender, err error) error {
+func cutBetweenFrames(s Sender, err error) {
+	if !errors.Is(err, errTransferCut) {
+		return
+	}
 	if c, ok := s.(detachable); ok {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), cutDetachTimeout)
@@ -162,8 +170,25 @@ func cutBetweenFrames(s receiptSender, err error) error {
 			_ = c.Close(ctx)
 		}()
 	}
-	return fmt.Errorf("%w; %w", err, errTransferCut)
 }
+
+// writesFrames reports a link whose transfers the cut detection
+// (handoffContext.wrote) can be trusted for: go-amqp's own Sender, whose
+// connection writer alone reads a transfer's context Deadline, just before
+// each frame (a wrapper of the caller's own may read it itself, as
+// context.WithTimeout does, and say nothing of what was written), or a
+// test's link that declares it writes frames the same way.
+func writesFrames(s receiptSender) bool {
+	switch s.(type) {
+	case *amqp.Sender, framesWriter:
+		return true
+	}
+	return false
+}
+
+// framesWriter is a test's link that reads a transfer's context Deadline
+// only when it writes a frame, as go-amqp's connection writer does.
+type framesWriter interface{ writesFramesAsGoAMQP() }
 
 // cutDetachTimeout bounds the detach of a link left with an incomplete
 // delivery (cutBetweenFrames).

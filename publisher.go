@@ -24,9 +24,11 @@ type Publisher struct {
 // Attach s to the queue's address with the "queue" capability, so Artemis
 // makes an anycast queue; otherwise messages sent before a receiver attaches
 // may be lost on a multicast address. A publish whose ctx ends between two
-// frames of a message larger than one leaves s unable to carry another
-// transfer: s is closed (Close), and a later publish fails until you attach
-// a new Sender (a ClientPublisher attaches one itself).
+// frames of a message larger than one leaves s (an *amqp.Sender) unable to
+// carry another transfer: s is closed (Close), and a later publish fails
+// until you attach a new Sender; publishes already waiting on s then may
+// still follow the incomplete message (a ClientPublisher attaches a new
+// link itself, and keeps them off the old one).
 func NewPublisher(s Sender, queue string, opts ...PublishOption) *Publisher {
 	base := &noOptions
 	if len(opts) > 0 {

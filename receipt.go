@@ -144,6 +144,7 @@ func (l *linkPath) send(ctx context.Context, msg *amqp.Message) (amqp.DeliverySt
 func (l *linkPath) start(ctx context.Context, msg *amqp.Message, r *Receipt) (bool, error) {
 	pt, err := startTransfer(ctx, l.link, msg)
 	if err != nil {
+		cutBetweenFrames(l.link, err)
 		return false, err
 	}
 	if !pt.pending() {
