@@ -71,6 +71,11 @@ func TestDirRefusesASymlinkLeavingTheFolder(t *testing.T) {
 		symlink(t, target, link)
 		_, err := New(Dir(dir))
 		wantRefused(t, name, err, "orders/leak.json")
+		// A folder of links into another tree by design is read through
+		// os.DirFS, which follows them (docs/schemas.md).
+		if _, err := New(FS(os.DirFS(dir), ".")); err != nil {
+			t.Errorf("%s: FS(os.DirFS(dir), \".\") refused the link: %v", name, err)
+		}
 		if err := os.Remove(link); err != nil {
 			t.Fatal(err)
 		}
