@@ -72,6 +72,10 @@ func TestAllocationBudgets(t *testing.T) {
 	p := NewPublisher(&fakelink.Sender{Discard: true}, benchQueue)
 	structData, mapData := any(benchOrderStruct()), any(benchOrderMap())
 	struct1K, map1K := any(benchOrderStruct1K()), any(benchOrderMap1K())
+	decoded, err := benchRoundTrip(structData)
+	require.NoError(t, err)
+	decoded1K, err := benchRoundTrip(struct1K)
+	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name string
@@ -91,6 +95,11 @@ func TestAllocationBudgets(t *testing.T) {
 		// and validate is 3; a routed Handle decodes a string body in place
 		// and copies only Data.
 		{"decode and validate", 3, func() error { _, err := benchDecodeValidate(body); return err }},
+		// The struct (it escapes through Bind's any) and the two strings
+		// Bind stores, currency and note; json.Unmarshal of the same makes
+		// seven.
+		{"Bind into a struct", 3, func() error { var o benchOrder; return decoded.Bind(&o) }},
+		{"Bind into a struct, 1 KB data", 3, func() error { var o benchOrder; return decoded1K.Bind(&o) }},
 		{"Handle, routed and accepted", 3, func() error { return routed.Handle(ctx, r, routedMsg) }},
 		{"Handle, unknown URN, release", 0, func() error { return release.Handle(ctx, r, unknownMsg) }},
 		{"Handle, unknown URN, delete", 0, func() error { return drop.Handle(ctx, r, unknownMsg) }},

@@ -304,6 +304,34 @@ func BenchmarkRatios(b *testing.B) {
 				})
 		})
 	}
+	// Bind alone: data into the struct, against json.Unmarshal of the
+	// same bytes.
+	for _, tc := range []struct {
+		name string
+		data benchOrder
+	}{{"bind-struct", benchOrderStruct()}, {"bind-struct-1k", benchOrderStruct1K()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			env, err := benchRoundTrip(tc.data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchPair(b,
+				func() error {
+					var got benchOrder
+					if err := json.Unmarshal(env.Data, &got); err != nil {
+						return err
+					}
+					return benchSameOrder(got, tc.data)
+				},
+				func() error {
+					var got benchOrder
+					if err := env.Bind(&got); err != nil {
+						return err
+					}
+					return benchSameOrder(got, tc.data)
+				})
+		})
+	}
 	b.Run("decode-validate", func(b *testing.B) {
 		body := benchBody(b)
 		benchPair(b,

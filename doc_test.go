@@ -118,6 +118,7 @@ var flowPicture = [][]string{
 	{"mapping.go"},
 	{"publish_options.go", "observe.go", "payload.go"},
 	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},
+	{"bind.go"},
 	{"outcome.go", "replay.go", "headers.go", "backoff.go", "redact.go"},
 	{"link.go", "errors.go", "doc.go", "string_view.go"},
 }

@@ -275,12 +275,20 @@ func appendUUID(b []byte, u uuid.UUID) []byte {
 	return b
 }
 
-// Bind decodes the data object into v, as json.Unmarshal does.
+// Bind decodes the data object into v, as json.Unmarshal does. When v
+// points to a struct whose fields are strings, bools, integers and floats
+// (no embedded struct, no method of its own that decodes), Bind reads data
+// itself, in one pass, and stores exactly what json.Unmarshal would; any
+// other v, and any data json.Unmarshal would refuse, goes to json.Unmarshal.
 func (e *Envelope) Bind(v any) error {
-	if len(e.Data) == 0 {
-		return json.Unmarshal([]byte("{}"), v)
+	data := e.Data
+	if len(data) == 0 {
+		data = json.RawMessage("{}")
 	}
-	return json.Unmarshal(e.Data, v)
+	if bindStruct(stringView(data), v) {
+		return nil
+	}
+	return json.Unmarshal(data, v)
 }
 
 // Validate reports whether a consumer accepts the envelope: a non-blank URN,
