@@ -118,7 +118,8 @@ var flowPicture = [][]string{
 	{"mapping.go"},
 	{"publish_options.go", "observe.go", "payload.go"},
 	{"envelope_decode.go", "envelope_encode.go", "envelope.go"},
-	{"bind.go"},
+	{"struct_marshal.go", "bind.go"},
+	{"struct_plan.go"},
 	{"outcome.go", "replay.go", "headers.go", "backoff.go", "redact.go"},
 	{"link.go", "errors.go", "doc.go", "string_view.go"},
 }

@@ -357,6 +357,15 @@ func marshalData(data any) (json.RawMessage, error) {
 		}
 		return rawObject(*d)
 	}
+	if b, ok := marshalStruct(data); ok {
+		return b, nil
+	}
+	return marshalJSON(data)
+}
+
+// marshalJSON is marshalData through json.Marshal, its output made
+// canonical.
+func marshalJSON(data any) (json.RawMessage, error) {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: data: %w", ErrInvalidEnvelope, err)
