@@ -50,9 +50,11 @@ var (
 
 // planFor returns t's plan, or nil when t is not a struct whose every
 // field encoding/json sees is a string, a bool, an integer or a float,
-// each with a plain name: anything else (an embedded struct, the ",string"
-// option, json.Number, two names encoding/json could confuse) is left to
-// encoding/json, whose rules for them the fast paths do not repeat.
+// each with a plain name and no tag option but omitempty and omitzero:
+// anything else (an embedded struct, the ",string" option, an option of
+// encoding/json's second version, json.Number, two names encoding/json
+// could confuse) is left to encoding/json, whose rules for them the fast
+// paths do not repeat.
 func planFor(t reflect.Type) *structPlan {
 	if p, ok := structPlans.Load(t); ok {
 		return p.(*structPlan)
@@ -82,7 +84,7 @@ func newStructPlan(t reflect.Type) *structPlan {
 			name = sf.Name
 		}
 		kind := bindKind(sf.Type.Kind())
-		if !plainKey(name) || hasOption(opts, "string") || kind == 0 ||
+		if !plainKey(name) || !plainOptions(opts) || kind == 0 ||
 			sf.Type == jsonNumberType { // a string encoding/json reads and writes as a number
 			return nil
 		}
@@ -105,24 +107,33 @@ func newStructPlan(t reflect.Type) *structPlan {
 }
 
 // decodesItself reports whether encoding/json would hand a value of type t
-// to a method of its own to decode.
+// to a method of its own to decode. Built with GOEXPERIMENT=jsonv2, it also
+// asks UnmarshalJSONFrom, whose argument type is not importable otherwise:
+// that one goes by its name.
 func decodesItself(t reflect.Type) bool {
 	pt := reflect.PointerTo(t)
-	return pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType)
+	return pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) ||
+		hasMethod(pt, "UnmarshalJSONFrom")
 }
 
 // encodesItself reports whether encoding/json would hand a value of type t
-// (or its address) to a method of its own to encode.
+// (or its address) to a method of its own to encode: with GOEXPERIMENT=jsonv2
+// also MarshalJSONTo or AppendText, taken by name.
 func encodesItself(t reflect.Type) bool {
 	pt := reflect.PointerTo(t)
-	return pt.Implements(jsonMarshalerType) || pt.Implements(textMarshalerType)
+	return pt.Implements(jsonMarshalerType) || pt.Implements(textMarshalerType) ||
+		hasMethod(pt, "MarshalJSONTo") || hasMethod(pt, "AppendText")
+}
+
+func hasMethod(t reflect.Type, name string) bool {
+	_, ok := t.MethodByName(name)
+	return ok
 }
 
 // hasIsZero reports whether t or *t has an IsZero method, which
 // encoding/json's omitzero would ask.
 func hasIsZero(t reflect.Type) bool {
-	_, ok := reflect.PointerTo(t).MethodByName("IsZero")
-	return ok
+	return hasMethod(reflect.PointerTo(t), "IsZero")
 }
 
 // plainKey reports whether name is a key of ASCII letters, digits, '_',
@@ -154,6 +165,21 @@ func hasOption(opts, want string) bool {
 		}
 	}
 	return false
+}
+
+// plainOptions reports whether a tag's options are only omitempty and
+// omitzero. Any other (",string", or case:, inline, format: and the rest
+// that encoding/json reads when built with GOEXPERIMENT=jsonv2, or one it
+// ignores) leaves the struct to encoding/json.
+func plainOptions(opts string) bool {
+	for opts != "" {
+		var o string
+		o, opts, _ = strings.Cut(opts, ",")
+		if o != "omitempty" && o != "omitzero" {
+			return false
+		}
+	}
+	return true
 }
 
 // bindKind groups the kinds the fast paths store; 0 is one they do not.

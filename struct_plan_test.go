@@ -33,6 +33,14 @@ func TestStructPlanOfEachShape(t *testing.T) {
 		{"a pointer field", reflect.TypeFor[bindPointer](), false, false, false},
 		{"a slice field", reflect.TypeFor[bindSlice](), false, false, false},
 		{"not a struct", reflect.TypeFor[map[string]any](), false, false, false},
+		{"a case option", reflect.TypeFor[planCaseOption](), false, false, false},
+		{"an inline option", reflect.TypeFor[planInlineOption](), false, false, false},
+		{"a format option", reflect.TypeFor[planFormatOption](), false, false, false},
+		{"an option no version knows", reflect.TypeFor[planUnknownOption](), false, false, false},
+		{"a struct that decodes from a stream", reflect.TypeFor[planDecodesFrom](), true, false, true},
+		{"a field that decodes from a stream", reflect.TypeFor[planDecodesFromKind](), true, false, true},
+		{"a struct that encodes to a stream", reflect.TypeFor[planEncodesTo](), true, true, false},
+		{"a field that appends its text", reflect.TypeFor[planAppendsTextKind](), true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planFor(tc.typ)
@@ -69,3 +77,33 @@ func TestStructPlanFields(t *testing.T) {
 	assert.False(t, plainKey("a b"))
 	assert.False(t, plainKey(string(make([]byte, maxPlainKey+1))))
 }
+
+// Types with what encoding/json reads only when it runs on its second
+// version (GOEXPERIMENT=jsonv2): tag options of that version, and methods
+// it asks before the first version's (named as it names them; the plan
+// goes by the name alone, as their types are not importable here).
+type (
+	planCaseOption struct {
+		S string `json:"s,case:strict"`
+	}
+	planInlineOption struct {
+		S string `json:"s,inline"`
+	}
+	planFormatOption struct {
+		F float64 `json:"f,format:nonfinite"`
+	}
+	planUnknownOption struct {
+		S string `json:"s,omitempty,shout"` //nolint:staticcheck // an unknown option is the case under test
+	}
+	planDecodesFrom     struct{ S string }
+	planDecodesFromKind struct{ T planStream }
+	planStream          string
+	planEncodesTo       struct{ S string }
+	planAppendsTextKind struct{ T planAppender }
+	planAppender        string
+)
+
+func (*planDecodesFrom) UnmarshalJSONFrom(any) error     { return nil }
+func (*planStream) UnmarshalJSONFrom(any) error          { return nil }
+func (planEncodesTo) MarshalJSONTo(any) error            { return nil }
+func (planAppender) AppendText(b []byte) ([]byte, error) { return b, nil }
