@@ -202,6 +202,26 @@ func wantBodies(t *testing.T, conn *brokertest.Conn, q string, want ...string) {
 	}
 }
 
+// beforeCutAfter publishes a small message through pub and checks it
+// arrived, cuts the large one between its frames (publishCut), then
+// publishes another small one through the publisher to go on with: the
+// queue holds exactly that one, and the broker no new large-message file.
+func beforeCutAfter(ctx context.Context, t *testing.T, b *brokertest.Broker, conn *brokertest.Conn, q string, pub *artemis.Publisher, newPub func() *artemis.Publisher, before map[string]bool) {
+	t.Helper()
+	_, err := pub.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "before"}))
+	require.NoError(t, err)
+	first := conn.Drain(q, "")
+	require.Len(t, first, 1)
+	require.Contains(t, bodyOf(first[0]), `"before"`)
+
+	after := publishCut(t, b, conn, q, pub, newPub, before)
+	_, err = after.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "after"}))
+	require.NoError(t, err)
+
+	wantBodies(t, conn, q, `"after"`)
+	noNewLargeMessage(t, b, before)
+}
+
 // TestIntegrationTransferCutBetweenFramesOnABarePublisher: a bare Publisher
 // over an *amqp.Sender; its ctx ends between the large message's frames. The
 // error is ctx's, the sender is closed (a new one carries the next publish),
@@ -215,18 +235,7 @@ func TestIntegrationTransferCutBetweenFramesOnABarePublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), arrival)
 	defer cancel()
 
-	_, err := pub.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "before"}))
-	require.NoError(t, err)
-	first := conn.Drain(q, "")
-	require.Len(t, first, 1)
-	require.Contains(t, bodyOf(first[0]), `"before"`)
-
-	after := publishCut(t, b, conn, q, pub, func() *artemis.Publisher { return artemis.NewPublisher(via.NewSender(q), q) }, before)
-	_, err = after.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "after"}))
-	require.NoError(t, err)
-
-	wantBodies(t, conn, q, `"after"`)
-	noNewLargeMessage(t, b, before)
+	beforeCutAfter(ctx, t, b, conn, q, pub, func() *artemis.Publisher { return artemis.NewPublisher(via.NewSender(q), q) }, before)
 }
 
 // TestIntegrationTransferCutBetweenFramesOnAClientPublisher: the same
@@ -242,18 +251,7 @@ func TestIntegrationTransferCutBetweenFramesOnAClientPublisher(t *testing.T) {
 	pub, err := c.Publisher(ctx, q)
 	require.NoError(t, err)
 
-	_, err = pub.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "before"}))
-	require.NoError(t, err)
-	first := conn.Drain(q, "")
-	require.Len(t, first, 1)
-	require.Contains(t, bodyOf(first[0]), `"before"`)
-
-	publishCut(t, b, conn, q, pub.Publisher, nil, before)
-	_, err = pub.Publish(ctx, artemis.Job("urn:babel:test:cut", map[string]string{"n": "after"}))
-	require.NoError(t, err)
-
-	wantBodies(t, conn, q, `"after"`)
-	noNewLargeMessage(t, b, before)
+	beforeCutAfter(ctx, t, b, conn, q, pub.Publisher, nil, before)
 }
 
 // TestIntegrationTransferCutByAConnectionReset: the connection is reset in
