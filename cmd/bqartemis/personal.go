@@ -73,10 +73,18 @@ func (p *personalFlags) add(urn, where string, doc []byte) error {
 	return nil
 }
 
+// loadDir reads every *.json below dir through an os.Root, as the schema
+// module's Dir does: a symbolic link that leaves the folder, or any
+// absolute one, is refused, so the marks come only from files inside it.
 func (p *personalFlags) loadDir(dir string) error {
-	fsys := os.DirFS(dir)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("schema directory %s: %w", dir, err)
+	}
+	defer func() { _ = root.Close() }() // a directory opened for reading: closing it reports nothing to act on
+	fsys := root.FS()
 	found := 0
-	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(name, ".json") {
 			return err
 		}
@@ -111,12 +119,18 @@ func (p *personalFlags) loadRegistry(manifest string) error {
 		return fmt.Errorf("schema registry %s: not a registry manifest: %w", manifest, err)
 	}
 	base := filepath.Dir(manifest)
+	root, err := os.OpenRoot(base)
+	if err != nil {
+		return fmt.Errorf("schema registry %s: %w", manifest, err)
+	}
+	defer func() { _ = root.Close() }() // a directory opened for reading: closing it reports nothing to act on
 	for i, e := range m.Schemas {
-		if e.URN == "" || e.Schema == "" || filepath.IsAbs(e.Schema) || !fs.ValidPath(path.Clean(filepath.ToSlash(e.Schema))) {
+		clean := path.Clean(filepath.ToSlash(e.Schema))
+		if e.URN == "" || e.Schema == "" || filepath.IsAbs(e.Schema) || !fs.ValidPath(clean) {
 			return fmt.Errorf("schema registry %s: entry %d: want a urn and a schema path inside the manifest's folder", manifest, i+1)
 		}
 		where := filepath.Join(base, filepath.FromSlash(e.Schema))
-		doc, err := os.ReadFile(where)
+		doc, err := fs.ReadFile(root.FS(), clean) // through the root: a link out of the folder is refused
 		if err != nil {
 			return fmt.Errorf("schema registry %s: %s: %w", manifest, e.URN, err)
 		}

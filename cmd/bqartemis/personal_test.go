@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,6 +221,70 @@ func TestMaskWithheldBodyKeepsNoEncoding(t *testing.T) {
 		pf.apply(r)
 		if *r.Raw != notice || r.RawEncoding != "" {
 			t.Errorf("%s: raw %q, raw_encoding %q: want the notice, no encoding", name, *r.Raw, r.RawEncoding)
+		}
+	}
+}
+
+// TestPersonalSchemasReadNothingOutsideTheFolder: -schemas and -registry
+// read through an os.Root: a relative link inside the folder is followed,
+// one that leaves it is refused, so no mark comes from a file outside.
+func TestPersonalSchemasReadNothingOutsideTheFolder(t *testing.T) {
+	const marked = `{"properties":{"email":{"x-gdpr-sensitive":true}}}`
+	outside := filepath.Join(t.TempDir(), "created.json")
+	if err := os.WriteFile(outside, []byte(marked), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		link    func(orders string) string // the link's target, given the folder of the link
+		refused bool
+	}{
+		{"a relative link inside", func(string) string { return filepath.Join("..", "inside.json.txt") }, false},
+		{"a relative link out", func(orders string) string {
+			rel, err := filepath.Rel(orders, outside)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rel
+		}, true},
+		{"an absolute link out", func(string) string { return outside }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			orders := filepath.Join(dir, "orders")
+			manifest := `{"schemas":[{"urn":"urn:babel:orders:created","schema":"orders/created.json"}]}`
+			if err := errors.Join(
+				os.MkdirAll(orders, 0o700),
+				os.WriteFile(filepath.Join(dir, "inside.json.txt"), []byte(marked), 0o600),
+				os.WriteFile(filepath.Join(dir, "registry.json"), []byte(manifest), 0o600),
+			); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(tc.link(orders), filepath.Join(orders, "created.json")); err != nil {
+				t.Fatal(err)
+			}
+			checkLinkLoads(t, dir, tc.refused)
+		})
+	}
+}
+
+// checkLinkLoads loads dir's schemas by -schemas and by -registry and checks
+// both read the linked schema (its marks present), or both refuse it.
+func checkLinkLoads(t *testing.T, dir string, refused bool) {
+	t.Helper()
+	manifest := filepath.Join(dir, "registry.json")
+	for name, pf := range map[string]*personalFlags{
+		"-schemas":  {schemas: dir},
+		"-registry": {registry: manifest},
+	} {
+		err := pf.load()
+		switch {
+		case refused && err == nil:
+			t.Errorf("%s read a schema through a link out of the folder: marks %v", name, pf.marks)
+		case !refused && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case !refused && pf.marks["urn:babel:orders:created"] == nil:
+			t.Errorf("%s: the linked schema's marks are missing: %v", name, pf.marks)
 		}
 	}
 }
