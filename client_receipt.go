@@ -5,7 +5,6 @@ package artemis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -81,17 +80,15 @@ func (s *clientSender) startWait(ctx context.Context, msg *amqp.Message, r *Rece
 // writeOn writes msg on the current link (senderLink.write), on a new one
 // when it finds that link cut. A nil link: no link, nothing written.
 func (s *clientSender) writeOn(ctx context.Context, msg *amqp.Message, wait bool) (*senderLink, pendingTransfer, error) {
-	for try := 1; ; try++ {
-		sl, err := s.link(ctx, wait)
-		if err != nil {
-			return nil, pendingTransfer{}, err
-		}
-		pt, err := sl.write(ctx, msg)
-		if errors.Is(err, errLinkCut) && try < cutTries {
-			continue // nothing was written: on a new link
-		}
-		return sl, pt, err
+	var pt pendingTransfer
+	sl, err := s.onUncutLink(ctx, wait, func(sl *senderLink) (err error) {
+		pt, err = sl.write(ctx, msg)
+		return err
+	})
+	if sl == nil {
+		return nil, pendingTransfer{}, err
 	}
+	return sl, pt, err
 }
 
 // queue hands ct to sl's resolver, starting it when none runs.

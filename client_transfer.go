@@ -29,19 +29,35 @@ func (s *clientSender) SendOutcome(ctx context.Context, msg *amqp.Message) (amqp
 // sendOutcome is SendOutcome, waiting for a connection only when wait is
 // set.
 func (s *clientSender) sendOutcome(ctx context.Context, msg *amqp.Message, wait bool) (amqp.DeliveryState, error) {
+	var state amqp.DeliveryState
+	sl, err := s.onUncutLink(ctx, wait, func(sl *senderLink) (err error) {
+		state, err = s.transfer(ctx, sl, msg)
+		return err
+	})
+	if sl == nil {
+		return nil, err // nothing was sent
+	}
+	if err == nil || !mayBeStored(err) {
+		return state, s.c.red.error(err)
+	}
+	return s.afterLoss(ctx, sl, msg, err)
+}
+
+// onUncutLink runs write on the current link, and again on a new one when
+// it finds that link cut (errLinkCut: nothing was written), up to cutTries
+// links. It returns the link of the last write and its error; a nil link
+// when none could be had (that error, nothing written).
+func (s *clientSender) onUncutLink(ctx context.Context, wait bool, write func(*senderLink) error) (*senderLink, error) {
 	for try := 1; ; try++ {
 		sl, err := s.link(ctx, wait)
 		if err != nil {
-			return nil, err // nothing was sent
+			return nil, err
 		}
-		state, err := s.transfer(ctx, sl, msg)
+		err = write(sl)
 		if errors.Is(err, errLinkCut) && try < cutTries {
 			continue // nothing was written: on a new link
 		}
-		if err == nil || !mayBeStored(err) {
-			return state, s.c.red.error(err)
-		}
-		return s.afterLoss(ctx, sl, msg, err)
+		return sl, err
 	}
 }
 
