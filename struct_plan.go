@@ -125,6 +125,7 @@ func encodesItself(t reflect.Type) bool {
 		hasMethod(pt, "MarshalJSONTo") || hasMethod(pt, "AppendText")
 }
 
+// hasMethod reports whether t's method set has a method of that name.
 func hasMethod(t reflect.Type, name string) bool {
 	_, ok := t.MethodByName(name)
 	return ok

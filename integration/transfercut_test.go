@@ -33,8 +33,8 @@ import (
 )
 
 // cutSize is the large message's padding: far above Artemis' AMQP frame size
-// (128 KiB) and large-message threshold (100 KiB), and above what the
-// kernel's and the proxy's buffers take in while the path is stalled.
+// (128 KiB) and large-message threshold (100 KiB), so the transfer takes
+// long enough for ctx to end while its frames are written.
 const cutSize = 8 << 20
 
 // dialVia dials the broker through url (the proxy's) and begins a session.

@@ -124,13 +124,14 @@ func (p *personalFlags) loadRegistry(manifest string) error {
 		return fmt.Errorf("schema registry %s: %w", manifest, err)
 	}
 	defer func() { _ = root.Close() }() // a directory opened for reading: closing it reports nothing to act on
+	fsys := root.FS()
 	for i, e := range m.Schemas {
 		clean := path.Clean(filepath.ToSlash(e.Schema))
 		if e.URN == "" || e.Schema == "" || filepath.IsAbs(e.Schema) || !fs.ValidPath(clean) {
 			return fmt.Errorf("schema registry %s: entry %d: want a urn and a schema path inside the manifest's folder", manifest, i+1)
 		}
 		where := filepath.Join(base, filepath.FromSlash(e.Schema))
-		doc, err := fs.ReadFile(root.FS(), clean) // through the root: a link out of the folder is refused
+		doc, err := fs.ReadFile(fsys, clean) // through the root: a link out of the folder is refused
 		if err != nil {
 			return fmt.Errorf("schema registry %s: %s: %w", manifest, e.URN, err)
 		}
