@@ -23,15 +23,21 @@ import (
 // TestIntegrationDefaultCreditSharesTheBacklogFairly: a backlog of 3,000
 // messages, then two Clients (two instances of one service) consume it
 // without WithCredit (the default credit) and eight workers each,
-// every handler call taking 2 ms. Each instance handles a fair share:
+// every handler call taking 10 ms. Each instance handles a fair share:
 // within 20 % of half the backlog. The handlers start once both instances
 // are attached, so the share measures the credit, not who dialled first.
+// The handlers' work makes the run last two to three seconds, so a stall of
+// one instance or of the broker of a tenth of a second on a busy machine
+// (CI runs other packages beside it) moves the share by a few percent, as
+// it would in a service, rather than by the quarter it moved a run with
+// 2 ms handlers once; a credit that let one instance hoard the backlog
+// would still show in full.
 func TestIntegrationDefaultCreditSharesTheBacklogFairly(t *testing.T) {
 	const (
 		urn     = "urn:babel:fair:work"
 		backlog = 3000
 		workers = 8
-		work    = 2 * time.Millisecond
+		work    = 10 * time.Millisecond
 	)
 	ctx, _, q, pub := onBrokerClientPublisher(t)
 	var next atomic.Int64
