@@ -104,6 +104,10 @@ type envelopeConfig struct {
 	traceID string
 	queue   string
 	now     time.Time
+	// scratch, when set, is a buffer of a pooled message that struct data
+	// is written into instead of an array of its own (see
+	// Publisher.outgoing): grown when short, and kept for the next.
+	scratch *[]byte
 }
 
 // EnvelopeTraceID makes the envelope reuse a trace id (trimmed) instead of
@@ -160,7 +164,7 @@ func (e *Envelope) fill(urn string, data any, cfg *envelopeConfig) error {
 	if !utf8.ValidString(urn) {
 		return fmt.Errorf("%w: the URN is not valid UTF-8", ErrInvalidEnvelope)
 	}
-	raw, err := marshalData(data)
+	raw, err := marshalData(data, cfg.scratch)
 	if err != nil {
 		return err
 	}
@@ -344,8 +348,10 @@ type DeadLetter struct {
 }
 
 // marshalData turns the publish-side data into the canonical JSON of an
-// object.
-func marshalData(data any) (json.RawMessage, error) {
+// object. Struct data is written into *scratch when scratch is set (the
+// result's array then is that buffer's, and stays its), else into an array
+// of its own.
+func marshalData(data any, scratch *[]byte) (json.RawMessage, error) {
 	switch d := data.(type) {
 	case nil:
 		return json.RawMessage("{}"), nil
@@ -357,8 +363,13 @@ func marshalData(data any) (json.RawMessage, error) {
 		}
 		return rawObject(*d)
 	}
-	if b, ok := marshalStruct(data); ok {
-		return b, nil
+	if scratch == nil {
+		if b, ok := marshalStruct(data); ok {
+			return b, nil
+		}
+	} else if b, ok := appendStruct((*scratch)[:0], data); ok {
+		*scratch = b
+		return b[:len(b):len(b)], nil // an append to Data never writes past it into the buffer
 	}
 	return marshalJSON(data)
 }

@@ -14,15 +14,19 @@ import (
 )
 
 // pooled checks env and cfg and projects env onto a pooled message, with
-// the annotations of urns when its URN is the one published last. It is the
-// one way into the pool: the message goes back with recycle once the link
-// is done with it.
-func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCache) (*pooledMessage, error) {
+// the annotations of urns when its URN is the one published last: pm, the
+// one env's data was written into (pooledFor), else one taken now. It is
+// the one way into the pool: the message goes back with recycle once the
+// link is done with it, or now when env or cfg is refused.
+func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCache, pm *pooledMessage) (*pooledMessage, error) {
 	env, err := checkPublishable(ctx, env, cfg)
 	if err != nil {
+		pm.recycle()
 		return nil, err
 	}
-	pm := messagePool.Get().(*pooledMessage)
+	if pm == nil {
+		pm = messagePool.Get().(*pooledMessage)
+	}
 	if hint := env.encodedSizeHint(); cap(pm.body) < hint {
 		pm.body = make([]byte, 0, hint)
 	}
@@ -50,11 +54,17 @@ func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCac
 // envelope and the annotation of the URN published last. The message is the
 // one newMessage makes, byte for byte.
 //
+// A Job's struct data is written into the message's data buffer rather
+// than an array of its own (pooledFor): its envelope is the publisher's
+// own, never handed out, and gone with the publish, and a PayloadValidator,
+// which is given the data, makes the publish take the usual way.
+//
 // A message whose send failed is not reused: with its link gone, go-amqp
 // may still hold a transfer that points into it.
 type pooledMessage struct {
 	messageBlock
 	body []byte
+	data []byte // a Job's data, encoded into body
 }
 
 var messagePool = sync.Pool{New: func() any { return new(pooledMessage) }}
@@ -64,7 +74,7 @@ const maxPooledBody = 64 << 10
 
 // recycle gives pm back to the pool (nil: nothing to do).
 func (pm *pooledMessage) recycle() {
-	if pm == nil || cap(pm.body) > maxPooledBody {
+	if pm == nil || cap(pm.body) > maxPooledBody || cap(pm.data) > maxPooledBody {
 		return
 	}
 	pm.messageBlock = messageBlock{}

@@ -2,9 +2,18 @@ package artemis
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/babelqueue/babelqueue-go-artemis/internal/fakelink"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkMessagePool: a publish's message from the pool (the subject)
@@ -49,7 +58,7 @@ func BenchmarkMessagePool(b *testing.B) {
 // confirmed send, and the message back to the pool only after an accepted
 // outcome. The tests force the pool with it over links that are fakes.
 func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg *publishConfig) error {
-	pm, err := pooled(ctx, env, cfg, &p.lastURN)
+	pm, err := pooled(ctx, env, cfg, &p.lastURN, nil)
 	if err != nil {
 		return err
 	}
@@ -57,4 +66,194 @@ func (p *Publisher) sendReused(ctx context.Context, s Sender, env *Envelope, cfg
 		pm.recycle()
 	}
 	return err
+}
+
+// poolJob is a Job's struct data of the sizes a pooled message's data
+// buffer grows and shrinks through.
+type poolJob struct {
+	Worker int    `json:"worker"`
+	I      int    `json:"i"`
+	Note   string `json:"note,omitempty"`
+}
+
+func poolJobNote(w, i int) string { return strings.Repeat("é☕", (w*37+i*101)%700) }
+
+// jobsOnPooledMessages is a ClientPublisher on a link that reads a message
+// only while it is written, as attach marks go-amqp's, and keeps what it
+// put on the wire (discard: only counts it): its Jobs' struct data is
+// written into the pooled messages' buffers (pooledFor).
+func jobsOnPooledMessages(t *testing.T, discard bool, opts ...PublishOption) (*harness, *ClientPublisher) {
+	t.Helper()
+	h, cp := newPublisherHarness(t, nil, opts...)
+	for _, s := range h.fb.conn(0).sendersTo("orders") {
+		s.Wire, s.Discard = !discard, discard
+	}
+	senderOf(cp).cur.Load().goAMQP = true
+	require.Nil(t, cp.pooledFor(&publishConfig{payload: &keepingValidator{}}), "a payload check takes the usual way")
+	pm := cp.pooledFor(&publishConfig{})
+	require.NotNil(t, pm, "the Jobs go onto pooled messages")
+	pm.recycle()
+	return h, cp
+}
+
+// Concurrent Jobs of struct data whose size goes up and down, of map, raw
+// and nil data, with and without options: every message on the wire is the
+// one newMessage makes of its envelope, carrying its own data.
+func TestJobDataOnPooledMessagesIsWhatAFreshProjectionSends(t *testing.T) {
+	const workers, each = 8, 120
+	h, cp := jobsOnPooledMessages(t, false)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				var m Outgoing
+				switch i % 4 {
+				case 0:
+					m = Job("urn:pool:struct", poolJob{Worker: w, I: i, Note: poolJobNote(w, i)})
+				case 1:
+					m = Job("urn:pool:map", map[string]any{"worker": w, "i": i})
+				case 2:
+					m = Job("urn:pool:raw", json.RawMessage(fmt.Sprintf(`{"worker":%d,"i":%d}`, w, i)))
+				default:
+					m = Job("urn:pool:traced", &poolJob{Worker: w, I: i, Note: poolJobNote(w, i)},
+						EnvelopeTraceID(fmt.Sprintf("trace-%d-%d", w, i)))
+				}
+				if _, err := cp.Publish(context.Background(), m); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	sent := h.sentTo("orders")
+	require.Len(t, sent, workers*each)
+	seen := make(map[[2]int]bool, len(sent))
+	for _, msg := range sent {
+		body, ok := msg.Value.(string)
+		require.True(t, ok)
+		env, err := Decode([]byte(body))
+		require.NoError(t, err)
+		want, err := newMessage(context.Background(), env, &publishConfig{})
+		require.NoError(t, err)
+		require.Equal(t, wireDecoded(t, want), msg, "the projection of its own envelope")
+		var data poolJob
+		require.NoError(t, json.Unmarshal(env.Data, &data))
+		key := [2]int{data.Worker, data.I}
+		require.False(t, seen[key], "%v sent twice", key)
+		seen[key] = true
+		switch env.URN {
+		case "urn:pool:struct", "urn:pool:traced":
+			require.Equal(t, poolJobNote(data.Worker, data.I), data.Note, "%v's own data", key)
+		default:
+			require.Empty(t, data.Note)
+		}
+		if env.URN == "urn:pool:traced" {
+			require.Equal(t, fmt.Sprintf("trace-%d-%d", data.Worker, data.I), env.TraceID)
+		}
+	}
+}
+
+// A Job refused while its data was being written into the pooled
+// message's buffer (a NaN after the fields before it were written; a blank
+// URN) sends nothing, and the publishes after it are whole.
+func TestJobRefusedOnAPooledMessageLeavesTheNextWhole(t *testing.T) {
+	type withFloat struct {
+		Note  string  `json:"note"`
+		Ratio float64 `json:"ratio"`
+	}
+	h, cp := jobsOnPooledMessages(t, false)
+	for i := range 20 {
+		_, err := cp.Publish(context.Background(), Job("urn:pool:nan", withFloat{Note: poolJobNote(1, i), Ratio: math.NaN()}))
+		require.ErrorIs(t, err, ErrInvalidEnvelope)
+		_, err = cp.Publish(context.Background(), Job(" ", poolJob{I: i}))
+		require.ErrorIs(t, err, ErrInvalidEnvelope)
+		_, err = cp.Publish(context.Background(), Job("urn:pool:ok", withFloat{Note: poolJobNote(2, i), Ratio: float64(i)}))
+		require.NoError(t, err)
+	}
+	sent := h.sentTo("orders")
+	require.Len(t, sent, 20)
+	for i, msg := range sent {
+		env, err := Decode([]byte(msg.Value.(string)))
+		require.NoError(t, err)
+		assert.Equal(t, "urn:pool:ok", env.URN)
+		assert.JSONEq(t, fmt.Sprintf(`{"note":%q,"ratio":%d}`, poolJobNote(2, i), i), string(env.Data))
+	}
+}
+
+// With a payload check, which is given the data, a Job's data is bytes of
+// its own: what the check saw stays what it was while the publishes after
+// it go on, and the data written into a pooled buffer costs a publish none
+// of its bytes.
+func TestJobDataLeavesThePoolForAPayloadCheck(t *testing.T) {
+	keeper := &keepingValidator{}
+	h, cp := jobsOnPooledMessages(t, false, WithPayloadValidator(keeper))
+	for i := range 40 {
+		_, err := cp.Publish(context.Background(), Job("urn:pool:checked", poolJob{I: i, Note: poolJobNote(3, i)}))
+		require.NoError(t, err)
+	}
+	require.Len(t, h.sentTo("orders"), 40)
+	require.Len(t, keeper.seen, 40)
+	for i, s := range keeper.seen {
+		assert.Equal(t, s.copy, string(s.data), "publish %d's data changed after its check", i)
+	}
+
+	_, checkedCounted := jobsOnPooledMessages(t, true, WithPayloadValidator(&countingValidator{}))
+	_, plain := jobsOnPooledMessages(t, true)
+	bytesPerPublish := func(p *ClientPublisher) uint64 {
+		const n = 1000
+		data := any(benchOrderStruct1K())
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			if _, err := p.Publish(context.Background(), Job(benchURN, data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / n
+	}
+	checked, pooledData := bytesPerPublish(checkedCounted), bytesPerPublish(plain)
+	t.Logf("1 KB struct data: %d bytes a publish with a payload check, %d without", checked, pooledData)
+	// The data's array is 1,152 bytes (its size class). The race
+	// detector's sync.Pool drops a quarter of what is put back, and each
+	// message dropped takes its data buffer with it: three quarters of it.
+	saved := uint64(900)
+	if raceEnabled {
+		saved = 600
+	}
+	assert.Less(t, pooledData+saved, checked, "the data's bytes come from the pooled message")
+}
+
+// keepingValidator keeps every data it is given, which a PayloadValidator
+// must not: to show that it would get bytes of their own.
+type keepingValidator struct {
+	mu   sync.Mutex
+	seen []struct {
+		data json.RawMessage
+		copy string
+	}
+}
+
+func (k *keepingValidator) ValidatePayload(_ context.Context, _ string, data json.RawMessage) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seen = append(k.seen, struct {
+		data json.RawMessage
+		copy string
+	}{data, string(data)})
+	return nil
+}
+
+// countingValidator accepts every data, and counts the checks.
+type countingValidator struct{ n atomic.Int64 }
+
+func (c *countingValidator) ValidatePayload(context.Context, string, json.RawMessage) error {
+	c.n.Add(1)
+	return nil
 }

@@ -44,13 +44,14 @@ type job struct {
 
 func (job) outgoing() {}
 
-// envelope builds the job's envelope for a publisher of queue. The options
+// envelope builds the job's envelope for a publisher of queue, struct data
+// written into *scratch when scratch is set (see marshalData). The options
 // write to a configuration on the heap, and only when there are some: the
 // one without options stays on the stack.
-func (j job) envelope(queue string) (*Envelope, error) {
-	cfg := envelopeConfig{queue: queue}
+func (j job) envelope(queue string, scratch *[]byte) (*Envelope, error) {
+	cfg := envelopeConfig{queue: queue, scratch: scratch}
 	if len(j.opts) > 0 {
-		own := &envelopeConfig{queue: queue}
+		own := &envelopeConfig{queue: queue, scratch: scratch}
 		for _, o := range j.opts {
 			o(own)
 		}
@@ -86,12 +87,12 @@ func (p *Publisher) Publish(ctx context.Context, m Outgoing, opts ...PublishOpti
 		return "", errNotBuilt
 	}
 	cfg := p.config(opts)
-	env, body, err := p.outgoing(m, cfg)
+	env, body, pm, err := p.outgoing(m, cfg)
 	switch {
 	case err != nil:
 		return "", err
 	case env != nil:
-		return p.publish(ctx, env, cfg)
+		return p.publish(ctx, env, pm, cfg)
 	}
 	return p.publishEncoded(ctx, body, cfg)
 }
@@ -130,25 +131,32 @@ func (p *Publisher) PublishWithReceipt(ctx context.Context, m Outgoing, opts ...
 		return nil, errNotBuilt
 	}
 	cfg := p.config(opts)
-	env, body, err := p.outgoing(m, cfg)
+	env, body, pm, err := p.outgoing(m, cfg)
 	switch {
 	case err != nil:
 		return nil, err
 	case env != nil:
-		return p.publishWithReceipt(ctx, env, cfg)
+		return p.publishWithReceipt(ctx, env, pm, cfg)
 	}
 	return p.publishEncodedWithReceipt(ctx, body, cfg)
 }
 
 // outgoing is what a publish of m sends: the envelope (a Job's built now),
-// or, when env is nil, the Encoded bytes as they are. An error means m
-// stands for no envelope and nothing is sent; a Job whose envelope is
+// or, when env is nil, the Encoded bytes as they are. A Job's envelope may
+// come with the pooled message it is to be projected onto, its data
+// written into that message's buffer (pm, see pooledFor). An error means
+// m stands for no envelope and nothing is sent; a Job whose envelope is
 // refused is reported to the Observer as a failed publish, and every
 // refusal to the WithOnOutcome callback (with the id "").
-func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, body Encoded, err error) {
+func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, body Encoded, pm *pooledMessage, err error) {
 	switch m := m.(type) {
 	case job:
-		if env, err = m.envelope(p.queue); err != nil {
+		var scratch *[]byte
+		if pm = p.pooledFor(cfg); pm != nil {
+			scratch = &pm.data
+		}
+		if env, err = m.envelope(p.queue, scratch); err != nil {
+			pm.recycle()
 			cfg.observePublish(p.queue, m.urn, "", time.Time{}, err)
 		}
 	case *Envelope:
@@ -163,9 +171,9 @@ func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, bod
 	if err != nil {
 		// The publish's end, as every refusal is (WithOnOutcome).
 		callOnOutcome(cfg.onOutcome, "", err)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return env, body, nil
+	return env, body, pm, nil
 }
 
 // EnvelopeOf is the envelope m stands for, as a publish sends it: an
@@ -183,7 +191,7 @@ func EnvelopeOf(m Outgoing, defaults ...EnvelopeOption) (*Envelope, error) {
 		if len(defaults) > 0 {
 			m.opts = append(defaults[:len(defaults):len(defaults)], m.opts...)
 		}
-		env, err := m.envelope("")
+		env, err := m.envelope("", nil)
 		if err != nil {
 			return nil, err
 		}

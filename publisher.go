@@ -80,7 +80,7 @@ func (p *Publisher) copyConfig(cfg *publishConfig) *publishConfig {
 
 var noOptions publishConfig
 
-func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConfig) (id string, err error) {
+func (p *Publisher) publish(ctx context.Context, env *Envelope, pm *pooledMessage, cfg *publishConfig) (id string, err error) {
 	// ended: the publish has a result (refused, or sent with an outcome).
 	// A payload validator that ends the caller's goroutine (runtime.Goexit,
 	// or a panic) before then leaves nothing to report: nothing was sent,
@@ -94,7 +94,7 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 			}
 		}()
 	}
-	msg, pm, err := p.message(ctx, env, cfg)
+	msg, pm, err := p.message(ctx, env, pm, cfg)
 	if err == nil {
 		var state amqp.DeliveryState
 		if state, err = p.path.send(ctx, msg); err == nil {
@@ -117,15 +117,17 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, cfg *publishConf
 
 // message projects env onto the message a publish with cfg sends: a pooled
 // one (pm, recycled once the path is done with it) when the path reuses
-// messages, else a new one (pm nil).
-func (p *Publisher) message(ctx context.Context, env *Envelope, cfg *publishConfig) (msg *amqp.Message, pm *pooledMessage, err error) {
-	if p.reusesMessages(cfg) {
-		if pm, err = pooled(ctx, env, cfg, &p.lastURN); err != nil {
+// messages or one was taken for env's data already (pooledFor), else a new
+// one (pm nil).
+func (p *Publisher) message(ctx context.Context, env *Envelope, pm *pooledMessage, cfg *publishConfig) (*amqp.Message, *pooledMessage, error) {
+	if pm != nil || p.reusesMessages(cfg) {
+		pm, err := pooled(ctx, env, cfg, &p.lastURN, pm)
+		if err != nil {
 			return nil, nil, err
 		}
 		return &pm.msg, pm, nil
 	}
-	msg, err = newMessage(ctx, env, cfg)
+	msg, err := newMessage(ctx, env, cfg)
 	return msg, nil, err
 }
 
@@ -138,12 +140,12 @@ func (p *Publisher) reusesMessages(cfg *publishConfig) bool {
 	return p.path.reuses(cfg.carriesDuplicateID())
 }
 
-func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *publishConfig) (*Receipt, error) {
+func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, pm *pooledMessage, cfg *publishConfig) (*Receipt, error) {
 	var start time.Time
 	if cfg.observer != nil {
 		start = cfg.clock()
 	}
-	msg, pm, err := p.message(ctx, env, cfg)
+	msg, pm, err := p.message(ctx, env, pm, cfg)
 	return p.startReceipt(ctx, env, cfg, start, msg, pm, err)
 }
 
@@ -152,7 +154,7 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, cfg *
 // msg's pooled message (nil: none), err the failure to make msg.
 func (p *Publisher) startReceipt(ctx context.Context, env *Envelope, cfg *publishConfig, start time.Time, msg *amqp.Message, pm *pooledMessage, err error) (*Receipt, error) {
 	if err == nil {
-		r := &Receipt{id: env.Meta.ID, urn: env.URN, queue: p.queue, onOutcome: cfg.onOutcome, done: make(chan struct{})}
+		r := newReceipt(env.Meta.ID, env.URN, p.queue, cfg.onOutcome)
 		if cfg.observer != nil {
 			r.observed, r.start = cfg, start
 		}
@@ -170,4 +172,16 @@ func (p *Publisher) startReceipt(ctx context.Context, env *Envelope, cfg *publis
 	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
 	cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
 	return nil, err
+}
+
+// pooledFor is the pooled message a Job published with cfg is projected
+// onto, taken before its envelope is built so that its data is written
+// into the message's buffer: nil when the publish does not reuse messages
+// (see Publisher.reusesMessages), or checks its payload (the validator
+// may keep the data it is given, which must then be bytes of their own).
+func (p *Publisher) pooledFor(cfg *publishConfig) *pooledMessage {
+	if cfg.payload != nil || !p.reusesMessages(cfg) {
+		return nil
+	}
+	return messagePool.Get().(*pooledMessage)
 }

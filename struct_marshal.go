@@ -16,7 +16,12 @@ import (
 // one, as the canonical JSON object json.Marshal's output becomes. False
 // leaves data to json.Marshal: another type, or a float json.Marshal
 // refuses (NaN, an infinity), for its error.
-func marshalStruct(data any) ([]byte, bool) {
+func marshalStruct(data any) ([]byte, bool) { return appendStruct(nil, data) }
+
+// appendStruct is marshalStruct appending to b, which it grows when the
+// object may not fit in what b has left (a nil b: an array of the size
+// the object may take). The result is only meaningful when true.
+func appendStruct(b []byte, data any) ([]byte, bool) {
 	rv := reflect.ValueOf(data)
 	if rv.Kind() == reflect.Pointer {
 		if rv.IsNil() {
@@ -41,8 +46,11 @@ func marshalStruct(data any) ([]byte, bool) {
 			size += 24 // the longest integer, float or bool
 		}
 	}
-	b := make([]byte, 1, size)
-	b[0] = '{'
+	if cap(b)-len(b) < size {
+		b = append(make([]byte, 0, len(b)+size), b...)
+	}
+	start := len(b)
+	b = append(b, '{')
 	for i := range p.fields {
 		f := &p.fields[i]
 		fv := rv.Field(f.index)
@@ -56,7 +64,7 @@ func marshalStruct(data any) ([]byte, bool) {
 		if f.omitZeroValue && fv.IsZero() {
 			continue
 		}
-		if len(b) > 1 {
+		if len(b) > start+1 {
 			b = append(b, ',')
 		}
 		b = append(b, f.member...)

@@ -40,6 +40,14 @@ func marshalSame(t testing.TB, data any) bool {
 	t.Helper()
 	got, fast := marshalStruct(data)
 	want, err := marshalJSON(data)
+	// Appended after other bytes, into a buffer too short for it and into
+	// one long enough: the same choice, the same bytes after them.
+	for _, buf := range [][]byte{[]byte("head"), append(make([]byte, 0, 8192), "head"...)} {
+		appended, ok := appendStruct(buf, data)
+		if ok != fast || fast && string(appended) != "head"+string(got) {
+			t.Fatalf("%+v: appended (%v) %q, alone (%v) %q", data, ok, appended, fast, got)
+		}
+	}
 	if !fast {
 		return false
 	}
@@ -114,10 +122,15 @@ func TestMarshalStructLeavesOtherDataToMarshal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.False(t, marshalSame(t, tc.data), "fast path taken")
-			got, gotErr := marshalData(tc.data)
+			got, gotErr := marshalData(tc.data, nil)
 			want, wantErr := marshalJSON(tc.data)
 			assert.Equal(t, string(want), string(got))
 			assert.Equal(t, wantErr, gotErr)
+			scratch := []byte("left over")
+			got, gotErr = marshalData(tc.data, &scratch)
+			assert.Equal(t, string(want), string(got))
+			assert.Equal(t, wantErr, gotErr)
+			assert.Equal(t, "left over", string(scratch), "the buffer is not the result's")
 		})
 	}
 }
@@ -129,8 +142,32 @@ func TestNewEnvelopeOfAStructTakesTheFastPath(t *testing.T) {
 	env, err := NewEnvelope(benchURN, data)
 	require.NoError(t, err)
 	assert.Equal(t, string(want), string(env.Data))
-	allocs := testing.AllocsPerRun(50, func() { _, _ = marshalData(data) })
+	allocs := testing.AllocsPerRun(50, func() { _, _ = marshalData(data, nil) })
 	assert.LessOrEqual(t, allocs, 2.0, "the struct in an interface and the bytes") // json.Marshal makes more
+}
+
+// TestMarshalDataIntoScratch: struct data written into a pooled buffer is
+// the bytes of its own array, in that buffer, which is kept (grown when
+// short) for the next; Data ends where it does, so an append to it makes a
+// copy rather than writing into the buffer; and nothing else is allocated.
+func TestMarshalDataIntoScratch(t *testing.T) {
+	data := any(benchOrderStruct1K())
+	want, err := marshalData(data, nil)
+	require.NoError(t, err)
+	scratch := []byte("short")
+	got, err := marshalData(data, &scratch)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got))
+	require.Equal(t, len(got), cap(got), "Data ends at its last byte")
+	assert.Same(t, &scratch[0], &got[0], "written into the buffer, kept grown")
+
+	_ = append(got, '!')
+	assert.Equal(t, len(got), len(scratch), "an append to Data leaves the buffer alone")
+	again, err := marshalData(data, &scratch)
+	require.NoError(t, err)
+	assert.Same(t, &got[0], &again[0], "the next one reuses the array")
+	allocs := testing.AllocsPerRun(50, func() { _, _ = marshalData(data, &scratch) })
+	assert.LessOrEqual(t, allocs, 1.0, "at most the struct in an interface: no bytes")
 }
 
 // FuzzMarshalStructMatchesMarshal: whatever a flat struct holds, the fast
