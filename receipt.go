@@ -24,9 +24,28 @@ type Receipt struct {
 	observed  *publishConfig // its observer hears the outcome (nil: none)
 	start     time.Time      // when the publish began, for the observer
 
-	waited atomic.Bool   // Wait was called
-	done   chan struct{} // closed once err is set
-	err    error
+	built    bool        // made by a publish: a zero Receipt is not
+	waited   atomic.Bool // Wait was called
+	resolved atomic.Bool // err is set
+	err      error
+	// done is closed once err is set. It is made only when a Wait or Done
+	// finds the receipt pending (most of a pipeline's are resolved before
+	// anyone asks): mu orders its making against the resolution.
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+// closedDone is the Done of a receipt resolved before anyone asked.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// newReceipt is the Receipt of a publish of the message id, of URN urn, to
+// queue.
+func newReceipt(id, urn, queue string, onOutcome func(id string, err error)) *Receipt {
+	return &Receipt{id: id, urn: urn, queue: queue, onOutcome: onOutcome, built: true}
 }
 
 // ID returns the envelope's meta.id, known as soon as the transfer is
@@ -43,17 +62,21 @@ func (r *Receipt) ID() string { return r.id }
 // still reported (see PublishWithReceipt). Once resolved, every Wait
 // returns the same result.
 func (r *Receipt) Wait(ctx context.Context) error {
-	if r.done == nil {
+	if !r.built {
 		return errNotBuilt
 	}
 	r.waited.Store(true)
+	if r.resolved.Load() {
+		return r.err
+	}
+	done := r.doneChan()
 	select {
-	case <-r.done:
+	case <-done:
 		return r.err
 	default:
 	}
 	select {
-	case <-r.done:
+	case <-done:
 		return r.err
 	case <-ctx.Done():
 		return publishError(r.queue, r.urn, ctx.Err())
@@ -62,7 +85,36 @@ func (r *Receipt) Wait(ctx context.Context) error {
 
 // Done returns a channel that is closed once the outcome is known (Wait then
 // returns at once), for a select over many receipts.
-func (r *Receipt) Done() <-chan struct{} { return r.done }
+func (r *Receipt) Done() <-chan struct{} {
+	if !r.built {
+		return nil
+	}
+	return r.doneChan()
+}
+
+// doneChan is r's done channel, made now when r is pending and nobody
+// asked for it before; closedDone when r was resolved first.
+func (r *Receipt) doneChan() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		if r.resolved.Load() {
+			return closedDone
+		}
+		r.done = make(chan struct{})
+	}
+	return r.done
+}
+
+// markResolved tells whoever waits that err is set.
+func (r *Receipt) markResolved() {
+	r.mu.Lock()
+	r.resolved.Store(true)
+	if r.done != nil {
+		close(r.done)
+	}
+	r.mu.Unlock()
+}
 
 // resolve records the outcome and reports it: to the WithOnOutcome
 // callback, else a failure nobody is waiting for goes to slog.Default().
@@ -78,7 +130,7 @@ func (r *Receipt) resolve(state amqp.DeliveryState, err error) {
 	// which no recover stops) still leaves the receipt resolved, then
 	// reported: done closed first, the report after.
 	defer r.report(err)
-	defer close(r.done)
+	defer r.markResolved()
 	if r.observed != nil {
 		// Before done: whoever saw the receipt resolve (Wait, Done) finds
 		// it observed too.

@@ -549,7 +549,7 @@ func TestARefusedPublishIsReportedToOnOutcome(t *testing.T) {
 // is still resolved: Wait and Done do not hang on it.
 func TestReceiptResolvesThoughItsObserverExitsTheGoroutine(t *testing.T) {
 	cfg := &publishConfig{observer: exitingObserver{}}
-	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{})}
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, built: true}
 	go r.resolve(&amqp.StateAccepted{}, nil)
 	select {
 	case <-r.Done():
@@ -566,7 +566,7 @@ func TestUnwaitedReceiptSurvivesAPanickingDefaultLogger(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(exitingHandler{panics: true}))
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", done: make(chan struct{})}
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", built: true}
 	ended := make(chan string, 1)
 	go func() {
 		defer func() {
@@ -592,7 +592,7 @@ func TestUnwaitedReceiptSurvivesAPanickingDefaultLogger(t *testing.T) {
 func TestReceiptIsReportedThoughItsObserverExitsTheGoroutine(t *testing.T) {
 	cfg := &publishConfig{observer: exitingObserver{}}
 	heard := make(chan error, 1)
-	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{}),
+	r := &Receipt{id: "id-1", urn: urnCreated, queue: "orders", observed: cfg, built: true,
 		onOutcome: func(_ string, err error) { heard <- err }}
 	go r.resolve(&amqp.StateRejected{}, nil)
 	select {
@@ -603,7 +603,7 @@ func TestReceiptIsReportedThoughItsObserverExitsTheGoroutine(t *testing.T) {
 	}
 
 	logs := captureDefaultLog(t)
-	r = &Receipt{id: "id-2", urn: urnCreated, queue: "orders", observed: cfg, done: make(chan struct{})}
+	r = &Receipt{id: "id-2", urn: urnCreated, queue: "orders", observed: cfg, built: true}
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
