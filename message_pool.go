@@ -54,17 +54,20 @@ func pooled(ctx context.Context, env *Envelope, cfg *publishConfig, urns *urnCac
 // envelope and the annotation of the URN published last. The message is the
 // one newMessage makes, byte for byte.
 //
-// A Job's struct data is written into the message's data buffer rather
-// than an array of its own (pooledFor): its envelope is the publisher's
-// own, never handed out, and gone with the publish, and a PayloadValidator,
-// which is given the data, makes the publish take the usual way.
+// A Job's envelope is the pooled message's own (env), and its struct data
+// is written into the message's data buffer rather than an array of its
+// own (Publisher.pooledFor): that envelope is the publisher's, never handed
+// out, and what the publish reports of it (meta.id, the URN) is read before
+// the message is recycled. A PayloadValidator, which is given the envelope
+// and may keep it, makes the publish take the usual way.
 //
 // A message whose send failed is not reused: with its link gone, go-amqp
 // may still hold a transfer that points into it.
 type pooledMessage struct {
 	messageBlock
 	body []byte
-	data []byte // a Job's data, encoded into body
+	data []byte   // a Job's data, encoded into body
+	env  Envelope // a Job's envelope, projected onto messageBlock
 }
 
 var messagePool = sync.Pool{New: func() any { return new(pooledMessage) }}
@@ -78,6 +81,7 @@ func (pm *pooledMessage) recycle() {
 		return
 	}
 	pm.messageBlock = messageBlock{}
+	pm.env = Envelope{}
 	messagePool.Put(pm)
 }
 

@@ -44,20 +44,25 @@ type job struct {
 
 func (job) outgoing() {}
 
-// envelope builds the job's envelope for a publisher of queue, struct data
-// written into *scratch when scratch is set (see marshalData). The options
-// write to a configuration on the heap, and only when there are some: the
-// one without options stays on the stack.
-func (j job) envelope(queue string, scratch *[]byte) (*Envelope, error) {
-	cfg := envelopeConfig{queue: queue, scratch: scratch}
+// envelope builds the job's envelope for a publisher of queue: pm's own
+// (pm.env, its struct data written into pm.data, see marshalData) when pm
+// is set, else a new one. The options write to a configuration on the
+// heap, and only when there are some: the one without options stays on
+// the stack.
+func (j job) envelope(queue string, pm *pooledMessage) (*Envelope, error) {
+	cfg := envelopeConfig{queue: queue}
 	if len(j.opts) > 0 {
-		own := &envelopeConfig{queue: queue, scratch: scratch}
+		own := &envelopeConfig{queue: queue}
 		for _, o := range j.opts {
 			o(own)
 		}
 		cfg = *own
 	}
-	return newEnvelope(j.urn, j.data, &cfg)
+	if pm == nil {
+		return newEnvelope(j.urn, j.data, &cfg)
+	}
+	cfg.scratch = &pm.data
+	return &pm.env, pm.env.fill(j.urn, j.data, &cfg)
 }
 
 // Encoded is the Outgoing of an envelope that is already encoded: the
@@ -143,19 +148,17 @@ func (p *Publisher) PublishWithReceipt(ctx context.Context, m Outgoing, opts ...
 
 // outgoing is what a publish of m sends: the envelope (a Job's built now),
 // or, when env is nil, the Encoded bytes as they are. A Job's envelope may
-// come with the pooled message it is to be projected onto, its data
-// written into that message's buffer (pm, see pooledFor). An error means
+// be the one of the pooled message it is to be projected onto, its data
+// written into that message's buffer (pm, see pooledFor): it is gone when
+// pm is recycled. An error means
 // m stands for no envelope and nothing is sent; a Job whose envelope is
 // refused is reported to the Observer as a failed publish, and every
 // refusal to the WithOnOutcome callback (with the id "").
 func (p *Publisher) outgoing(m Outgoing, cfg *publishConfig) (env *Envelope, body Encoded, pm *pooledMessage, err error) {
 	switch m := m.(type) {
 	case job:
-		var scratch *[]byte
-		if pm = p.pooledFor(cfg); pm != nil {
-			scratch = &pm.data
-		}
-		if env, err = m.envelope(p.queue, scratch); err != nil {
+		pm = p.pooledFor(cfg)
+		if env, err = m.envelope(p.queue, pm); err != nil {
 			pm.recycle()
 			cfg.observePublish(p.queue, m.urn, "", time.Time{}, err)
 		}

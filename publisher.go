@@ -80,17 +80,21 @@ func (p *Publisher) copyConfig(cfg *publishConfig) *publishConfig {
 
 var noOptions publishConfig
 
-func (p *Publisher) publish(ctx context.Context, env *Envelope, pm *pooledMessage, cfg *publishConfig) (id string, err error) {
+func (p *Publisher) publish(ctx context.Context, env *Envelope, pm *pooledMessage, cfg *publishConfig) (string, error) {
+	// Read before the message goes back to the pool: a Job's envelope may
+	// be the pooled message's own (see pooledMessage).
+	id, urn := env.Meta.ID, env.URN
 	// ended: the publish has a result (refused, or sent with an outcome).
 	// A payload validator that ends the caller's goroutine (runtime.Goexit,
 	// or a panic) before then leaves nothing to report: nothing was sent,
 	// and the Observer must not hear an accepted publish.
 	ended := false
+	var err error
 	if cfg.observer != nil {
 		start := cfg.clock()
 		defer func() {
 			if ended {
-				cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
+				cfg.observePublish(p.queue, urn, id, start, err)
 			}
 		}()
 	}
@@ -106,13 +110,13 @@ func (p *Publisher) publish(ctx context.Context, env *Envelope, pm *pooledMessag
 	}
 	ended = true
 	if err != nil && !isRefusal(err) {
-		err = publishError(p.queue, env.URN, err)
+		err = publishError(p.queue, urn, err)
 	}
-	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
+	callOnOutcome(cfg.onOutcome, id, err)
 	if err != nil {
 		return "", err
 	}
-	return env.Meta.ID, nil
+	return id, nil
 }
 
 // message projects env onto the message a publish with cfg sends: a pooled
@@ -145,16 +149,18 @@ func (p *Publisher) publishWithReceipt(ctx context.Context, env *Envelope, pm *p
 	if cfg.observer != nil {
 		start = cfg.clock()
 	}
+	id, urn := env.Meta.ID, env.URN // before env may go back to the pool with pm
 	msg, pm, err := p.message(ctx, env, pm, cfg)
-	return p.startReceipt(ctx, env, cfg, start, msg, pm, err)
+	return p.startReceipt(ctx, id, urn, cfg, start, msg, pm, err)
 }
 
-// startReceipt writes msg, env's projection made for a publish with cfg
-// that began at start, through the path, and returns its Receipt; pm is
-// msg's pooled message (nil: none), err the failure to make msg.
-func (p *Publisher) startReceipt(ctx context.Context, env *Envelope, cfg *publishConfig, start time.Time, msg *amqp.Message, pm *pooledMessage, err error) (*Receipt, error) {
+// startReceipt writes msg, the projection of the envelope of id and urn
+// made for a publish with cfg that began at start, through the path, and
+// returns its Receipt; pm is msg's pooled message (nil: none), err the
+// failure to make msg.
+func (p *Publisher) startReceipt(ctx context.Context, id, urn string, cfg *publishConfig, start time.Time, msg *amqp.Message, pm *pooledMessage, err error) (*Receipt, error) {
 	if err == nil {
-		r := newReceipt(env.Meta.ID, env.URN, p.queue, cfg.onOutcome)
+		r := newReceipt(id, urn, p.queue, cfg.onOutcome)
 		if cfg.observer != nil {
 			r.observed, r.start = cfg, start
 		}
@@ -167,10 +173,10 @@ func (p *Publisher) startReceipt(ctx context.Context, env *Envelope, cfg *publis
 		}
 	}
 	if !isRefusal(err) {
-		err = publishError(p.queue, env.URN, err)
+		err = publishError(p.queue, urn, err)
 	}
-	callOnOutcome(cfg.onOutcome, env.Meta.ID, err)
-	cfg.observePublish(p.queue, env.URN, env.Meta.ID, start, err)
+	callOnOutcome(cfg.onOutcome, id, err)
+	cfg.observePublish(p.queue, urn, id, start, err)
 	return nil, err
 }
 

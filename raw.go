@@ -58,7 +58,7 @@ func (p *Publisher) publishEncodedWithReceipt(ctx context.Context, body []byte, 
 		cfg.observePublish(p.queue, urn, id, start, err)
 		return nil, err
 	}
-	return p.startReceipt(ctx, env, cfg, start, msg, nil, nil)
+	return p.startReceipt(ctx, env.Meta.ID, env.URN, cfg, start, msg, nil, nil)
 }
 
 // encodedMessage checks body (the payload check ending with ctx) and
