@@ -1057,3 +1057,23 @@ func mustConsumer(t testing.TB, h Handlers, opts ...ConsumerOption) *Consumer {
 	}
 	return c
 }
+
+// inWorkers runs work(w) in workers goroutines at once, w from 0, and
+// fails t with what any of them returned: each returns at its first error.
+func inWorkers(t *testing.T, workers int, work func(w int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			if err := work(w); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}

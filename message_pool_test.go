@@ -102,35 +102,26 @@ func jobsOnPooledMessages(t *testing.T, discard bool, opts ...PublishOption) (*h
 func TestJobDataOnPooledMessagesIsWhatAFreshProjectionSends(t *testing.T) {
 	const workers, each = 8, 120
 	h, cp := jobsOnPooledMessages(t, false)
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				var m Outgoing
-				switch i % 4 {
-				case 0:
-					m = Job("urn:pool:struct", poolJob{Worker: w, I: i, Note: poolJobNote(w, i)})
-				case 1:
-					m = Job("urn:pool:map", map[string]any{"worker": w, "i": i})
-				case 2:
-					m = Job("urn:pool:raw", json.RawMessage(fmt.Sprintf(`{"worker":%d,"i":%d}`, w, i)))
-				default:
-					m = Job("urn:pool:traced", &poolJob{Worker: w, I: i, Note: poolJobNote(w, i)},
-						EnvelopeTraceID(fmt.Sprintf("trace-%d-%d", w, i)))
-				}
-				if _, err := cp.Publish(context.Background(), m); err != nil {
-					errs <- err
-					return
-				}
+	inWorkers(t, workers, func(w int) error {
+		for i := range each {
+			var m Outgoing
+			switch i % 4 {
+			case 0:
+				m = Job("urn:pool:struct", poolJob{Worker: w, I: i, Note: poolJobNote(w, i)})
+			case 1:
+				m = Job("urn:pool:map", map[string]any{"worker": w, "i": i})
+			case 2:
+				m = Job("urn:pool:raw", json.RawMessage(fmt.Sprintf(`{"worker":%d,"i":%d}`, w, i)))
+			default:
+				m = Job("urn:pool:traced", &poolJob{Worker: w, I: i, Note: poolJobNote(w, i)},
+					EnvelopeTraceID(fmt.Sprintf("trace-%d-%d", w, i)))
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+			if _, err := cp.Publish(context.Background(), m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	sent := h.sentTo("orders")
 	require.Len(t, sent, workers*each)
 	seen := make(map[[2]int]bool, len(sent))
@@ -288,35 +279,26 @@ func TestWhatAPooledPublishReportsIsItsOwnEnvelopes(t *testing.T) {
 			}
 		}))
 	var returned sync.Map // [worker, i]: meta.id
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				m := Job(fmt.Sprintf("urn:pool:w%d", w), poolJob{Worker: w, I: i, Note: poolJobNote(w, i)})
-				var id string
-				var err error
-				if i%2 == 0 {
-					id, err = cp.Publish(context.Background(), m)
-				} else {
-					var r *Receipt
-					if r, err = cp.PublishWithReceipt(context.Background(), m); err == nil {
-						id, err = r.ID(), r.Wait(context.Background())
-					}
+	inWorkers(t, workers, func(w int) error {
+		for i := range each {
+			m := Job(fmt.Sprintf("urn:pool:w%d", w), poolJob{Worker: w, I: i, Note: poolJobNote(w, i)})
+			var id string
+			var err error
+			if i%2 == 0 {
+				id, err = cp.Publish(context.Background(), m)
+			} else {
+				var r *Receipt
+				if r, err = cp.PublishWithReceipt(context.Background(), m); err == nil {
+					id, err = r.ID(), r.Wait(context.Background())
 				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				returned.Store([2]int{w, i}, id)
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+			if err != nil {
+				return err
+			}
+			returned.Store([2]int{w, i}, id)
+		}
+		return nil
+	})
 	sent := h.sentTo("orders")
 	require.Len(t, sent, workers*each)
 	obs.mu.Lock()

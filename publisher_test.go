@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,34 +275,23 @@ func TestSendReusedConcurrentPublishesStayApart(t *testing.T) {
 	const workers, each = 8, 200
 	s := &fakelink.Sender{Wire: true}
 	p := NewPublisher(nil, "orders")
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			urn := fmt.Sprintf("urn:worker:%d", w%3)
-			for i := range each {
-				env, err := NewEnvelope(urn, map[string]any{"worker": w, "i": i}, EnvelopeQueue("orders"))
-				if err == nil {
-					var cfg publishConfig
-					if i%5 == 0 {
-						cfg.headers = map[string]string{"h": urn}
-					}
-					err = p.sendReused(context.Background(), s, env, &cfg)
+	inWorkers(t, workers, func(w int) error {
+		urn := fmt.Sprintf("urn:worker:%d", w%3)
+		for i := range each {
+			env, err := NewEnvelope(urn, map[string]any{"worker": w, "i": i}, EnvelopeQueue("orders"))
+			if err == nil {
+				var cfg publishConfig
+				if i%5 == 0 {
+					cfg.headers = map[string]string{"h": urn}
 				}
-				if err != nil {
-					errs <- err
-					return
-				}
+				err = p.sendReused(context.Background(), s, env, &cfg)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	require.Len(t, s.Sent(), workers*each)
 	seen := make(map[string]bool, workers*each)
 	for _, msg := range s.Sent() {
