@@ -37,9 +37,14 @@ type side struct {
 	// Publisher, on dialed's connection.
 	dialed *artemis.Client
 	cpub   *artemis.ClientPublisher
+	// publish scenarios: the side's publishing goroutines (publishSegment)
+	publishers *publishers
 }
 
 func (sd *side) close() {
+	if sd.publishers != nil {
+		sd.publishers.stop()
+	}
 	if sd.client != nil {
 		_, _ = sd.client.stop()
 	}

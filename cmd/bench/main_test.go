@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -165,4 +168,73 @@ func TestClientGateCountsEachSegment(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(deliveries), cs.handled.Load())
 	assert.Equal(t, 30, cs.timed)
+}
+
+// countingSender accepts every message and counts them; failAfter > 0
+// refuses the messages after that many.
+type countingSender struct {
+	mu        sync.Mutex
+	n         int
+	failAfter int
+}
+
+func (s *countingSender) Send(context.Context, *amqp.Message, *amqp.SendOptions) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failAfter > 0 && s.n >= s.failAfter {
+		return errors.New("refused")
+	}
+	s.n++
+	return nil
+}
+
+func (s *countingSender) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// A side's publishing goroutines serve every segment, each its share, go
+// on after a segment's error, and end with the side.
+func TestPublishSegmentsShareTheSidesGoroutines(t *testing.T) {
+	ctx := context.Background()
+	s := &countingSender{}
+	r := &runner{cfg: &config{}, data: payload{Currency: "USD"}}
+	sd := &side{lib: true, queue: "q", pub: artemis.NewPublisher(s, "q")}
+	before := runtime.NumGoroutine()
+
+	got, err := r.publishSegment(ctx, sd, 8, 100)
+	require.NoError(t, err)
+	assert.Equal(t, 100, got.n)
+	ps := sd.publishers
+	require.NotNil(t, ps)
+	assert.Len(t, ps.todo, 8)
+	for _, n := range []int{37, 5} { // fewer than the goroutines, too
+		got, err = r.publishSegment(ctx, sd, 8, n)
+		require.NoError(t, err)
+		assert.Equal(t, n, got.n)
+	}
+	assert.Same(t, ps, sd.publishers, "the same goroutines, segment after segment")
+	assert.Equal(t, 142, s.count())
+
+	s.mu.Lock()
+	s.failAfter = 150
+	s.mu.Unlock()
+	_, err = r.publishSegment(ctx, sd, 8, 40)
+	require.ErrorContains(t, err, "refused")
+	assert.Equal(t, 150, s.count())
+	s.mu.Lock()
+	s.failAfter = 0
+	s.mu.Unlock()
+	_, err = r.publishSegment(ctx, sd, 8, 16)
+	require.NoError(t, err, "the goroutines serve the next segment after an error")
+	assert.Equal(t, 166, s.count())
+
+	sd.close()
+	// Polled here, not with assert.Eventually: its own goroutine counts.
+	left := runtime.NumGoroutine()
+	for deadline := time.Now().Add(5 * time.Second); left > before && time.Now().Before(deadline); left = runtime.NumGoroutine() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, left, before, "the side's goroutines end with it")
 }

@@ -13,41 +13,82 @@ import (
 	artemis "github.com/babelqueue/babelqueue-go-artemis"
 )
 
-// publishSegment sends n messages from c goroutines on the side's sender.
+// publishSegment sends n messages from the side's c publishing goroutines
+// (publishers), each its share, and returns once all of them are done.
 func (r *runner) publishSegment(ctx context.Context, sd *side, c, n int) (result, error) {
-	var wg sync.WaitGroup
-	errs := make([]error, c)
+	if sd.publishers == nil {
+		sd.publishers = r.startPublishers(ctx, sd, c)
+	}
+	ps := sd.publishers
 	sw := startStopwatch()
+	for i, todo := range ps.todo {
+		todo <- split(n, c, i)
+	}
+	errs := make([]error, c)
 	for i := range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			data := r.data
-			for j := range split(n, c, i) {
-				var err error
-				if sd.lib {
-					data.OrderID = 100000 + j
-					_, err = sd.pub.Publish(ctx, artemis.Job(urn, data))
-				} else {
-					msg := r.rawMsgs[(i+j*c)%len(r.rawMsgs)]
-					if r.cfg.rawJSON {
-						data.OrderID = 100000 + j
-						if msg, err = buildRaw(data, sd.queue); err != nil {
-							errs[i] = err
-							return
-						}
-					}
-					err = sd.snd.Send(ctx, msg, nil)
-				}
-				if err != nil {
-					errs[i] = err
-					return
+		errs[i] = <-ps.done
+	}
+	return sw.result(n), errors.Join(errs...)
+}
+
+// publishers are a side's c publishing goroutines, started at its first
+// segment (under its pprof labels) and kept until the measurement ends: a
+// segment times the publishes, not the start of c goroutines. A goroutine
+// started afresh for each segment grew its stack to a publish's depth
+// again every time (newstack, copystack), which a service's long-lived
+// workers pay once: the library's deeper call to go-amqp twice (2 KiB,
+// 4 KiB, 8 KiB), raw go-amqp's once, c times a segment.
+type publishers struct {
+	todo []chan int // each goroutine's messages for the segment
+	done chan error // one result per goroutine per segment
+	wg   sync.WaitGroup
+}
+
+func (r *runner) startPublishers(ctx context.Context, sd *side, c int) *publishers {
+	ps := &publishers{todo: make([]chan int, c), done: make(chan error, c)}
+	for i := range c {
+		ps.todo[i] = make(chan int, 1)
+		ps.wg.Go(func() {
+			for k := range ps.todo[i] {
+				ps.done <- r.publishN(ctx, sd, c, i, k)
+			}
+		})
+	}
+	return ps
+}
+
+// stop ends the goroutines, once they are done with their last segment.
+func (ps *publishers) stop() {
+	for _, todo := range ps.todo {
+		close(todo)
+	}
+	ps.wg.Wait()
+}
+
+// publishN is one publishing goroutine's share of a segment: n messages,
+// goroutine i of c.
+func (r *runner) publishN(ctx context.Context, sd *side, c, i, n int) error {
+	data := r.data
+	for j := range n {
+		var err error
+		if sd.lib {
+			data.OrderID = 100000 + j
+			_, err = sd.pub.Publish(ctx, artemis.Job(urn, data))
+		} else {
+			msg := r.rawMsgs[(i+j*c)%len(r.rawMsgs)]
+			if r.cfg.rawJSON {
+				data.OrderID = 100000 + j
+				if msg, err = buildRaw(data, sd.queue); err != nil {
+					return err
 				}
 			}
-		}()
+			err = sd.snd.Send(ctx, msg, nil)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	wg.Wait()
-	return sw.result(n), errors.Join(errs...)
+	return nil
 }
 
 // pipelinedSegment sends n messages from one goroutine without waiting for
