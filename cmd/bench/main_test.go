@@ -188,6 +188,12 @@ func (s *countingSender) Send(context.Context, *amqp.Message, *amqp.SendOptions)
 	return nil
 }
 
+func (s *countingSender) setFailAfter(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failAfter = n
+}
+
 func (s *countingSender) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -217,15 +223,11 @@ func TestPublishSegmentsShareTheSidesGoroutines(t *testing.T) {
 	assert.Same(t, ps, sd.publishers, "the same goroutines, segment after segment")
 	assert.Equal(t, 142, s.count())
 
-	s.mu.Lock()
-	s.failAfter = 150
-	s.mu.Unlock()
+	s.setFailAfter(150)
 	_, err = r.publishSegment(ctx, sd, 8, 40)
 	require.ErrorContains(t, err, "refused")
 	assert.Equal(t, 150, s.count())
-	s.mu.Lock()
-	s.failAfter = 0
-	s.mu.Unlock()
+	s.setFailAfter(0)
 	_, err = r.publishSegment(ctx, sd, 8, 16)
 	require.NoError(t, err, "the goroutines serve the next segment after an error")
 	assert.Equal(t, 166, s.count())
