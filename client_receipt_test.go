@@ -550,6 +550,14 @@ func TestClientPublisherReceiptSurvivesAnOnEventThatExits(t *testing.T) {
 	pub, err := h.c.Publisher(context.Background(), "orders", WithDuplicateDetection())
 	require.NoError(t, err)
 	rs := publishReceipts(t, pub, 2)
+	// Waited on before the loss, so their failures go to the waiter and not
+	// to slog.Default, where a line written late by the resolver would land
+	// in the next test's capture of it.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	for _, r := range rs {
+		require.ErrorIs(t, r.Wait(ended), context.Canceled, "still pending")
+	}
 	h.fb.conn(0).kill(&amqp.ConnError{})
 
 	for i, r := range rs {
