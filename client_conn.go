@@ -31,6 +31,16 @@ type connection struct {
 	timeouts atomic.Int32
 }
 
+// answered resets the count of outcome timeouts: the broker answered a
+// transfer on cn. Read first, and written only when not already zero: every
+// publish ends here, and a store from each of them would bounce the
+// counter's cache line between the cores that publish.
+func (cn *connection) answered() {
+	if cn.timeouts.Load() != 0 {
+		cn.timeouts.Store(0)
+	}
+}
+
 func (cn *connection) dead() bool {
 	select {
 	case <-cn.conn.Done():

@@ -52,36 +52,52 @@ func TestOutcomeTimeoutsDeclareTheConnectionDead(t *testing.T) {
 	assert.Eventually(t, h.fb.conn(0).dead, 5*time.Second, time.Millisecond, "the dead connection is closed")
 }
 
+// An outcome in between, of a Publish or of a receipt, resets the count of
+// outcome timeouts.
 func TestAnOutcomeResetsTheTimeoutCount(t *testing.T) {
-	var hang atomic.Bool
-	h, p := newPublisherHarness(t, func(fb *fakeBroker) {
-		fb.setup = func(c *fakeConn) {
-			c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
-				if hang.Load() {
-					return fakelink.Hang(ctx, m)
+	answers := map[string]func(t *testing.T, p *ClientPublisher){
+		"publish": func(t *testing.T, p *ClientPublisher) {
+			_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
+			require.NoError(t, err)
+		},
+		"receipt": func(t *testing.T, p *ClientPublisher) {
+			r, err := p.PublishWithReceipt(context.Background(), Job(urnCreated, orderData))
+			require.NoError(t, err)
+			require.NoError(t, r.Wait(context.Background()))
+		},
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			var hang atomic.Bool
+			h, p := newPublisherHarness(t, func(fb *fakeBroker) {
+				fb.setup = func(c *fakeConn) {
+					c.outcome = func(ctx context.Context, m *amqp.Message) (amqp.DeliveryState, error) {
+						if hang.Load() {
+							return fakelink.Hang(ctx, m)
+						}
+						return fakelink.Accept(ctx, m)
+					}
 				}
-				return fakelink.Accept(ctx, m)
+			})
+			h.b.minOutcomeWait = 0
+			timeOut := func(n int) {
+				hang.Store(true)
+				for range n {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+					_, err := p.Publish(ctx, Job(urnCreated, orderData))
+					cancel()
+					require.ErrorIs(t, err, ErrOutcomeUnknown)
+				}
+				hang.Store(false)
 			}
-		}
-	})
-	h.b.minOutcomeWait = 0
-	timeOut := func(n int) {
-		hang.Store(true)
-		for range n {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-			_, err := p.Publish(ctx, Job(urnCreated, orderData))
-			cancel()
-			require.ErrorIs(t, err, ErrOutcomeUnknown)
-		}
-		hang.Store(false)
+			for range 3 {
+				timeOut(DefaultOutcomeTimeouts - 1)
+				answer(t, p)
+			}
+			assert.Equal(t, 1, h.fb.connCount(), "timeouts with outcomes in between never add up")
+			assert.False(t, h.fb.conn(0).dead())
+		})
 	}
-	for range 3 {
-		timeOut(DefaultOutcomeTimeouts - 1)
-		_, err := p.Publish(context.Background(), Job(urnCreated, orderData))
-		require.NoError(t, err)
-	}
-	assert.Equal(t, 1, h.fb.connCount(), "timeouts with outcomes in between never add up")
-	assert.False(t, h.fb.conn(0).dead())
 }
 
 func TestOutcomeTimeoutsCanBeIgnored(t *testing.T) {

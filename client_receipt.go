@@ -158,7 +158,7 @@ func (sl *senderLink) awaitOutcome(ct *clientTransfer) (amqp.DeliveryState, erro
 	expired := exp.stop()
 	if err == nil || !mayBeStored(err) {
 		if err == nil || !linkLost(err) {
-			sl.cn.timeouts.Store(0) // the broker answered (see clientSender.transfer)
+			sl.cn.answered() // the broker answered (see clientSender.transfer)
 		}
 		return state, s.c.red.error(err)
 	}

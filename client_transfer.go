@@ -121,7 +121,7 @@ func (s *clientSender) transfer(ctx context.Context, sl *senderLink, msg *amqp.M
 			s.c.outcomeTimedOut(sl.cn, err)
 		}
 	case err == nil || !linkLost(err):
-		sl.cn.timeouts.Store(0)
+		sl.cn.answered()
 	}
 	return state, err
 }
