@@ -222,6 +222,9 @@ func TestPublishSegmentsShareTheSidesGoroutines(t *testing.T) {
 	}
 	assert.Same(t, ps, sd.publishers, "the same goroutines, segment after segment")
 	assert.Equal(t, 142, s.count())
+	_, err = r.publishSegment(ctx, sd, 4, 10)
+	require.ErrorContains(t, err, "a segment of 4 publishers on a side that started 8")
+	assert.Equal(t, 142, s.count(), "nothing published by a segment of another count")
 
 	s.setFailAfter(150)
 	_, err = r.publishSegment(ctx, sd, 8, 40)

@@ -20,6 +20,9 @@ func (r *runner) publishSegment(ctx context.Context, sd *side, c, n int) (result
 		sd.publishers = r.startPublishers(ctx, sd, c)
 	}
 	ps := sd.publishers
+	if len(ps.todo) != c {
+		return result{}, fmt.Errorf("a segment of %d publishers on a side that started %d", c, len(ps.todo))
+	}
 	sw := startStopwatch()
 	for i, todo := range ps.todo {
 		todo <- split(n, c, i)
@@ -37,7 +40,9 @@ func (r *runner) publishSegment(ctx context.Context, sd *side, c, n int) (result
 // started afresh for each segment grew its stack to a publish's depth
 // again every time (newstack, copystack), which a service's long-lived
 // workers pay once: the library's deeper call to go-amqp twice (2 KiB,
-// 4 KiB, 8 KiB), raw go-amqp's once, c times a segment.
+// 4 KiB, 8 KiB), raw go-amqp's once, c times a segment. They publish with
+// the first segment's ctx: a side's segments share its measurement's
+// context (measure) and its pprof labels.
 type publishers struct {
 	todo []chan int // each goroutine's messages for the segment
 	done chan error // one result per goroutine per segment
